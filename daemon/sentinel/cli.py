@@ -20,7 +20,13 @@ from sentinel.config import ConfigError
 __all__ = ["COMMANDS", "CliError", "main"]
 
 # (subcommand module, in the order `sentinel --help` lists them)
-COMMANDS: tuple[str, ...] = ("sentinel.show_config",)
+COMMANDS: tuple[str, ...] = (
+    "sentinel.show_config",
+    "sentinel.sim.command",
+    "sentinel.supervise.command",
+    "sentinel.load.command",
+    "sentinel.calibrate.command",
+)
 
 
 class CliError(Exception):

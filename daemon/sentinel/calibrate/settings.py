@@ -1,13 +1,96 @@
-"""Calibration sweep defaults (section ``[calibration]``)."""
+"""Calibration sweep settings (section ``[calibration]``).
+
+Durations are seconds, ratios 0..1, throughputs tokens/s. The defaults are sized so that a full
+sweep of the default simulator profile costs well under half of a brute-force 1..128 sweep, and
+an incremental re-calibration about a third of a full one (see ``benchmarks/sweep_vs_bruteforce.py``).
+"""
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Literal
+
+from pydantic import Field, model_validator
 
 from sentinel.section import Section
 
-__all__ = ["CalibrationSettings"]
+__all__ = ["CalibrationSettings", "Percentile", "SloSettings"]
+
+# The percentiles every step records (bench_serving reports the same set).
+Percentile = Literal[50, 90, 95, 99]
+
+
+class SloSettings(Section):
+    """Service-level objective a step must meet. A limit left unset is not checked."""
+
+    ttft_seconds: float | None = Field(default=None, gt=0)
+    ttft_percentile: Percentile = 99
+    tpot_seconds: float | None = Field(default=None, gt=0)
+    tpot_percentile: Percentile = 99
+    e2e_seconds: float | None = Field(default=None, gt=0)
+    e2e_percentile: Percentile = 99
+    # Failed / sent requests. Above it the server is failing, not slow: escalation stops at once.
+    max_error_ratio: float = Field(default=0.01, ge=0, le=1)
+
+    @property
+    def has_latency_limits(self) -> bool:
+        return any(v is not None for v in (self.ttft_seconds, self.tpot_seconds, self.e2e_seconds))
 
 
 class CalibrationSettings(Section):
+    # --- workload of every step (random token ids, bench_serving's "random" dataset) ---
+    input_len: int = Field(default=256, ge=1)
+    output_len: int = Field(default=256, ge=1)
+    # Lengths are drawn uniformly from [max(1, len * range_ratio), len], as in bench_serving.
+    range_ratio: float = Field(default=0.0, ge=0, le=1)
+    seed: int = 1
+
+    # --- search shape ---
+    start_concurrency: int = Field(default=1, ge=1)
     max_concurrency: int = Field(default=128, ge=1)
+    # Escalation multiplies concurrency by this until the server saturates.
+    growth_factor: float = Field(default=2.0, gt=1, le=16)
+    # Requests of a step at concurrency c: max(step_min_requests, ceil(c * step_requests_per_slot)).
+    # Each slot serves its first request plus about half another, so in-flight stays at c for a
+    # while after the opening burst; that window is what the steady-state throughput comes from.
+    step_min_requests: int = Field(default=6, ge=1)
+    step_requests_per_slot: float = Field(default=1.5, ge=1)
+    # Bisection stops when the bracket's upper/lower concurrency ratio is at most this.
+    resolution: float = Field(default=1.3, gt=1)
+    # The knee: the lowest concurrency that reaches this fraction of the saturation throughput.
+    knee_fraction: float = Field(default=0.9, gt=0, lt=1)
+    # A plateau: going from c1 to c2 gained less than this fraction of the linear-scaling gain.
+    plateau_efficiency: float = Field(default=0.15, ge=0, lt=1)
+    # Stop escalating at the first latency-SLO violation (else go on to find the ceiling too).
+    stop_at_slo: bool = False
+
+    # --- server-side saturation signals (sampled from the server's /metrics during each step) ---
+    metrics_interval: float = Field(default=1.0, gt=0)
+    # The waiting queue was non-empty in at least this fraction of a step's samples.
+    queue_sustained_ratio: float = Field(default=0.5, gt=0, le=1)
+    kv_usage_high: float = Field(default=0.95, gt=0, le=1)
+    # A step's median TTFT this many times the lowest step's: requests are waiting (client view).
+    ttft_growth: float = Field(default=4.0, gt=1)
+
+    # --- budget ---
+    max_requests: int = Field(default=2000, ge=1)
+    max_duration: float = Field(default=3600.0, gt=0)
+    # Incremental re-calibration spends at most this fraction of the previous result's requests.
+    incremental_budget_ratio: float = Field(default=1 / 3, gt=0, le=1)
+    request_timeout: float = Field(default=600.0, gt=0)
+
+    # --- results ---
+    # Result files kept in <state_dir>/calibration/ (oldest removed first).
+    history: int = Field(default=50, ge=1)
+    # A saturation throughput, knee or SLO capacity this much below the baseline is a regression.
+    regression_threshold: float = Field(default=0.1, gt=0, lt=1)
+
+    slo: SloSettings = Field(default_factory=SloSettings)
+
+    @model_validator(mode="after")
+    def _check_range(self) -> CalibrationSettings:
+        if self.start_concurrency > self.max_concurrency:
+            raise ValueError(
+                f"start_concurrency ({self.start_concurrency}) exceeds "
+                f"max_concurrency ({self.max_concurrency})"
+            )
+        return self

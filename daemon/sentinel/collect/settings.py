@@ -2,10 +2,66 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
 from sentinel.section import Section
 
-__all__ = ["CollectorsSettings"]
+__all__ = ["BUILTIN_COLLECTORS", "CollectorsSettings", "GpuSettings", "SGLangMetricsSettings"]
+
+# The names ``enabled`` accepts. Kept here, not read from the registry, so that loading the config
+# does not import httpx and NVML; a test keeps it equal to what the registry registers.
+BUILTIN_COLLECTORS = ("sglang", "sglang_log", "gpu")
+
+
+class SGLangMetricsSettings(Section):
+    """``[collectors.sglang]``: re-exposing the server's own ``/metrics``."""
+
+    # Default: http://<server.host>:<server.port>/metrics, the server sentinel supervises.
+    url: str | None = None
+    # Fetched at scrape time, so this bounds how much one slow server adds to every scrape.
+    timeout_seconds: float = Field(default=2.0, gt=0, le=30)
+    # A runaway payload (or the wrong URL) must not eat the daemon's memory.
+    max_bytes: int = Field(default=32 * 2**20, ge=1024)
+
+
+class GpuSettings(Section):
+    """``[collectors.gpu]``: NVML reads in background threads."""
+
+    # "fake" serves 8 H200s replaying real readings: demos and dashboards on a box without GPUs.
+    backend: Literal["nvml", "fake"] = "nvml"
+    fake_devices: int = Field(default=8, ge=1, le=64)
+    interval_seconds: float = Field(default=5.0, gt=0, le=300)
+    # Per-cycle deadline for every GPU's read; a read still running then is abandoned.
+    timeout_seconds: float = Field(default=3.0, gt=0, le=60)
+    # nvmlInit without persistence mode can take seconds per GPU.
+    init_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    # 2 × 20 ms per GPU per cycle: the slowest NVML calls (monitoring.md §1.2).
+    pcie_throughput: bool = True
+    processes: bool = True
+    xid_events: bool = True
+
+    @model_validator(mode="after")
+    def _timeout_within_interval(self) -> GpuSettings:
+        if self.timeout_seconds > self.interval_seconds:
+            raise ValueError("timeout_seconds must not exceed interval_seconds (one read per GPU at a time)")
+        return self
 
 
 class CollectorsSettings(Section):
-    enabled: tuple[str, ...] = ("sglang", "sglang_log", "gpu")
+    enabled: tuple[str, ...] = BUILTIN_COLLECTORS
+    sglang: SGLangMetricsSettings = Field(default_factory=SGLangMetricsSettings)
+    gpu: GpuSettings = Field(default_factory=GpuSettings)
+
+    @field_validator("enabled")
+    @classmethod
+    def _known(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [name for name in value if name not in BUILTIN_COLLECTORS]
+        if unknown:
+            raise ValueError(
+                f"unknown collector(s) {', '.join(unknown)}; known: {', '.join(BUILTIN_COLLECTORS)}"
+            )
+        if len(set(value)) != len(value):
+            raise ValueError("a collector is listed twice")
+        return value

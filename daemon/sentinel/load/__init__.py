@@ -1,1 +1,63 @@
+"""The load engine: calibrated concurrent load and the figures it measured.
 
+Used by `sentinel bench`, the calibration sweep and the daemon's scheduled loads::
+
+    from sentinel.load import LoadSpec, RandomDataset, ArrivalProcess, LoadCounters, run_load
+
+    spec = LoadSpec(
+        base_url="http://127.0.0.1:30000",
+        dataset=RandomDataset(input_len=256, output_len=256, range_ratio=1.0),
+        arrival=ArrivalProcess.POISSON, request_rate=4.0, max_concurrency=64,
+        num_requests=200, seed=1,
+    )
+    counters = LoadCounters()            # read counters.in_flight at any time
+    result = await run_load(spec, counters=counters, cancel=stop_event)
+    result.metrics.output_throughput     # tok/s, bench_serving's definition
+    result.to_dict(details=False)        # bench_serving --output-file keys + ours
+    format_result_block(result)          # bench_serving's printed block (same labels)
+
+Metric definitions live in `sentinel.load.metrics` (module docstring). A server's misbehaviour
+never raises: each request ends as success or a counted failure reason
+(`RunMetrics.failures`, `FailureReason`). Setting `cancel` returns the partial result.
+"""
+
+from sentinel.load.engine import RecordCallback, make_session, resolve_model, run_load
+from sentinel.load.metrics import RunMetrics, SteadyState, compute_metrics
+from sentinel.load.records import FailureReason, LoadCounters, RequestRecord
+from sentinel.load.report import format_result_block
+from sentinel.load.result import RunResult
+from sentinel.load.spec import (
+    ArrivalProcess,
+    Backend,
+    DatasetSpec,
+    JsonlDataset,
+    LoadSpec,
+    RandomDataset,
+    SharedPrefixDataset,
+    SpecError,
+)
+from sentinel.load.stats import Summary
+
+__all__ = [
+    "ArrivalProcess",
+    "Backend",
+    "DatasetSpec",
+    "FailureReason",
+    "JsonlDataset",
+    "LoadCounters",
+    "LoadSpec",
+    "RandomDataset",
+    "RecordCallback",
+    "RequestRecord",
+    "RunMetrics",
+    "RunResult",
+    "SharedPrefixDataset",
+    "SpecError",
+    "SteadyState",
+    "Summary",
+    "compute_metrics",
+    "format_result_block",
+    "make_session",
+    "resolve_model",
+    "run_load",
+]

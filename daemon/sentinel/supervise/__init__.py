@@ -1,1 +1,44 @@
+"""Keep the SGLang server up, and correct: launch, checks, crash classification, restarts.
 
+Public API (what the daemon uses)::
+
+    sup = Supervisor(settings.server, state_dir=settings.state_dir)
+    registry.register(sup.collector())           # sentinel_server_* / sentinel_probe_* series
+    sup.add_before_stop_hook(load.stop)          # runs before every deliberate stop/restart
+    sup.subscribe_state(on_change)               # StateChange(old, new, reason, timestamp)
+    lines = sup.subscribe_lines()                # async iterator of LogLine (log collector)
+    await sup.start()                            # returns at once; supervision runs in a task
+    await sup.wait_for_state(ServerState.READY, timeout=...)
+    sup.state, sup.epoch, sup.config_hash        # current state, ready timestamp, launch hash
+    sup.restart("manual"); sup.reset()           # operator actions
+    await sup.stop()                             # hooks, SIGTERM, drain, SIGKILL the group
+"""
+
+from sentinel.supervise.classify import CRASH_REASONS, RESTART_REASONS, Crash
+from sentinel.supervise.logbus import LineSubscription, LogLine
+from sentinel.supervise.metrics import SupervisorCollector
+from sentinel.supervise.preflight import GpuInfo, PreflightResult
+from sentinel.supervise.probes import ProbeResult
+from sentinel.supervise.profiles import BUILTIN_PROFILES, LaunchCommand, ProfileError, render_command
+from sentinel.supervise.state import ServerState, StateChange
+from sentinel.supervise.supervisor import BeforeStopHook, Supervisor
+
+__all__ = [
+    "BUILTIN_PROFILES",
+    "CRASH_REASONS",
+    "RESTART_REASONS",
+    "BeforeStopHook",
+    "Crash",
+    "GpuInfo",
+    "LaunchCommand",
+    "LineSubscription",
+    "LogLine",
+    "PreflightResult",
+    "ProbeResult",
+    "ProfileError",
+    "ServerState",
+    "StateChange",
+    "Supervisor",
+    "SupervisorCollector",
+    "render_command",
+]

@@ -1,21 +1,201 @@
-"""Configuration of the supervised SGLang server (section ``[server]``)."""
+"""Configuration of the supervised SGLang server (section ``[server]``).
+
+Durations are seconds, sizes bytes, ratios 0..1. Defaults describe the embedded default
+deployment: ``sentinel sim`` as a managed child on loopback.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from sentinel.section import Section
 
-__all__ = ["ServerSettings"]
+__all__ = [
+    "CanarySettings",
+    "CheckAction",
+    "CheckSettings",
+    "ChecksSettings",
+    "LaunchProfile",
+    "RestartSettings",
+    "ServerSettings",
+    "StallSettings",
+    "SystemdSettings",
+]
+
+CheckAction = Literal["alert", "restart"]
+
+
+class CheckSettings(Section):
+    enabled: bool = True
+    interval: float = Field(default=15.0, gt=0)
+    # Client timeout. /health waits up to 20 s (SGLANG_HEALTH_CHECK_TIMEOUT) before its own 503,
+    # so anything shorter would turn a slow-but-answering server into a timeout.
+    timeout: float = Field(default=30.0, gt=0)
+    # alert: report only (series + log). restart: restart after `failures` consecutive failures.
+    action: CheckAction = "restart"
+    failures: int = Field(default=3, ge=1)
+
+
+class StallSettings(CheckSettings):
+    # The decode token counter must move at least once in this many seconds while requests are
+    # running. Far below SGLang's own 300 s watchdog (which fires after 300-450 s).
+    stall_after: float = Field(default=60.0, gt=0)
+    failures: int = Field(default=1, ge=1)
+
+
+class CanarySettings(Section):
+    """One known-answer prompt, sent at temperature 0."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    prompt: str = Field(min_length=1)
+    # A case-insensitive regular expression the answer must match.
+    expect: str = Field(min_length=1)
+    max_tokens: int = Field(default=128, ge=1, le=4096)
+
+
+def _default_canaries() -> tuple[CanarySettings, ...]:
+    return (
+        CanarySettings(
+            name="arithmetic",
+            prompt="What is 2+2? Answer with the number only.",
+            expect=r"\b4\b|\bfour\b",
+            max_tokens=32,
+        ),
+        CanarySettings(
+            name="is_prime",
+            prompt="Write a Python function is_prime(n) that returns True if n is a prime number. "
+            "Reply with the code only.",
+            expect=r"def\s+is_prime\s*\(",
+            max_tokens=256,
+        ),
+    )
+
+
+class CanaryCheckSettings(CheckSettings):
+    interval: float = Field(default=300.0, gt=0)
+    timeout: float = Field(default=120.0, gt=0)
+    # chat: /v1/chat/completions with thinking disabled (what users call); generate: native /generate.
+    api: Literal["chat", "generate"] = "chat"
+    # Model name sent with chat requests; SGLang echoes it and does not validate it.
+    model: str = "default"
+    canaries: tuple[CanarySettings, ...] = Field(default_factory=_default_canaries)
+    # Garbage detector thresholds (applied to every canary answer).
+    max_nonprintable_ratio: float = Field(default=0.1, ge=0, le=1)
+    # An answer made of one token repeated at least this many times is garbage ("!!!!!!!!").
+    max_repeats: int = Field(default=8, ge=2)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> CanaryCheckSettings:
+        names = [c.name for c in self.canaries]
+        if len(names) != len(set(names)):
+            raise ValueError(f"canary names must be unique, got {names}")
+        return self
+
+
+class ChecksSettings(Section):
+    health: CheckSettings = Field(default_factory=lambda: CheckSettings(interval=10.0))
+    health_generate: CheckSettings = Field(default_factory=lambda: CheckSettings(interval=30.0, timeout=60.0))
+    stall: StallSettings = Field(default_factory=StallSettings)
+    canary: CanaryCheckSettings = Field(default_factory=CanaryCheckSettings)
+
+
+class RestartSettings(Section):
+    backoff_initial: float = Field(default=5.0, ge=0)
+    backoff_max: float = Field(default=300.0, ge=0)
+    backoff_multiplier: float = Field(default=2.0, ge=1)
+    # Each delay is multiplied by a random factor in [1 - jitter, 1 + jitter].
+    jitter: float = Field(default=0.2, ge=0, le=1)
+    # More than `max_restarts` restarts within `window` seconds → failed state (crash loop).
+    max_restarts: int = Field(default=5, ge=0)
+    window: float = Field(default=3600.0, gt=0)
+    # Ready for this long → the backoff starts from `backoff_initial` again.
+    stable_after: float = Field(default=600.0, ge=0)
+
+
+class SystemdSettings(Section):
+    unit: str = "sglang.service"
+    # Command prefixes, injectable so tests (and unusual hosts: sudo, --user) can swap them.
+    systemctl: tuple[str, ...] = ("systemctl",)
+    # "{unit}" is replaced by the unit name. Only new lines matter: history would re-trigger
+    # crash classification of old failures.
+    journal: tuple[str, ...] = ("journalctl", "--follow", "--output=cat", "--lines=0", "--unit={unit}")
+    # How often the unit's ActiveState is polled to notice an exit.
+    poll_interval: float = Field(default=2.0, gt=0)
+    # After an exit, wait this long for the journal's last lines (the crash cause) to arrive.
+    settle: float = Field(default=2.0, ge=0)
+
+
+class LaunchProfile(Section):
+    """How to start the server in child mode (host and port come from ``[server]``)."""
+
+    kind: Literal["sglang", "sim"] = "sglang"
+    # Interpreter that runs the server; empty = the one running sentinel.
+    python: str = ""
+    # Pin the SGLang version used to render flags; empty = ask the interpreter.
+    sglang_version: str = ""
+    model_path: str = ""
+    served_model_name: str = ""
+    trust_remote_code: bool = False
+    tp_size: int = Field(default=1, ge=1)
+    # GPUs that must be present; None = tp_size for sglang, 0 for the simulator.
+    gpus: int | None = Field(default=None, ge=0)
+    quantization: str = ""
+    attention_backend: str = ""
+    # Rendered as --nsa-* or --dsa-* depending on the SGLang version.
+    dsa_prefill_backend: str = ""
+    dsa_decode_backend: str = ""
+    kv_cache_dtype: str = ""
+    mem_fraction_static: float | None = Field(default=None, gt=0, le=1)
+    disable_cuda_graph: bool = False
+    enable_metrics: bool = True
+    reasoning_parser: str = ""
+    tool_call_parser: str = ""
+    api_key: str = ""
+    extra_args: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+    # Simulator only.
+    sim_profile: str = ""
+    sim_speed: float | None = Field(default=None, gt=0)
+    sim_faults: tuple[str, ...] = ()
+
+    @property
+    def required_gpus(self) -> int:
+        if self.gpus is not None:
+            return self.gpus
+        return self.tp_size if self.kind == "sglang" else 0
 
 
 class ServerSettings(Section):
     # child: sentinel starts the server itself; systemd: the server is its own unit;
     # external: watch and report only.
     mode: Literal["child", "systemd", "external"] = "child"
-    # Launch profile for child mode. "sim" is the embedded default: `sentinel sim` on loopback.
+    # Launch profile for child mode: a built-in name ("sim", "glm5-nvfp4-rtxpro6000") or a key of
+    # `profiles`. "sim" is the embedded default: `sentinel sim` on loopback.
     profile: str = "sim"
+    profiles: dict[str, LaunchProfile] = Field(default_factory=dict)
     host: str = "127.0.0.1"
     port: int = Field(default=30000, ge=1, le=65535)
+    # Bearer key for the probes (and passed to a child server). Empty = none.
+    api_key: str = ""
+    # The child's stdout+stderr; empty = <state_dir>/server.log.
+    log_file: Path | None = None
+    log_max_bytes: int = Field(default=64 * 1024 * 1024, ge=4096)
+    log_backups: int = Field(default=5, ge=0)
+    # Lines kept in memory for crash classification.
+    log_tail_lines: int = Field(default=400, ge=10)
+    # A 744B model loads for many minutes before its port opens; 30 min is deliberately generous.
+    start_timeout: float = Field(default=1800.0, gt=0)
+    # How often /health is polled while starting.
+    startup_poll_interval: float = Field(default=2.0, gt=0)
+    # SIGTERM → wait this long for the drain → SIGKILL the process group.
+    stop_timeout: float = Field(default=60.0, gt=0)
+    # Limit for each before-stop hook (stop synthetic load).
+    before_stop_timeout: float = Field(default=30.0, gt=0)
+    # In systemd mode, also stop the unit when sentinel stops (off: the server outlives sentinel).
+    stop_unit_on_exit: bool = False
+    restart: RestartSettings = Field(default_factory=RestartSettings)
+    checks: ChecksSettings = Field(default_factory=ChecksSettings)
+    systemd: SystemdSettings = Field(default_factory=SystemdSettings)

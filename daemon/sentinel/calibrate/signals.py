@@ -1,0 +1,153 @@
+"""The server's own view of a step: SGLang's scheduler gauges sampled from /metrics while it runs.
+
+SGLang's scheduler gauges are snapshots written at log time (every prefill batch and every
+``decode-log-interval`` decode steps), so one scrape at the end of a step says little: the step
+is sampled every ``interval`` seconds and summarised (mean, max, fraction of samples with a
+non-empty queue). Only TP rank 0 writes these gauges (other ranks' series, when present, are
+duplicates), so ``tp_rank="0"`` is preferred; without that label the largest series is used.
+
+Every failure (connection refused, non-200, an unparsable body) is counted in
+``scrape_failures`` rather than raised: the client-side figures of a step stand on their own.
+A 404 means the server runs without ``--enable-metrics``; sampling stops for good and the step
+is judged from client signals alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from types import TracebackType
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from sentinel.calibrate.model import ServerSignals
+
+__all__ = ["ServerSampler", "parse_sample"]
+
+QUEUE = "sglang:num_queue_reqs"
+RUNNING = "sglang:num_running_reqs"
+TOKEN_USAGE = "sglang:token_usage"
+RETRACTED = "sglang:num_retracted_requests_total"
+_WANTED = (QUEUE, RUNNING, TOKEN_USAGE, RETRACTED)
+
+
+def parse_sample(text: str) -> dict[str, float]:
+    """The wanted series' values from one exposition. Raises ValueError on a malformed body."""
+    found: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in _WANTED:
+                found.setdefault(sample.name, []).append((sample.labels, float(sample.value)))
+    out: dict[str, float] = {}
+    for name, series in found.items():
+        rank0 = [v for labels, v in series if labels.get("tp_rank") == "0"]
+        out[name] = rank0[0] if rank0 else max(v for _, v in series)
+    return out
+
+
+@dataclass
+class _Samples:
+    queue: list[float] = field(default_factory=list)
+    running: list[float] = field(default_factory=list)
+    usage: list[float] = field(default_factory=list)
+    retracted_first: float | None = None
+    retracted_last: float | None = None
+    count: int = 0
+    failures: int = 0
+
+
+class ServerSampler:
+    """``async with ServerSampler(client, url, interval) as s: ...`` then ``s.summary()``."""
+
+    def __init__(self, client: httpx.AsyncClient, url: str, interval: float) -> None:
+        self._client = client
+        self._url = url
+        self._interval = interval
+        self._samples = _Samples()
+        self._task: asyncio.Task[None] | None = None
+        self.disabled_reason: str | None = None
+
+    async def __aenter__(self) -> ServerSampler:
+        # The counter baseline, before the first request goes out. Gauges from before and after
+        # the step would only dilute the step's own picture (an idle server), so they are skipped.
+        await self._scrape(gauges=False)
+        self._task = asyncio.create_task(self._loop())
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if exc_type is None:
+            await self._scrape(gauges=False)
+
+    async def _loop(self) -> None:
+        while self.disabled_reason is None:
+            await asyncio.sleep(self._interval)
+            await self._scrape()
+
+    async def _scrape(self, *, gauges: bool = True) -> None:
+        if self.disabled_reason is not None:
+            return
+        s = self._samples
+        try:
+            resp = await self._client.get(self._url)
+        except httpx.HTTPError:
+            s.failures += 1
+            return
+        if resp.status_code == 404:
+            self.disabled_reason = "the server has no /metrics (start SGLang with --enable-metrics)"
+            return
+        if resp.status_code != 200:
+            s.failures += 1
+            return
+        try:
+            values = parse_sample(resp.text)
+        except ValueError:
+            s.failures += 1
+            return
+        if RETRACTED in values:
+            if s.retracted_first is None:
+                s.retracted_first = values[RETRACTED]
+            s.retracted_last = values[RETRACTED]
+        if not gauges:
+            return
+        s.count += 1
+        if QUEUE in values:
+            s.queue.append(values[QUEUE])
+        if RUNNING in values:
+            s.running.append(values[RUNNING])
+        if TOKEN_USAGE in values:
+            s.usage.append(values[TOKEN_USAGE])
+
+    def summary(self) -> ServerSignals | None:
+        """None when the server exposes no metrics at all (nothing to judge from)."""
+        s = self._samples
+        if s.count == 0 and (self.disabled_reason is not None or s.failures > 0):
+            return None
+
+        def mean(xs: list[float]) -> float | None:
+            return sum(xs) / len(xs) if xs else None
+
+        retractions = None
+        if s.retracted_first is not None and s.retracted_last is not None:
+            # A counter that went down means the server restarted mid-step: count from zero.
+            delta = s.retracted_last - s.retracted_first
+            retractions = delta if delta >= 0 else s.retracted_last
+        return ServerSignals(
+            samples=s.count,
+            scrape_failures=s.failures,
+            queue_mean=mean(s.queue),
+            queue_max=max(s.queue) if s.queue else None,
+            queue_nonzero_ratio=(sum(1 for q in s.queue if q > 0) / len(s.queue)) if s.queue else None,
+            running_mean=mean(s.running),
+            running_max=max(s.running) if s.running else None,
+            token_usage_mean=mean(s.usage),
+            token_usage_max=max(s.usage) if s.usage else None,
+            retractions=retractions,
+        )

@@ -1,0 +1,163 @@
+"""Calibration results on disk, and the comparison of a new result with its baseline.
+
+One JSON file per result in ``<state_dir>/calibration/``, named by its start time so that the
+newest sorts last. Writes are atomic (temporary file in the same directory, fsync, rename): a
+crash or a full disk mid-write leaves the previous files intact, never a truncated newest one.
+History is bounded (oldest removed first). A file that no longer validates (hand-edited, from a
+future schema) is skipped with a log line, never fatal: the daemon must keep calibrating.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from sentinel.calibrate.model import SCHEMA_VERSION, CalibrationResult, Comparison
+from sentinel.log import get_logger
+
+__all__ = ["REGRESSION_FIGURES", "ResultStore", "StoreError", "compare", "load_result"]
+
+_PREFIX = "calibration-"
+_SUFFIX = ".json"
+
+log = get_logger(__name__)
+
+# Figures whose drop below the baseline is a regression. Knee and SLO concurrency are reported as
+# changes only: they move in whole steps of the search, so a one-step move is not news.
+REGRESSION_FIGURES = (
+    "saturation_output_throughput",
+    "saturation_total_throughput",
+    "max_rate_within_slo",
+    "goodput",
+)
+_CHANGE_FIGURES = (*REGRESSION_FIGURES, "knee_concurrency", "max_concurrency_within_slo")
+
+
+class StoreError(Exception):
+    """The state directory cannot be used (not creatable, not writable)."""
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=_SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    # Make the rename itself durable.
+    with contextlib.suppress(OSError):
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def load_result(path: Path) -> CalibrationResult:
+    """Read one result file; ValueError with a one-line reason when it cannot be used."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{path}: {exc.strerror or exc}") from None
+    try:
+        result = CalibrationResult.model_validate_json(raw)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise ValueError(f"{path}: not a calibration result ({where}: {first['msg']})") from None
+    if result.schema_version != SCHEMA_VERSION:
+        raise ValueError(f"{path}: schema version {result.schema_version}, expected {SCHEMA_VERSION}")
+    return result
+
+
+class ResultStore:
+    def __init__(self, directory: Path, history: int = 50) -> None:
+        self.directory = directory
+        self.history_limit = history
+
+    def _files(self) -> list[Path]:
+        if not self.directory.is_dir():
+            return []
+        return sorted(
+            p for p in self.directory.iterdir() if p.name.startswith(_PREFIX) and p.name.endswith(_SUFFIX)
+        )
+
+    def save(self, result: CalibrationResult) -> Path:
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create {self.directory}: {exc.strerror or exc}") from None
+        stamp = result.started_at.strftime("%Y%m%dT%H%M%S.%fZ")
+        path = self.directory / f"{_PREFIX}{stamp}{_SUFFIX}"
+        try:
+            _atomic_write(path, result.model_dump_json(indent=1).encode())
+        except OSError as exc:
+            raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from None
+        self._prune()
+        return path
+
+    def _prune(self) -> None:
+        files = self._files()
+        for old in files[: max(0, len(files) - self.history_limit)]:
+            try:
+                old.unlink()
+            except OSError as exc:
+                log.warning("calibration_prune_failed", path=str(old), error=str(exc))
+
+    def results(self) -> list[CalibrationResult]:
+        """Every readable result, oldest first."""
+        out = []
+        for path in self._files():
+            try:
+                out.append(load_result(path))
+            except ValueError as exc:
+                log.warning("calibration_result_unreadable", reason=str(exc))
+        return out
+
+    def latest(self) -> CalibrationResult | None:
+        """The newest readable result (what an incremental run is seeded from)."""
+        for path in reversed(self._files()):
+            try:
+                return load_result(path)
+            except ValueError as exc:
+                log.warning("calibration_result_unreadable", reason=str(exc))
+        return None
+
+
+def compare(current: CalibrationResult, baseline: CalibrationResult, threshold: float) -> Comparison | None:
+    """Relative change of each headline figure; drops beyond ``threshold`` are regressions.
+
+    None when the two are not comparable (another server or another workload).
+    """
+    a, b = current.workload, baseline.workload
+    if (a.base_url, a.backend, a.input_len, a.output_len, a.range_ratio) != (
+        b.base_url,
+        b.backend,
+        b.input_len,
+        b.output_len,
+        b.range_ratio,
+    ):
+        return None
+    changes: dict[str, float] = {}
+    regressions: list[str] = []
+    for key in _CHANGE_FIGURES:
+        now = getattr(current, key).value
+        then = getattr(baseline, key).value
+        if now is None or then is None or then <= 0:
+            continue
+        change = (now - then) / then
+        changes[key] = change
+        if key in REGRESSION_FIGURES and change < -threshold:
+            regressions.append(f"{key.replace('_', ' ')} fell {-change:.0%}: {then:.4g} -> {now:.4g}")
+    return Comparison(
+        baseline_started_at=baseline.started_at, changes=changes, regressions=tuple(regressions)
+    )

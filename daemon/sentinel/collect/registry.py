@@ -1,0 +1,183 @@
+"""The collector registry, in node_exporter's manner.
+
+Each source module registers a factory under a name (``@register("gpu")``); ``[collectors]
+enabled`` picks which run; :class:`CollectorSet` is the one prometheus_client Collector that wraps
+them all and adds, on every scrape, ``sentinel_collector_success{collector}`` and
+``sentinel_collector_duration_seconds{collector}`` (and, for sources that know it,
+``sentinel_collector_last_success_timestamp_seconds{collector}``).
+
+A source that fails raises :class:`~sentinel.collect.source.CollectionFailed` (or anything else:
+a bug in one collector must not take the whole scrape down). What it yielded before failing is
+still served — a source that must not serve partial data raises before yielding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from sentinel.collect.build_info import BuildInfoCollector
+from sentinel.collect.source import Background, CollectionFailed, Source, Timestamped
+from sentinel.log import get_logger
+
+if TYPE_CHECKING:
+    from sentinel.config import Settings
+
+__all__ = ["CollectorSet", "Factory", "available", "build_collector_set", "register"]
+
+_log = get_logger(__name__)
+
+Factory = Callable[["Settings"], Source]
+
+_FACTORIES: dict[str, Factory] = {}
+# Imported on first use so each registers itself; kept here so the list of built-ins is in one place.
+_BUILTIN_MODULES = {
+    "sglang": "sentinel.collect.sglang_metrics",
+    "sglang_log": "sentinel.collect.sglang_log",
+    "gpu": "sentinel.collect.gpu.collector",
+}
+
+
+def register(name: str) -> Callable[[Factory], Factory]:
+    """Class or function decorator: ``@register("gpu")`` on a ``factory(settings) -> Source``."""
+
+    def decorate(factory: Factory) -> Factory:
+        if name in _FACTORIES and _FACTORIES[name] is not factory:
+            raise ValueError(f"collector {name!r} registered twice")
+        _FACTORIES[name] = factory
+        return factory
+
+    return decorate
+
+
+def _load_builtins() -> None:
+    for module in _BUILTIN_MODULES.values():
+        importlib.import_module(module)
+
+
+def available() -> frozenset[str]:
+    """Names that ``[collectors] enabled`` accepts."""
+    _load_builtins()
+    return frozenset(_FACTORIES)
+
+
+def build_collector_set(settings: Settings) -> CollectorSet:
+    """One instance of every enabled collector, in the configured order (not started)."""
+    _load_builtins()
+    return CollectorSet((name, _FACTORIES[name](settings)) for name in settings.collectors.enabled)
+
+
+class CollectorSet:
+    """Every source behind one ``collect()``, with per-source success and duration.
+
+    Register it in a (private) ``CollectorRegistry`` — :meth:`registry` makes one — and serve that.
+    ``collect()`` may run in several threads at once (concurrent scrapes): sources must build fresh
+    metric families from immutable snapshots, as all of sentinel's do.
+    """
+
+    def __init__(self, sources: Iterable[tuple[str, Source]] = ()) -> None:
+        self._sources: dict[str, Source] = {}
+        self._failing: dict[str, str] = {}
+        self._build_info = BuildInfoCollector()
+        self._started = False
+        for name, source in sources:
+            self.add(name, source)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._sources)
+
+    def add(self, name: str, source: Source) -> None:
+        """Add a source (e.g. the supervisor's Collector) so it gets success/duration series too."""
+        if name in self._sources:
+            raise ValueError(f"collector {name!r} added twice")
+        self._sources[name] = source
+        if self._started and isinstance(source, Background):
+            source.start()
+
+    def get(self, name: str) -> Source | None:
+        return self._sources.get(name)
+
+    def registry(self) -> CollectorRegistry:
+        """A fresh private registry holding only this set (no process/platform collectors)."""
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(self)
+        return registry
+
+    async def start(self) -> None:
+        """Start background sources (GPU threads). Returns at once; their first data follows."""
+        self._started = True
+        for source in self._sources.values():
+            if isinstance(source, Background):
+                source.start()
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop background sources, waiting at most about ``grace`` seconds in all."""
+        self._started = False
+        background = [s for s in self._sources.values() if isinstance(s, Background)]
+        if background:
+            await asyncio.gather(*(asyncio.to_thread(s.stop, grace) for s in background))
+
+    # prometheus_client's registry calls describe() when present; without it, it would call
+    # collect() at registration, which would fetch from SGLang for nothing.
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._build_info.collect()
+        success = GaugeMetricFamily(
+            "sentinel_collector_success",
+            "1 when this collector's latest collection succeeded.",
+            labels=["collector"],
+        )
+        duration = GaugeMetricFamily(
+            "sentinel_collector_duration_seconds",
+            "How long this collector took during this scrape.",
+            labels=["collector"],
+        )
+        last = GaugeMetricFamily(
+            "sentinel_collector_last_success_timestamp_seconds",
+            "When this collector last had good data (background reads, log lines).",
+            labels=["collector"],
+        )
+        for name, source in self._sources.items():
+            start = time.perf_counter()
+            ok, metrics = self._run(name, source)
+            duration.add_metric([name], time.perf_counter() - start)
+            success.add_metric([name], 1.0 if ok else 0.0)
+            if isinstance(source, Timestamped):
+                ts = source.last_success_timestamp()
+                if ts is not None:
+                    last.add_metric([name], ts)
+            yield from metrics
+        yield success
+        yield duration
+        yield last
+
+    def _run(self, name: str, source: Source) -> tuple[bool, list[Metric]]:
+        metrics: list[Metric] = []
+        reason: str | None = None
+        try:
+            for metric in source.collect():
+                metrics.append(metric)
+        except CollectionFailed as exc:
+            reason = str(exc) or "failed"
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            _log.exception("collector crashed", collector=name)
+        # Log on change only: a server that is down for an hour must not log every 15 s scrape.
+        previous = self._failing.get(name)
+        if reason is not None and reason != previous:
+            _log.warning("collector failing", collector=name, reason=reason)
+            self._failing[name] = reason
+        elif reason is None and previous is not None:
+            _log.info("collector recovered", collector=name)
+            del self._failing[name]
+        return reason is None, metrics

@@ -1,0 +1,149 @@
+"""The ``sglang`` collector: SGLang's own ``/metrics``, fetched at scrape time and re-exposed as is.
+
+SGLang stays bound to loopback (its API has no auth by default), so operators see its series
+through sentinel's one target. Families keep SGLang's ``sglang:*`` names and labels — SGLang's
+dashboards and docs use them. The text is parsed with prometheus_client's parser, never by hand.
+
+Nothing is cached: when the fetch fails (down, slow, not 200, too big, not the exposition format)
+no ``sglang:*`` series is served for that scrape — rather a gap than silently stale numbers — and
+the collector reports failure with the reason. Only families named ``sglang:*`` / ``sglang_*`` pass:
+anything else (a process collector, or the URL pointing at sentinel itself) could collide with
+sentinel's own names.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import httpx
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+
+from sentinel.collect.registry import register
+from sentinel.collect.source import CollectionFailed
+
+if TYPE_CHECKING:
+    from sentinel.config import Settings
+
+__all__ = ["SGLangMetricsCollector", "default_metrics_url"]
+
+_PREFIXES = ("sglang:", "sglang_")
+_REASONS = ("connect", "timeout", "http_status", "too_large", "parse", "empty")
+
+
+class _FetchError(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+def default_metrics_url(host: str, port: int) -> str:
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # IPv6 literal
+    return f"http://{host}:{port}/metrics"
+
+
+class SGLangMetricsCollector:
+    """Fetches ``url`` once per ``collect()`` within ``timeout`` seconds in all."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = 2.0,
+        max_bytes: int = 32 * 2**20,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.url = url
+        self.timeout = timeout
+        self.max_bytes = max_bytes
+        # One pooled client: a scrape every few seconds must not open a new TCP connection each time.
+        self._client = httpx.Client(timeout=timeout, transport=transport, follow_redirects=False)
+        self._lock = threading.Lock()
+        self._failures = dict.fromkeys(_REASONS, 0)
+        self._last_success: float | None = None
+
+    def close(self) -> None:
+        self._client.close()
+
+    def last_success_timestamp(self) -> float | None:
+        return self._last_success
+
+    def _fetch(self) -> str:
+        deadline = time.monotonic() + self.timeout
+        try:
+            with self._client.stream("GET", self.url, headers={"Accept": "text/plain"}) as response:
+                if response.status_code != 200:
+                    hint = (
+                        " (is SGLang started with --enable-metrics?)" if response.status_code == 404 else ""
+                    )
+                    raise _FetchError("http_status", f"HTTP {response.status_code}{hint}")
+                chunks: list[bytes] = []
+                size = 0
+                for chunk in response.iter_bytes():
+                    size += len(chunk)
+                    if size > self.max_bytes:
+                        raise _FetchError("too_large", f"response over {self.max_bytes} bytes")
+                    if time.monotonic() > deadline:
+                        raise _FetchError("timeout", f"no complete response within {self.timeout:g} s")
+                    chunks.append(chunk)
+                body = b"".join(chunks)
+        except httpx.TimeoutException as exc:
+            raise _FetchError(
+                "timeout", f"no response within {self.timeout:g} s ({type(exc).__name__})"
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise _FetchError("connect", f"{type(exc).__name__}: {exc}") from exc
+        try:
+            return body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _FetchError("parse", f"not UTF-8 text: {exc}") from exc
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            text = self._fetch()
+            try:
+                families = list(text_string_to_metric_families(text))
+            except Exception as exc:  # the parser raises ValueError, IndexError, ... on garbage
+                raise _FetchError("parse", f"not the Prometheus text format: {exc}") from exc
+            kept = [f for f in families if f.name.startswith(_PREFIXES)]
+            if not kept:
+                raise _FetchError(
+                    "empty", f"no sglang metrics in the response ({len(families)} other families)"
+                )
+        except _FetchError as exc:
+            with self._lock:
+                self._failures[exc.reason] += 1
+            yield from self._own(dropped=None)
+            raise CollectionFailed(f"{self.url}: {exc}") from None
+        self._last_success = time.time()
+        yield from self._own(dropped=len(families) - len(kept))
+        yield from kept
+
+    def _own(self, dropped: int | None) -> Iterator[Metric]:
+        failures = CounterMetricFamily(
+            "sentinel_sglang_metrics_fetch_failures",
+            "Failed fetches of SGLang's /metrics, by reason.",
+            labels=["reason"],
+        )
+        with self._lock:
+            for reason, count in self._failures.items():
+                failures.add_metric([reason], count)
+        yield failures
+        if dropped is not None:
+            yield GaugeMetricFamily(
+                "sentinel_sglang_metrics_dropped_families",
+                "Families in SGLang's /metrics not named sglang:* or sglang_*, left out of this scrape.",
+                value=dropped,
+            )
+
+
+@register("sglang")
+def _factory(settings: Settings) -> SGLangMetricsCollector:
+    cfg = settings.collectors.sglang
+    url = cfg.url or default_metrics_url(settings.server.host, settings.server.port)
+    return SGLangMetricsCollector(url, timeout=cfg.timeout_seconds, max_bytes=cfg.max_bytes)

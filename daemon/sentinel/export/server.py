@@ -1,0 +1,176 @@
+"""The exporter's HTTP server (aiohttp): ``/metrics``, ``/healthz`` and a pluggable ``/``.
+
+``/metrics`` renders the registry in a thread pool, never in the event loop: collectors may wait
+on SGLang (bounded by its timeout) and rendering a few hundred series takes milliseconds, which
+the daemon's loop (supervisor checks, load generation, watchdog pings) must not lose. The format
+follows the Accept header — OpenMetrics when asked for (Prometheus asks by default), else the
+text format 0.0.4 — via prometheus_client's own negotiation; gzip when accepted; ``name[]``
+query parameters filter families as prometheus_client's own servers do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+
+import sentinel
+from sentinel.export.auth import BasicAuth, ExporterConfigError, load_users, tls_context
+from sentinel.export.settings import ExporterSettings
+from sentinel.log import get_logger
+
+__all__ = ["Exporter", "ExporterConfigError", "Handler", "HealthCheck"]
+
+_log = get_logger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# Returns (healthy, short text); /healthz answers 200 or 503 with the text.
+HealthCheck = Callable[[], tuple[bool, str]]
+
+_UNAUTHENTICATED = frozenset({"/healthz"})
+
+
+class Exporter:
+    """Serves ``registry`` over HTTP(S). Async ``start()``/``stop()``; usable on its own.
+
+    ``index`` replaces the default landing page at ``/`` (the daemon's status page);
+    ``routes`` adds more (e.g. a JSON status endpoint). With ``port = 0`` the OS picks a free
+    port: read :attr:`port` after ``start()``.
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        settings: ExporterSettings | None = None,
+        *,
+        index: Handler | None = None,
+        health: HealthCheck | None = None,
+        routes: Iterable[web.RouteDef] = (),
+    ) -> None:
+        self.registry = registry
+        self.settings = settings or ExporterSettings()
+        self._index = index
+        self._health = health
+        self._routes = list(routes)
+        self._runner: web.AppRunner | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._auth: BasicAuth | None = None
+        self._inflight = 0
+        self.port: int | None = None
+
+    @property
+    def url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("exporter not started")
+        scheme = "https" if self.settings.tls is not None else "http"
+        host = self.settings.host
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{scheme}://{host}:{self.port}"
+
+    def set_index(self, handler: Handler) -> None:
+        """Replace the ``/`` page (also after start)."""
+        self._index = handler
+
+    async def start(self) -> None:
+        """Bind and serve. Raises ExporterConfigError for unusable TLS/auth files or a busy port."""
+        s = self.settings
+        ssl_context = tls_context(s.tls) if s.tls is not None else None
+        if s.basic_auth_users_file is not None:
+            self._auth = BasicAuth(load_users(s.basic_auth_users_file))
+        app = web.Application(middlewares=[self._auth_middleware])
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/", self._root)
+        app.router.add_routes(self._routes)
+        self._executor = ThreadPoolExecutor(
+            max_workers=s.max_concurrent_scrapes, thread_name_prefix="sentinel-scrape"
+        )
+        # No access log: Prometheus scrapes every few seconds; one line each would drown the journal.
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, s.host, s.port, ssl_context=ssl_context, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            self._executor.shutdown(wait=False)
+            raise ExporterConfigError(
+                f"exporter cannot listen on {s.host}:{s.port}: {exc.strerror or exc}"
+            ) from None
+        self._runner = runner
+        self.port = int(runner.addresses[0][1])
+        _log.info(
+            "exporter listening", url=self.url, tls=ssl_context is not None, auth=self._auth is not None
+        )
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+    @web.middleware
+    async def _auth_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        # /healthz stays open: a liveness probe must not need the scrape credentials, and it
+        # reveals nothing but "ok".
+        if self._auth is not None and request.path not in _UNAUTHENTICATED:
+            header = request.headers.get("Authorization")
+            ok = await asyncio.get_running_loop().run_in_executor(self._executor, self._auth.check, header)
+            if not ok:
+                return web.Response(
+                    status=401, text="Unauthorized\n", headers={"WWW-Authenticate": 'Basic realm="sentinel"'}
+                )
+        return await handler(request)
+
+    def _render(self, accept: str, names: list[str]) -> tuple[bytes, str]:
+        encoder, content_type = choose_encoder(accept)
+        registry = self.registry.restricted_registry(names) if names else self.registry
+        return encoder(registry), content_type
+
+    async def _metrics(self, request: web.Request) -> web.StreamResponse:
+        if self._inflight >= self.settings.max_concurrent_scrapes:
+            return web.Response(status=503, text="too many concurrent scrapes\n")
+        self._inflight += 1
+        try:
+            body, content_type = await asyncio.get_running_loop().run_in_executor(
+                self._executor,
+                self._render,
+                request.headers.get("Accept", ""),
+                request.query.getall("name[]", []),
+            )
+        except Exception:
+            _log.exception("rendering /metrics failed")
+            return web.Response(status=500, text="rendering metrics failed; see the daemon log\n")
+        finally:
+            self._inflight -= 1
+        response = web.Response(body=body, headers={"Content-Type": content_type})
+        if "gzip" in request.headers.get("Accept-Encoding", ""):
+            response.enable_compression(web.ContentCoding.gzip)
+        return response
+
+    async def _healthz(self, request: web.Request) -> web.StreamResponse:
+        if self._health is None:
+            return web.Response(text="ok\n")
+        healthy, text = self._health()
+        return web.Response(status=200 if healthy else 503, text=text.rstrip("\n") + "\n")
+
+    async def _root(self, request: web.Request) -> web.StreamResponse:
+        if self._index is not None:
+            return await self._index(request)
+        version = html.escape(sentinel.__version__)
+        page = (
+            "<!doctype html><html><head><meta charset='utf-8'><title>sentinel</title></head><body>"
+            f"<h1>sglang-sentinel {version}</h1><ul>"
+            "<li><a href='metrics'>/metrics</a> — Prometheus metrics</li>"
+            "<li><a href='healthz'>/healthz</a> — liveness</li>"
+            "</ul></body></html>\n"
+        )
+        return web.Response(text=page, content_type="text/html")

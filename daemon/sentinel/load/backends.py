@@ -1,0 +1,307 @@
+"""Request bodies and response parsers for SGLang's native and OpenAI-compatible routes.
+
+Wire formats (SGLang v0.5.9; see docs in shared reference §2.4/2.5):
+- native `/generate` streams `data: {"text", "output_ids", "meta_info": {...}}` events whose
+  `text` is cumulative and whose `meta_info.completion_tokens` is the running total; the last
+  content event has `finish_reason`; then `data: [DONE]`.
+- chat streams `delta.reasoning_content` (with `content: null`) then `delta.content` chunks, a
+  closing chunk with `finish_reason`, a usage chunk (`choices: []`) when
+  `stream_options.include_usage`, then `[DONE]`. With `continuous_usage_stats`, every chunk
+  carries usage, which gives exact tokens per chunk under multi-token prediction.
+- errors after the stream began are `data: {"error": {...}}` events in a 200 response.
+
+Parsers are fed decoded JSON events with their arrival time and fill a `RequestRecord`; a
+protocol violation raises `StreamFailure` with the failure reason.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from sentinel.load.datasets import Prompt
+from sentinel.load.records import FailureReason, RequestRecord
+from sentinel.load.spec import Backend, LoadSpec
+
+__all__ = ["ResponseParser", "StreamFailure", "build_body", "make_parser"]
+
+
+class StreamFailure(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def build_body(spec: LoadSpec, prompt: Prompt, *, model: str, rid: str, output_len: int) -> bytes:
+    """The request body, serialised once before the request's planned send time."""
+    body: dict[str, Any]
+    if spec.backend is Backend.SGLANG:
+        key = "input_ids" if isinstance(prompt.content, list) else "text"
+        body = {
+            key: prompt.content,
+            "sampling_params": {
+                "temperature": spec.temperature,
+                "max_new_tokens": output_len,
+                "ignore_eos": spec.ignore_eos,
+            },
+            "stream": spec.stream,
+            "rid": rid,
+        }
+    else:
+        body = {"model": model, "temperature": spec.temperature, "stream": spec.stream, "rid": rid}
+        if spec.ignore_eos:
+            body["ignore_eos"] = True
+        if spec.stream:
+            body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+        if spec.backend is Backend.OPENAI_CHAT:
+            content = prompt.content
+            body["messages"] = content if _is_messages(content) else [{"role": "user", "content": content}]
+            body["max_completion_tokens"] = output_len
+        else:
+            body["prompt"] = prompt.content
+            body["max_tokens"] = output_len
+    body.update(spec.extra_body)
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _is_messages(content: object) -> bool:
+    return isinstance(content, list) and bool(content) and isinstance(content[0], dict)
+
+
+def _int(value: object, what: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise StreamFailure(FailureReason.MALFORMED, f"{what} is not a non-negative integer: {value!r}")
+
+
+def _error_message(obj: dict[str, Any]) -> str:
+    err = obj.get("error")
+    if isinstance(err, dict):
+        return str(err.get("message") or err)
+    return str(err)
+
+
+class ResponseParser:
+    """Base: shared bookkeeping of token-bearing chunks. One instance per request."""
+
+    def __init__(self, rec: RequestRecord, keep_text: bool) -> None:
+        self.rec = rec
+        self.keep_text = keep_text
+        self.last_time = 0.0
+        self.tokens_seen = 0  # server's running completion count at the last chunk
+        self.finished = False  # a finish_reason was seen
+        self.usage_completion: int | None = None
+        self.texts: list[str] = []
+
+    def _chunk(self, now: float, n: int, *, reasoning: bool = False, content: bool = True) -> None:
+        """Record a token-bearing chunk of `n` tokens that arrived at `now` (relative to send)."""
+        rec = self.rec
+        if rec.ttft is None:
+            rec.ttft = now
+        else:
+            gap = (now - self.last_time) / n
+            rec.itl.extend([gap] * n)
+        if content and not reasoning and rec.ttfc is None:
+            rec.ttfc = now
+        if reasoning:
+            rec.reasoning_tokens += n
+        else:
+            rec.content_tokens += n
+        rec.chunk_times.append(now)
+        rec.chunk_tokens.append(n)
+        self.last_time = now
+
+    def feed(self, obj: Any, now: float) -> None:
+        raise NotImplementedError
+
+    def feed_bytes(self, payload: bytes, now: float) -> None:
+        """One SSE data payload (not `[DONE]`)."""
+        try:
+            obj = json.loads(payload.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            raise StreamFailure(FailureReason.MALFORMED, f"event is not JSON: {payload[:200]!r}") from None
+        self.feed(obj, now)
+
+    def finish(self) -> None:
+        """Called once the body has ended; final counts and checks."""
+        rec = self.rec
+        counted = sum(rec.chunk_tokens)
+        rec.output_len = self.usage_completion if self.usage_completion is not None else counted
+        if self.keep_text:
+            rec.text = "".join(self.texts)
+
+
+# Fast path for native events in the middle of a stream; see NativeParser.feed_bytes.
+_COMPLETION_TOKENS = re.compile(rb'"completion_tokens":\s*(\d+)')
+_FINISH_NULL = re.compile(rb'"finish_reason":\s*null')
+_TEXT = re.compile(rb'"text":\s*"(.)', re.DOTALL)
+
+
+class NativeParser(ResponseParser):
+    """`/generate`: per-token ITL from `completion_tokens` deltas, exactly as bench_serving."""
+
+    def __init__(self, rec: RequestRecord, keep_text: bool) -> None:
+        super().__init__(rec, keep_text)
+        self.prev_text = ""
+
+    def feed_bytes(self, payload: bytes, now: float) -> None:
+        """Native events carry the whole text so far (v0.5.9 default), so decoding every event
+        costs O(length) each and O(length^2) per request: it was the client's largest CPU cost
+        (benchmarks/load_efficiency.py). Between the first token and the finish, all we need
+        is `completion_tokens` and whether `text` is non-empty, so such events are read with
+        three anchored byte searches instead. A key pattern cannot match inside a JSON string
+        (quotes there are escaped). The first event, the finishing one, errors and anything
+        that does not match are decoded in full, so prompt/cached tokens, finish reasons and
+        malformed events are still handled exactly."""
+        if self.rec.ttft is not None and not self.keep_text and payload[:1] == b"{" and payload[-1:] == b"}":
+            ct = _COMPLETION_TOKENS.search(payload)
+            if ct is not None and _FINISH_NULL.search(payload) is not None:
+                text = _TEXT.search(payload)
+                if text is not None:
+                    total = int(ct.group(1))
+                    self.usage_completion = total
+                    if text.group(1) != b'"' and total > self.tokens_seen:
+                        self._chunk(now, total - self.tokens_seen)
+                        self.tokens_seen = total
+                    return
+        super().feed_bytes(payload, now)
+
+    def feed(self, obj: Any, now: float) -> None:
+        if not isinstance(obj, dict):
+            raise StreamFailure(FailureReason.MALFORMED, f"event is not an object: {str(obj)[:200]}")
+        if "error" in obj:
+            raise StreamFailure(FailureReason.ERROR_CHUNK, _error_message(obj))
+        meta = obj.get("meta_info")
+        if not isinstance(meta, dict):
+            raise StreamFailure(FailureReason.MALFORMED, "event without meta_info")
+        total = _int(meta.get("completion_tokens", 0), "meta_info.completion_tokens")
+        rec = self.rec
+        if rec.prompt_tokens is None and "prompt_tokens" in meta:
+            rec.prompt_tokens = _int(meta["prompt_tokens"], "meta_info.prompt_tokens")
+        cached = meta.get("cached_tokens")
+        if isinstance(cached, int):
+            rec.cached_tokens = cached
+        self.usage_completion = total
+        text = obj.get("text")
+        # bench_serving counts only events with non-empty text; tokens of textless events
+        # (e.g. an incomplete UTF-8 sequence) are carried into the next text event.
+        if text and total > self.tokens_seen:
+            self._chunk(now, total - self.tokens_seen)
+            self.tokens_seen = total
+            if self.keep_text and isinstance(text, str):
+                # v0.5.9 streams cumulative text; --incremental-streaming-output sends deltas.
+                if text.startswith(self.prev_text):
+                    self.texts = [text]
+                else:
+                    self.texts.append(text)
+                self.prev_text = text
+        fr = meta.get("finish_reason")
+        if fr is not None:
+            self._finish_reason(fr)
+
+    def _finish_reason(self, fr: object) -> None:
+        self.finished = True
+        kind = fr.get("type") if isinstance(fr, dict) else fr
+        self.rec.finish_reason = str(kind)
+        if kind == "abort":
+            msg = fr.get("message") if isinstance(fr, dict) else None
+            raise StreamFailure(FailureReason.ABORTED, f"server aborted the request: {msg or fr}")
+
+
+class OpenAIParser(ResponseParser):
+    """Chat and completions chunks; tokens per chunk from continuous usage when present."""
+
+    def __init__(self, rec: RequestRecord, keep_text: bool, chat: bool) -> None:
+        super().__init__(rec, keep_text)
+        self.chat = chat
+        self.usage_reasoning: int | None = None
+
+    def _usage(self, usage: object) -> int | None:
+        if not isinstance(usage, dict):
+            return None
+        rec = self.rec
+        completion = _int(usage.get("completion_tokens", 0), "usage.completion_tokens")
+        if "prompt_tokens" in usage:
+            rec.prompt_tokens = _int(usage["prompt_tokens"], "usage.prompt_tokens")
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+            rec.cached_tokens = details["cached_tokens"]
+        reasoning = usage.get("reasoning_tokens")
+        if isinstance(reasoning, int) and reasoning > 0:
+            self.usage_reasoning = reasoning
+        self.usage_completion = completion
+        return completion
+
+    def feed(self, obj: Any, now: float) -> None:
+        if not isinstance(obj, dict):
+            raise StreamFailure(FailureReason.MALFORMED, f"event is not an object: {str(obj)[:200]}")
+        if "error" in obj:
+            raise StreamFailure(FailureReason.ERROR_CHUNK, _error_message(obj))
+        choices = obj.get("choices")
+        if not isinstance(choices, list):
+            raise StreamFailure(FailureReason.MALFORMED, "chunk without a choices list")
+        running = self._usage(obj.get("usage"))
+        if not choices:
+            return
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            raise StreamFailure(FailureReason.MALFORMED, "choice is not an object")
+        if self.chat:
+            delta = choice.get("delta")
+            if not isinstance(delta, dict):
+                raise StreamFailure(FailureReason.MALFORMED, "chat chunk without delta")
+            reasoning_text = delta.get("reasoning_content")
+            content_text = delta.get("content")
+        else:
+            reasoning_text = None
+            content_text = choice.get("text")
+        if reasoning_text or content_text:
+            if running is not None and running > self.tokens_seen:
+                n = running - self.tokens_seen
+                self.tokens_seen = running
+            else:
+                # No per-chunk usage: one token per chunk, as bench_serving's chat client.
+                n = 1
+                self.tokens_seen += 1
+            self._chunk(
+                now, n, reasoning=bool(reasoning_text) and not content_text, content=bool(content_text)
+            )
+            if self.keep_text and isinstance(content_text, str):
+                self.texts.append(content_text)
+        fr = choice.get("finish_reason")
+        if fr is not None:
+            self.finished = True
+            self.rec.finish_reason = str(fr)
+            if fr == "abort":
+                raise StreamFailure(FailureReason.ABORTED, "server aborted the request")
+
+    def finish(self) -> None:
+        super().finish()
+        rec = self.rec
+        if self.usage_reasoning is not None and self.usage_reasoning <= rec.output_len:
+            rec.reasoning_tokens = self.usage_reasoning
+            rec.content_tokens = rec.output_len - self.usage_reasoning
+
+
+def make_parser(backend: Backend, rec: RequestRecord, keep_text: bool) -> ResponseParser:
+    if backend is Backend.SGLANG:
+        return NativeParser(rec, keep_text)
+    return OpenAIParser(rec, keep_text, chat=backend is Backend.OPENAI_CHAT)
+
+
+def parse_whole(backend: Backend, rec: RequestRecord, keep_text: bool, obj: Any, latency: float) -> None:
+    """A non-streamed response: one chunk at `latency` (TTFT = E2E, as bench_serving)."""
+    parser = make_parser(backend, rec, keep_text)
+    if not isinstance(obj, dict):
+        raise StreamFailure(FailureReason.MALFORMED, "response is not a JSON object")
+    if "error" in obj:
+        raise StreamFailure(FailureReason.ERROR_CHUNK, _error_message(obj))
+    if backend is Backend.OPENAI_CHAT:
+        # Reshape the message as one delta so that the chunk logic counts it.
+        choices = obj.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            message = choices[0].get("message")
+            obj = {**obj, "choices": [{**choices[0], "delta": message if isinstance(message, dict) else {}}]}
+    parser.feed(obj, latency)
+    parser.finish()

@@ -1,0 +1,374 @@
+"""``sentinel bench``: one load run with bench_serving's flags, result block and JSONL.
+
+Flags that bench_serving also has keep its names and meanings (`--backend`, `--num-prompts`,
+`--request-rate`, `--random-range-ratio`...), so an operator's bench_serving command line works
+after swapping the program name. Ours are added beside them (`--arrival`, `--duration`,
+`--api-key-file`, `--cache-hit-ratio`, `--request-timeout`).
+
+Exit status: 0 when at least one request succeeded; 1 when none did (the message says why:
+unreachable server, refused key, refused model...), 2 for bad usage, 130 when interrupted.
+Results, partial or not, are written to `--output-file` in every case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import signal
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sentinel.load.records import LoadCounters
+    from sentinel.load.result import RunResult
+    from sentinel.load.spec import LoadSpec
+
+__all__ = ["register"]
+
+_API_KEY_ENVS = ("SENTINEL_API_KEY", "OPENAI_API_KEY")
+
+
+def register(sub: Any) -> None:
+    from sentinel.cli import add_common_options
+
+    p: argparse.ArgumentParser = sub.add_parser(
+        "bench",
+        help="run one load against an SGLang server and print bench_serving's result block",
+        description="Run one calibrated load and report bench_serving-compatible figures (plus ours).",
+    )
+    add_common_options(p)
+    g = p.add_argument_group("target")
+    g.add_argument(
+        "--backend", default="sglang", help="sglang (native /generate), sglang-oai-chat, sglang-oai"
+    )
+    g.add_argument("--base-url", default=None, help="server URL (overrides --host/--port)")
+    g.add_argument("--host", default="127.0.0.1")
+    g.add_argument("--port", type=int, default=30000)
+    g.add_argument("--model", default=None, help="OpenAI routes: model name (default: first of /v1/models)")
+    g.add_argument(
+        "--api-key-file",
+        type=Path,
+        default=None,
+        help=f"file holding the API key (default: ${' or $'.join(_API_KEY_ENVS)}); never printed",
+    )
+    g.add_argument("--header", action="append", default=[], metavar="K=V", help="extra request header")
+    g.add_argument(
+        "--extra-request-body", default=None, metavar="JSON", help="merged into every request body"
+    )
+    g.add_argument("--request-timeout", type=float, default=900.0, help="per-request limit, seconds")
+    d = p.add_argument_group("dataset")
+    d.add_argument(
+        "--dataset-name",
+        default="random",
+        choices=("random", "random-ids", "generated-shared-prefix", "jsonl", "custom"),
+        help="random/random-ids: random lengths; generated-shared-prefix; jsonl/custom: --dataset-path",
+    )
+    d.add_argument(
+        "--dataset-path", type=Path, default=None, help="JSONL prompts (prompt|messages|input_ids)"
+    )
+    d.add_argument(
+        "--num-prompts", type=int, default=None, help="requests (default 1000, or none with --duration)"
+    )
+    d.add_argument("--random-input-len", type=int, default=1024)
+    d.add_argument("--random-output-len", type=int, default=1024)
+    d.add_argument("--random-range-ratio", type=float, default=0.0, help="0: uniform [1, L]; 1: exactly L")
+    d.add_argument("--gsp-num-groups", type=int, default=1, help="shared-prefix groups")
+    d.add_argument("--gsp-system-prompt-len", type=int, default=None, help="shared prefix tokens")
+    d.add_argument("--gsp-question-len", type=int, default=None, help="unique suffix tokens")
+    d.add_argument("--gsp-output-len", type=int, default=None)
+    d.add_argument("--cache-hit-ratio", type=float, default=0.5, help="shared-prefix target cache hit ratio")
+    d.add_argument("--seed", type=int, default=1)
+    a = p.add_argument_group("arrivals")
+    a.add_argument("--request-rate", type=float, default=math.inf, help="req/s; inf sends all at once")
+    a.add_argument(
+        "--arrival",
+        choices=("poisson", "constant", "burst", "closed"),
+        default=None,
+        help="default: poisson with a finite rate, else burst (closed with --duration)",
+    )
+    a.add_argument("--max-concurrency", type=int, default=None)
+    a.add_argument("--duration", type=float, default=None, help="stop sending after this many seconds")
+    a.add_argument("--warmup-requests", type=int, default=1)
+    a.add_argument("--disable-stream", action="store_true")
+    a.add_argument("--disable-ignore-eos", action="store_true")
+    o = p.add_argument_group("output")
+    o.add_argument("--output-file", type=Path, default=None, help="append one JSON line with the results")
+    o.add_argument("--output-details", action="store_true", help="add per-request arrays to --output-file")
+    o.add_argument("--tag", default=None)
+    o.add_argument("--disable-tqdm", action="store_true", help="no live progress line")
+    o.add_argument("--flush-cache", action="store_true", help="POST /flush_cache before the run")
+    p.set_defaults(handler=_handle)
+
+
+def _read_api_key(path: Path | None) -> str | None:
+    from sentinel.cli import CliError
+
+    if path is not None:
+        try:
+            key = path.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise CliError(f"cannot read --api-key-file {path}: {exc.strerror}", 2) from None
+        if not key:
+            raise CliError(f"--api-key-file {path} is empty", 2)
+        return key
+    for name in _API_KEY_ENVS:
+        value = os.environ.get(name, "").strip()
+        if value:
+            return value
+    return None
+
+
+def build_spec(args: argparse.Namespace) -> LoadSpec:
+    """The LoadSpec an argument namespace describes; `CliError` (exit 2) for bad usage."""
+    from sentinel.cli import CliError
+    from sentinel.load.spec import (
+        ArrivalProcess,
+        Backend,
+        JsonlDataset,
+        LoadSpec,
+        RandomDataset,
+        SharedPrefixDataset,
+        SpecError,
+    )
+
+    headers: dict[str, str] = {}
+    for item in args.header:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"--header expects K=V, got {item!r}", 2)
+        headers[key.strip()] = value.strip()
+    extra: dict[str, Any] = {}
+    if args.extra_request_body:
+        try:
+            extra = json.loads(args.extra_request_body)
+        except json.JSONDecodeError as exc:
+            raise CliError(f"--extra-request-body is not JSON: {exc.msg}", 2) from None
+        if not isinstance(extra, dict):
+            raise CliError("--extra-request-body must be a JSON object", 2)
+    rate = args.request_rate
+    if args.arrival is not None:
+        arrival = ArrivalProcess(args.arrival)
+    elif math.isfinite(rate):
+        arrival = ArrivalProcess.POISSON
+    elif args.duration is not None and args.max_concurrency is not None:
+        arrival = ArrivalProcess.CLOSED
+    else:
+        arrival = ArrivalProcess.BURST
+    base_url = args.base_url or f"http://{args.host}:{args.port}"
+    try:
+        backend = Backend.parse(args.backend)
+        dataset: RandomDataset | JsonlDataset | SharedPrefixDataset
+        if args.dataset_name in ("jsonl", "custom"):
+            if args.dataset_path is None:
+                raise CliError(f"--dataset-name {args.dataset_name} needs --dataset-path", 2)
+            dataset = JsonlDataset(args.dataset_path, output_len=args.random_output_len)
+        elif args.dataset_name == "generated-shared-prefix":
+            if args.gsp_system_prompt_len is not None or args.gsp_question_len is not None:
+                sys_len = args.gsp_system_prompt_len or 0
+                q_len = args.gsp_question_len or 1
+                input_len, ratio = sys_len + q_len, sys_len / (sys_len + q_len)
+            else:
+                input_len, ratio = args.random_input_len, args.cache_hit_ratio
+            dataset = SharedPrefixDataset(
+                input_len=input_len,
+                output_len=args.gsp_output_len or args.random_output_len,
+                cache_hit_ratio=ratio,
+                num_groups=args.gsp_num_groups,
+            )
+        else:
+            dataset = RandomDataset(args.random_input_len, args.random_output_len, args.random_range_ratio)
+        num = args.num_prompts
+        if num is None and args.duration is None:
+            num = 1000  # bench_serving's default
+        return LoadSpec(
+            base_url=base_url,
+            backend=backend,
+            dataset=dataset,
+            arrival=arrival,
+            request_rate=rate,
+            max_concurrency=args.max_concurrency,
+            num_requests=num,
+            duration_s=args.duration,
+            warmup_requests=args.warmup_requests,
+            seed=args.seed,
+            model=args.model,
+            api_key=_read_api_key(args.api_key_file),
+            headers=headers,
+            extra_body=extra,
+            ignore_eos=not args.disable_ignore_eos,
+            stream=not args.disable_stream,
+            request_timeout_s=args.request_timeout,
+            keep_text=args.output_details,
+        )
+    except SpecError as exc:
+        raise CliError(str(exc), 2) from None
+
+
+def _handle(args: argparse.Namespace) -> int:
+    from sentinel.config import load_settings
+    from sentinel.log import configure_logging
+
+    settings = load_settings(args.config)
+    configure_logging(args.log_level or settings.log.level, args.log_format or settings.log.format)
+    spec = build_spec(args)
+    show_progress = sys.stderr.isatty() and not args.disable_tqdm
+    result, interrupted = asyncio.run(_bench(spec, show_progress, args.flush_cache))
+    return _report(args, result, interrupted)
+
+
+async def _bench(spec: LoadSpec, show_progress: bool, flush_cache: bool) -> tuple[RunResult, bool]:
+    from sentinel.load.engine import make_session, run_load
+    from sentinel.load.records import LoadCounters
+
+    cancel = asyncio.Event()
+    interrupted = False
+    loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        nonlocal interrupted
+        interrupted = True
+        cancel.set()
+
+    handled: list[signal.Signals] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        # Not possible outside the main thread (embedding, tests); Ctrl-C then ends the run
+        # through KeyboardInterrupt instead of returning partial results.
+        with contextlib.suppress(RuntimeError, ValueError):
+            loop.add_signal_handler(sig, on_signal)
+            handled.append(sig)
+    counters = LoadCounters()
+    progress = asyncio.create_task(_progress(counters)) if show_progress else None
+    session = make_session(spec)
+    try:
+        if flush_cache:
+            await _flush_cache(session, spec)
+        result = await run_load(spec, counters=counters, cancel=cancel, session=session)
+        if spec.backend == "sglang" and not result.warmup_failed:
+            await _server_info(session, spec, result)
+    finally:
+        if progress is not None:
+            progress.cancel()
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+        await session.close()
+        for sig in handled:
+            loop.remove_signal_handler(sig)
+    return result, interrupted
+
+
+async def _progress(counters: LoadCounters) -> None:
+    import time
+
+    last_tokens, last_t = 0, time.perf_counter()
+    rate = 0.0
+    while True:
+        await asyncio.sleep(0.5)
+        now = time.perf_counter()
+        rate = 0.7 * rate + 0.3 * (counters.output_tokens - last_tokens) / (now - last_t)
+        last_tokens, last_t = counters.output_tokens, now
+        total = f"/{counters.planned}" if counters.planned else ""
+        phase = "warm-up " if counters.warmup else ""
+        sys.stderr.write(
+            f"\r\033[K{phase}done {counters.completed}{total} | failed {counters.failed} | "
+            f"in flight {counters.in_flight} | {rate:,.0f} tok/s"
+        )
+        sys.stderr.flush()
+
+
+def _auth_headers(spec: LoadSpec) -> dict[str, str]:
+    headers = dict(spec.headers)
+    if spec.api_key:
+        headers["Authorization"] = f"Bearer {spec.api_key}"
+    return headers
+
+
+async def _flush_cache(session: Any, spec: LoadSpec) -> None:
+    from sentinel.log import get_logger
+
+    try:
+        async with asyncio.timeout(30.0):
+            async with session.post(spec.base_url + "/flush_cache", headers=_auth_headers(spec)) as resp:
+                if resp.status != 200:
+                    get_logger(__name__).warning("bench.flush_cache_refused", status=resp.status)
+    except Exception as exc:  # best effort, as in bench_serving
+        get_logger(__name__).warning("bench.flush_cache_failed", error=str(exc))
+
+
+async def _server_info(session: Any, spec: LoadSpec, result: RunResult) -> None:
+    """bench_serving records /get_server_info and its spec-decoding accept length."""
+    for path in ("/server_info", "/get_server_info"):
+        try:
+            async with asyncio.timeout(5.0):
+                async with session.get(spec.base_url + path, headers=_auth_headers(spec)) as resp:
+                    if resp.status != 200:
+                        continue
+                    info = await resp.json(content_type=None)
+        except Exception:
+            continue
+        if isinstance(info, dict):
+            if isinstance(info.get("decode"), list) and info["decode"]:
+                info = info["decode"][0]
+            result.server_info = info
+            states = info.get("internal_states")
+            if isinstance(states, list) and states and isinstance(states[0], dict):
+                accept = states[0].get("avg_spec_accept_length")
+                if isinstance(accept, int | float) and accept > 0:
+                    result.accept_length = float(accept)
+            return
+
+
+def _failure_message(result: RunResult) -> str:
+    """Why nothing succeeded, in the operator's words."""
+    records = result.records if result.warmup_failed else result.measured
+    failed = [r for r in records if not r.success and r.failure]
+    if not failed:
+        return "no request was sent"
+    reason, _ = Counter(r.failure for r in failed).most_common(1)[0]
+    example = next(r for r in failed if r.failure == reason)
+    error = example.error or reason
+    spec = result.spec
+    phase = "every warm-up request" if result.warmup_failed else f"all {len(failed)} requests"
+    if reason == "connect_error":
+        return f"cannot reach the server at {spec.base_url}: {error}"
+    if reason in ("http_401", "http_403"):
+        source = "--api-key-file" if spec.api_key else f"no key was given (${' / $'.join(_API_KEY_ENVS)})"
+        return f"the server refused the API key ({error}); {source}"
+    if reason in ("http_400", "http_404", "http_422") and result.model:
+        return f"the server refused the request for model {result.model!r}: {error}"
+    return f"{phase} failed ({reason}): {error}"
+
+
+def _report(args: argparse.Namespace, result: RunResult, interrupted: bool) -> int:
+    from sentinel.cli import CliError
+    from sentinel.load.report import format_result_block
+
+    m = result.metrics
+    if not result.warmup_failed:
+        print(format_result_block(result), flush=True)
+    if args.output_file is not None:
+        record = result.to_dict(details=args.output_details)
+        record["tag"] = args.tag
+        try:
+            with args.output_file.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(record) + "\n")
+        except OSError as exc:
+            raise CliError(f"cannot write --output-file {args.output_file}: {exc.strerror}") from None
+    if result.client_bound:
+        print(
+            "sentinel bench: warning: the client was the bottleneck ("
+            + "; ".join(m.client_bound_reasons)
+            + "); latencies include its own delay",
+            file=sys.stderr,
+        )
+    if interrupted:
+        print("sentinel bench: interrupted; partial results above", file=sys.stderr)
+        return 130
+    if result.warmup_failed or m.completed == 0:
+        raise CliError(_failure_message(result))
+    return 0

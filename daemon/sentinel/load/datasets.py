@@ -1,0 +1,170 @@
+"""Prompt sources: random lengths, a JSONL file, shared prefixes. Deterministic for a seed.
+
+Lengths are exact on the native backend, which sends token ids (`input_ids`), as
+bench_serving's `--tokenize-prompt` does. The OpenAI routes take text, and we deliberately carry
+no tokenizer (it would need model files or hub access on a production host), so generated text
+is built from common English words that BPE vocabularies hold as one token each (with the
+leading space): the length is then close to the target, and the figures use the server's
+reported `prompt_tokens`, which is exact.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from sentinel.load.spec import Backend, JsonlDataset, LoadSpec, RandomDataset, SharedPrefixDataset, SpecError
+
+__all__ = ["Prompt", "PromptSource", "load_jsonl"]
+
+# Token ids well inside every current vocabulary (>= 32k entries) and above the low ids where
+# tokenizers keep their special and control tokens.
+_ID_LOW, _ID_HIGH = 1000, 30000
+_ID_POPULATION = range(_ID_LOW, _ID_HIGH)
+
+# One string split at import: a list literal of 180 words would drown the module.
+_WORDS = tuple(
+    """
+    the of and to in is that for it as was with be by on not he this are or his from at which but
+    have an they you were her she there been one all we their has would when if so no will more can
+    out up who them some time about into only other new could its than then two may any first like
+    now these over such our man me even most made after also did many before must through back years
+    where much your way well down should because each just those people how too little state good
+    very make world still own see men work long get here between both life being under never day
+    same another know while last might great old year off come since against go came right used take
+    three place small found part house water light music river city green paper table window garden
+    letter number market story question morning money power
+    """.split()  # noqa: SIM905
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """One request's input: token ids, text, or chat messages; and its lengths."""
+
+    content: str | list[int] | list[dict[str, Any]]
+    prompt_len: int  # planned input tokens; 0 when unknown (free text from a file)
+    output_len: int
+    group: int | None = None  # shared-prefix group
+
+
+def _ids(rng: random.Random, n: int) -> list[int]:
+    return rng.choices(_ID_POPULATION, k=n)
+
+
+def _words(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choices(_WORDS, k=n))
+
+
+def load_jsonl(dataset: JsonlDataset, backend: Backend) -> list[Prompt]:
+    """Read and validate the whole file; errors name the line."""
+    prompts: list[Prompt] = []
+    try:
+        lines = dataset.path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cannot read dataset {dataset.path}: {exc}") from None
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{dataset.path}:{lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"{where}: not JSON ({exc.msg})") from None
+        if not isinstance(obj, dict):
+            raise SpecError(f"{where}: expected a JSON object")
+        out = obj.get("output_len", obj.get("max_tokens", dataset.output_len))
+        if not isinstance(out, int) or isinstance(out, bool) or out < 1:
+            raise SpecError(f"{where}: output_len must be a positive integer")
+        content: str | list[int] | list[dict[str, Any]]
+        if isinstance(obj.get("input_ids"), list):
+            ids = obj["input_ids"]
+            if not ids or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+                raise SpecError(f"{where}: input_ids must be a non-empty list of token ids")
+            if backend is not Backend.SGLANG:
+                raise SpecError(f"{where}: input_ids need the native backend (sglang)")
+            content, plen = list(ids), len(ids)
+        elif isinstance(obj.get("messages"), list):
+            msgs = obj["messages"]
+            if not msgs or not all(isinstance(m, dict) and "role" in m for m in msgs):
+                raise SpecError(f"{where}: messages must be a non-empty list of {{role, content}}")
+            if backend is not Backend.OPENAI_CHAT:
+                raise SpecError(f"{where}: messages need the chat backend (sglang-oai-chat)")
+            content, plen = list(msgs), 0
+        else:
+            text = obj.get("prompt", obj.get("text"))
+            if not isinstance(text, str) or not text:
+                raise SpecError(f"{where}: needs a non-empty 'prompt', 'text', 'messages' or 'input_ids'")
+            content, plen = text, 0
+        prompts.append(Prompt(content, plen, out))
+    if not prompts:
+        raise SpecError(f"dataset {dataset.path} has no prompts")
+    return prompts
+
+
+class PromptSource:
+    """An endless, seeded stream of prompts for one spec (a JSONL file is cycled)."""
+
+    def __init__(self, spec: LoadSpec, *, stream_seed: int | None = None) -> None:
+        self._spec = spec
+        self._rng = random.Random(spec.seed if stream_seed is None else stream_seed)
+        self._text = spec.backend is not Backend.SGLANG
+        self._file: list[Prompt] | None = None
+        self._prefixes: list[str | list[int]] = []
+        ds = spec.dataset
+        if isinstance(ds, JsonlDataset):
+            self._file = load_jsonl(ds, spec.backend)
+        elif isinstance(ds, SharedPrefixDataset):
+            # Prefixes come from their own generator so they do not depend on the run length.
+            prng = random.Random(spec.seed ^ 0x5EED)
+            self._prefixes = [
+                _words(prng, ds.prefix_len) if self._text else _ids(prng, ds.prefix_len)
+                for _ in range(ds.num_groups)
+            ]
+        self._i = 0
+
+    def __iter__(self) -> Iterator[Prompt]:
+        return self
+
+    def __next__(self) -> Prompt:
+        i = self._i
+        self._i += 1
+        ds = self._spec.dataset
+        if self._file is not None:
+            return self._file[i % len(self._file)]
+        if isinstance(ds, RandomDataset):
+            lo_in = max(int(ds.input_len * ds.range_ratio), 1)
+            lo_out = max(int(ds.output_len * ds.range_ratio), 1)
+            n_in = self._rng.randint(lo_in, ds.input_len)
+            n_out = self._rng.randint(lo_out, ds.output_len)
+            content: str | list[int] = _words(self._rng, n_in) if self._text else _ids(self._rng, n_in)
+            return Prompt(content, n_in, n_out)
+        assert isinstance(ds, SharedPrefixDataset)
+        group = i % ds.num_groups
+        n_suffix = ds.input_len - ds.prefix_len
+        prefix = self._prefixes[group]
+        if isinstance(prefix, str):
+            suffix = _words(self._rng, n_suffix)
+            text = f"{prefix} {suffix}" if prefix else suffix
+            return Prompt(text, ds.input_len, ds.output_len, group)
+        return Prompt(prefix + _ids(self._rng, n_suffix), ds.input_len, ds.output_len, group)
+
+    def warmup(self, n: int) -> list[Prompt]:
+        """Warm-up prompts, output capped at 32 tokens as in bench_serving.
+
+        Unlike bench_serving (copies of the first measured prompt, which then hits the prefix
+        cache), they come from a separate random stream: the measured prompts are the same with
+        or without warm-up and none is pre-cached. With shared prefixes they cycle through the
+        groups, so every prefix is cached before the measured phase."""
+        probe = PromptSource(self._spec, stream_seed=self._spec.seed + 1_000_003)
+        ds = self._spec.dataset
+        groups = ds.num_groups if isinstance(ds, SharedPrefixDataset) else 1
+        first = [next(probe) for _ in range(groups)]
+        out: list[Prompt] = []
+        for k in range(n):
+            p = first[k % groups]
+            out.append(Prompt(p.content, p.prompt_len, min(p.output_len, 32), p.group))
+        return out

@@ -1,0 +1,472 @@
+"""The load engine: one event loop, one connection pool, an absolute-time schedule.
+
+Streams go through `sentinel.load.transport` (asyncio protocol callbacks + httptools): the
+bytes of one socket read reach the response parser inside the read callback, stamped with the
+read's arrival time, with no coroutine wake-up per read. aiohttp's and httpx's clients cost
+2-6x more client CPU per streamed token (`benchmarks/load_http_clients.py`). aiohttp is still
+used for the few auxiliary calls (`/v1/models`).
+
+Timing-path discipline: bodies are serialised before their planned time; a request's send
+time is taken right before it is written to the connection; nothing heavier than a JSON decode
+(or, for native events, three byte searches) and a few list appends runs per event; metrics are
+computed after the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+
+from sentinel.load.arrivals import planned_offsets
+from sentinel.load.backends import ResponseParser, StreamFailure, build_body, make_parser, parse_whole
+from sentinel.load.datasets import Prompt, PromptSource
+from sentinel.load.lag import LoopLagMonitor
+from sentinel.load.metrics import compute_metrics
+from sentinel.load.records import FailureReason, LoadCounters, RequestRecord
+from sentinel.load.result import RunResult
+from sentinel.load.spec import ArrivalProcess, Backend, LoadSpec, SharedPrefixDataset
+from sentinel.load.transport import KEEPALIVE_S, ConnectError, ConnectionLost, HttpClient, ProtocolError
+
+__all__ = ["RecordCallback", "make_session", "resolve_model", "run_load"]
+
+RecordCallback = Callable[[RequestRecord], None]
+
+_ERROR_BODY_LIMIT = 2048
+_READ_BUFSIZE = 1 << 20
+
+
+def _headers(spec: LoadSpec) -> dict[str, str]:
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream, application/json"}
+    headers.update(spec.headers)
+    if spec.api_key:
+        headers["Authorization"] = f"Bearer {spec.api_key}"
+    return headers
+
+
+def make_session(spec: LoadSpec) -> aiohttp.ClientSession:
+    """An aiohttp session for auxiliary calls to the server (must be made inside a loop)."""
+    connector = aiohttp.TCPConnector(
+        limit=0,  # callers bound their own concurrency
+        keepalive_timeout=KEEPALIVE_S,
+        ttl_dns_cache=300,
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=None, connect=min(30.0, spec.request_timeout_s)),
+        cookie_jar=aiohttp.DummyCookieJar(),
+        auto_decompress=False,
+        read_bufsize=_READ_BUFSIZE,
+        trust_env=False,
+    )
+
+
+async def resolve_model(session: aiohttp.ClientSession, spec: LoadSpec) -> tuple[str, str | None]:
+    """The model name for OpenAI routes: the spec's, else the server's first, else "default".
+
+    Returns (model, note) where note explains a fallback."""
+    if spec.model:
+        return spec.model, None
+    headers = {k: v for k, v in _headers(spec).items() if k != "Content-Type"}
+    try:
+        async with asyncio.timeout(10.0):
+            async with session.get(spec.base_url + "/v1/models", headers=headers) as resp:
+                if resp.status == 200:
+                    data = await resp.json(content_type=None)
+                    models = data.get("data") if isinstance(data, dict) else None
+                    if isinstance(models, list) and models and isinstance(models[0], dict):
+                        mid = models[0].get("id")
+                        if isinstance(mid, str) and mid:
+                            return mid, None
+                note = f"GET /v1/models answered {resp.status}; using model 'default'"
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        note = f"GET /v1/models failed ({type(exc).__name__}); using model 'default'"
+    return "default", note
+
+
+def _split_events(buf: bytes) -> tuple[list[bytes], bytes]:
+    """Complete SSE events (their data payloads) and the unfinished rest of the buffer."""
+    if b"\r" in buf:
+        buf = buf.replace(b"\r\n", b"\n")
+    parts = buf.split(b"\n\n")
+    rest = parts.pop()
+    out: list[bytes] = []
+    for ev in parts:
+        if ev.startswith(b"data: ") and b"\n" not in ev:
+            out.append(ev[6:])  # the only shape SGLang sends
+            continue
+        data = [
+            line[5:].lstrip(b" ") if line.startswith(b"data:") else b""
+            for line in ev.split(b"\n")
+            if line.startswith(b"data:")
+        ]
+        if data:  # events without data (comments, retry:, blank keep-alives) are skipped
+            out.append(b"\n".join(data))
+    return out, rest
+
+
+class _Sink:
+    """Receives a response's body bytes inside the connection's read callback."""
+
+    __slots__ = ("buf", "done", "error_body", "feed", "ok", "rec", "sent", "stream", "whole")
+
+    def __init__(self, rec: RequestRecord, parser: ResponseParser, stream: bool) -> None:
+        self.rec = rec
+        self.feed = parser.feed_bytes
+        self.stream = stream
+        self.sent = 0.0
+        self.ok = False
+        self.done = False  # saw data: [DONE]
+        self.buf = b""
+        self.whole = bytearray()
+        self.error_body = bytearray()
+
+    def on_status(self, status: int) -> None:
+        self.ok = status == 200
+
+    def on_data(self, data: bytes, now: float) -> None:
+        if not self.ok:
+            if len(self.error_body) < _ERROR_BODY_LIMIT:
+                self.error_body += data[: _ERROR_BODY_LIMIT - len(self.error_body)]
+            return
+        rel = now - self.sent
+        self.rec.latency = rel
+        if not self.stream:
+            self.whole += data
+            return
+        events, self.buf = _split_events(self.buf + data if self.buf else data)
+        feed = self.feed
+        for payload in events:
+            if payload == b"[DONE]":
+                self.done = True
+            else:
+                feed(payload, rel)
+
+
+class _Run:
+    def __init__(
+        self,
+        spec: LoadSpec,
+        client: HttpClient,
+        counters: LoadCounters,
+        on_record: RecordCallback | None,
+        model: str,
+    ) -> None:
+        self.spec = spec
+        self.client = client
+        self.counters = counters
+        self.on_record = on_record
+        self.model = model
+        self.path = spec.backend.path
+        self.t0 = time.perf_counter()
+        self.run_id = f"{int(time.time() * 1e3):x}"
+        self.slots: asyncio.Queue[float] | None = None
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def body(self, rec: RequestRecord, prompt: Prompt, output_len: int) -> bytes:
+        rec.rid = f"sentinel-{self.run_id}-{'w' if rec.warmup else ''}{rec.index}"
+        return build_body(self.spec, prompt, model=self.model, rid=rec.rid, output_len=output_len)
+
+    async def execute(self, rec: RequestRecord, body: bytes) -> None:
+        """Send one request and fill its record; never raises except on cancellation."""
+        counters = self.counters
+        counters.sent += 1
+        counters.in_flight += 1
+        try:
+            await self._execute(rec, body)
+        except asyncio.CancelledError:
+            rec.success = False
+            rec.failure = FailureReason.CANCELLED
+            rec.error = "run cancelled while the request was in flight"
+            raise
+        finally:
+            counters.in_flight -= 1
+            if rec.success:
+                counters.completed += 1
+                counters.output_tokens += rec.output_len
+            elif rec.failure != FailureReason.CANCELLED:
+                counters.failed += 1
+            if self.slots is not None:
+                self.slots.put_nowait(self.now())
+            if self.on_record is not None:
+                try:
+                    self.on_record(rec)
+                except Exception:  # a consumer's bug must not lose the run
+                    from sentinel.log import get_logger
+
+                    get_logger(__name__).exception("load.on_record_failed", index=rec.index)
+
+    async def _execute(self, rec: RequestRecord, body: bytes) -> None:
+        spec = self.spec
+        perf = time.perf_counter
+        parser = make_parser(spec.backend, rec, spec.keep_text)
+        sink = _Sink(rec, parser, spec.stream)
+        sent = perf()
+        sink.sent = sent
+        rec.sent = sent - self.t0
+        rec.dispatched = True
+        try:
+            async with asyncio.timeout(spec.request_timeout_s):
+                status = await self.client.post(self.path, body, sink)
+            rec.http_status = status
+            if status != 200:
+                raise StreamFailure(FailureReason.http(status), _http_error(status, bytes(sink.error_body)))
+            if rec.latency is None:
+                rec.latency = perf() - sent
+            if spec.stream:
+                parser.finish()
+            else:
+                try:
+                    obj = json.loads(bytes(sink.whole))
+                except ValueError:
+                    raise StreamFailure(FailureReason.MALFORMED, "response is not JSON") from None
+                parse_whole(spec.backend, rec, spec.keep_text, obj, rec.latency)
+                sink.done = True
+        except StreamFailure as exc:
+            rec.failure = exc.reason
+            rec.error = str(exc)[:1000]
+            if rec.latency is None:
+                rec.latency = perf() - sent
+            return
+        except TimeoutError:
+            rec.failure = FailureReason.TIMEOUT
+            rec.error = f"no complete response within {spec.request_timeout_s:g} s"
+            rec.latency = perf() - sent
+            return
+        except ConnectError as exc:
+            rec.failure = FailureReason.CONNECT
+            rec.error = f"cannot connect to {spec.base_url}: {exc}"
+            rec.latency = perf() - sent
+            return
+        except ProtocolError as exc:
+            rec.failure = FailureReason.MALFORMED
+            rec.error = str(exc)[:1000]
+            rec.latency = perf() - sent
+            return
+        except (ConnectionLost, OSError) as exc:
+            rec.failure = FailureReason.DISCONNECTED
+            rec.error = str(exc)[:1000] or type(exc).__name__
+            rec.latency = perf() - sent
+            return
+        done = sink.done
+        if spec.stream and not done and not parser.finished:
+            rec.failure = FailureReason.DISCONNECTED
+            rec.error = "the response ended before the request finished (no [DONE], no finish_reason)"
+            return
+        if rec.ttft is None:
+            rec.failure = FailureReason.NO_OUTPUT
+            rec.error = "the response carried no output token"
+            return
+        if spec.ignore_eos and rec.output_len < rec.planned_output_len and rec.finish_reason != "abort":
+            rec.failure = FailureReason.SHORT_OUTPUT
+            rec.error = f"{rec.output_len} output tokens < {rec.planned_output_len} requested with ignore_eos"
+            return
+        rec.success = True
+
+
+def _http_error(status: int, raw: bytes) -> str:
+    text = raw.decode("utf-8", "replace").strip()
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        obj = None
+    if isinstance(obj, dict):
+        err = obj.get("error", obj.get("detail", obj.get("message")))
+        if isinstance(err, dict):
+            err = err.get("message", err)
+        if err is not None:
+            text = str(err)
+    return f"HTTP {status}: {text[:500]}" if text else f"HTTP {status}"
+
+
+async def _wait(
+    aw: asyncio.Future[Any] | None, limit_s: float | None, cancel_task: asyncio.Task[Any]
+) -> bool:
+    """Wait for `aw` (or just `limit_s`) unless cancelled first. True if cancellation won."""
+    waiters: set[asyncio.Future[Any]] = {cancel_task}
+    if aw is not None:
+        waiters.add(aw)
+    await asyncio.wait(waiters, timeout=limit_s, return_when=asyncio.FIRST_COMPLETED)
+    return cancel_task.done()
+
+
+async def run_load(
+    spec: LoadSpec,
+    *,
+    counters: LoadCounters | None = None,
+    on_record: RecordCallback | None = None,
+    cancel: asyncio.Event | None = None,
+    session: aiohttp.ClientSession | None = None,
+) -> RunResult:
+    """Run `spec` to its bound and return every figure and record.
+
+    - `counters`: live state (in flight, done, failed...) updated as the run goes; pass your
+      own to read it while the run is going (the daemon's polite injection reads `in_flight`).
+    - `on_record`: called once per finished request (warm-up included, flagged), in the loop.
+    - `cancel`: set it to stop: no new sends, in-flight requests are aborted (recorded as
+      `cancelled`), and the partial result is returned with `cancelled=True`.
+    - `session`: an aiohttp session for the auxiliary calls (model lookup); the streams
+      themselves use the engine's own connection pool.
+
+    Never raises for a server's behaviour (every failure is a counted reason in the result);
+    `sentinel.load.SpecError` only for a dataset file that cannot be read.
+    """
+    counters = counters if counters is not None else LoadCounters()
+    cancel = cancel if cancel is not None else asyncio.Event()
+    source = PromptSource(spec)  # may raise SpecError before anything is sent
+    client = HttpClient(spec.base_url, _headers(spec), connect_timeout=min(30.0, spec.request_timeout_s))
+    cancel_task = asyncio.create_task(cancel.wait())
+    try:
+        notes: list[str] = []
+        model = ""
+        if spec.backend is not Backend.SGLANG:
+            if session is None:
+                async with make_session(spec) as own:
+                    model, note = await resolve_model(own, spec)
+            else:
+                model, note = await resolve_model(session, spec)
+            if note:
+                notes.append(note)
+        return await _run(spec, client, counters, on_record, cancel_task, source, model, notes)
+    finally:
+        cancel_task.cancel()
+        await client.close()
+
+
+async def _run(
+    spec: LoadSpec,
+    client: HttpClient,
+    counters: LoadCounters,
+    on_record: RecordCallback | None,
+    cancel_task: asyncio.Task[Any],
+    source: PromptSource,
+    model: str,
+    notes: list[str],
+) -> RunResult:
+    records: list[RequestRecord] = []
+    warmup_failed = False
+
+    # ---- warm-up: concurrent, excluded from every figure ----
+    n_warm = spec.warmup_requests
+    if n_warm and isinstance(spec.dataset, SharedPrefixDataset):
+        n_warm = max(n_warm, spec.dataset.num_groups)
+    if n_warm:
+        counters.warmup = True
+        run = _Run(spec, client, counters, on_record, model)
+        warm: list[tuple[RequestRecord, bytes]] = []
+        for k, p in enumerate(source.warmup(n_warm)):
+            rec = RequestRecord(index=k, warmup=True, planned=0.0, prompt_len=p.prompt_len)
+            rec.planned_output_len = p.output_len
+            warm.append((rec, run.body(rec, p, p.output_len)))
+        tasks = {asyncio.create_task(run.execute(r, b)) for r, b in warm}
+        await _wait(asyncio.gather(*tasks), None, cancel_task)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        records.extend(r for r, _ in warm)
+        counters.warmup = False
+        warmup_failed = not any(r.success for r, _ in warm)
+        if warmup_failed:
+            notes.append("every warm-up request failed; the measured phase was not run")
+
+    # ---- measured phase ----
+    run = _Run(spec, client, counters, on_record, model)
+    started_at = time.time()
+    counters.planned = spec.num_requests
+    lag = LoopLagMonitor()
+    inflight: set[asyncio.Task[None]] = set()
+    cancelled = cancel_task.done()
+    if not warmup_failed and not cancelled:
+        if spec.max_concurrency is not None:
+            run.slots = asyncio.Queue()
+            for _ in range(spec.max_concurrency):
+                run.slots.put_nowait(0.0)
+        lag.start()
+        cancelled = await _dispatch(spec, run, source, records, inflight, cancel_task)
+        if not cancelled and inflight:
+            drain = asyncio.gather(*inflight, return_exceptions=True)
+            cancelled = await _wait(drain, spec.drain_timeout_s, cancel_task)
+            if not cancelled and inflight and spec.drain_timeout_s is not None:
+                notes.append(f"{len(inflight)} requests still running after the drain timeout were cancelled")
+        for t in list(inflight):
+            t.cancel()
+        if inflight:
+            await asyncio.gather(*inflight, return_exceptions=True)
+        lag.stop()
+    duration = run.now()
+    metrics = compute_metrics(
+        records,
+        duration=duration,
+        loop_lags=lag.lags,
+        target_concurrency=spec.target_concurrency,
+        steady_state_fraction=spec.steady_state_fraction,
+        max_schedule_lag=spec.max_schedule_lag_s,
+        max_loop_lag=spec.max_loop_lag_s,
+    )
+    return RunResult(
+        spec=spec,
+        metrics=metrics,
+        records=records,
+        started_at=started_at,
+        model=model or None,
+        cancelled=cancelled,
+        warmup_failed=warmup_failed,
+        notes=notes,
+    )
+
+
+async def _dispatch(
+    spec: LoadSpec,
+    run: _Run,
+    source: PromptSource,
+    records: list[RequestRecord],
+    inflight: set[asyncio.Task[None]],
+    cancel_task: asyncio.Task[Any],
+) -> bool:
+    """Send requests on schedule until the bound; True if cancelled."""
+    perf = time.perf_counter
+    t0 = run.t0
+    limit = spec.num_requests
+    deadline = spec.duration_s
+    closed = spec.arrival is ArrivalProcess.CLOSED
+    slots = run.slots
+    for i, offset in enumerate(planned_offsets(spec)):
+        if limit is not None and i >= limit:
+            break
+        if deadline is not None and (offset >= deadline or (closed and run.now() >= deadline)):
+            break
+        prompt = next(source)
+        rec = RequestRecord(index=i, warmup=False, planned=offset, prompt_len=prompt.prompt_len)
+        rec.planned_output_len = prompt.output_len
+        body = run.body(rec, prompt, prompt.output_len)
+        delay = t0 + offset - perf()
+        if delay > 0 and await _wait(None, delay, cancel_task):
+            return True
+        if cancel_task.done():
+            return True
+        ready = offset
+        if slots is not None:
+            if slots.empty():
+                getter = asyncio.ensure_future(slots.get())
+                if await _wait(getter, None, cancel_task):
+                    getter.cancel()
+                    return True
+                freed = getter.result()
+            else:
+                freed = slots.get_nowait()
+            ready = max(offset, freed)
+            if closed and deadline is not None and run.now() >= deadline:
+                slots.put_nowait(freed)
+                break
+        rec.ready = ready
+        records.append(rec)
+        task = asyncio.create_task(run.execute(rec, body))
+        inflight.add(task)
+        task.add_done_callback(inflight.discard)
+    return False

@@ -1,0 +1,272 @@
+"""Run figures from request records: the one place where each metric is defined.
+
+Definitions (successful, non-warm-up requests only unless noted):
+
+bench_serving's (v0.5.9 `calculate_metrics`), kept identical so the two tools can be diffed:
+- duration: first planned send of the measured phase -> last response end (any outcome).
+- request throughput = completed / duration.
+- input token throughput = Σ prompt tokens / duration. Prompt tokens are the server's
+  `prompt_tokens` when it reports them, else the planned (dataset) length; with the native
+  backend's `input_ids` the two are equal.
+- output token throughput = Σ output tokens / duration; output tokens are the server's
+  `completion_tokens` (native `meta_info`, OpenAI `usage`), else the counted tokens.
+- total token throughput = (Σ input + Σ output) / duration.
+- TTFT = first token-bearing chunk - send time (chat: reasoning or content, as bench_serving
+  v0.5.12+ counts it). E2E = last byte of the response - send time.
+- TPOT = (E2E - TTFT) / (output tokens - 1), per request, only when output tokens > 1.
+- ITL = pooled list over requests; each chunk after the first contributes its gap to the
+  previous chunk spread evenly over the tokens it carries (gap / n, n times), which is what
+  bench_serving does for the native backend. For chat/completions this is per token when the
+  server reports per-chunk usage, else one entry per chunk (bench_serving's chat behaviour).
+- concurrency = Σ E2E / duration (mean requests in flight).
+- peak concurrent requests: a request counts in every whole-second bucket from int(start) to
+  int(end) inclusive, buckets from the earliest start; the max bucket.
+- peak output token throughput: tokens counted in whole-second buckets from the earliest start;
+  the max bucket. (bench_serving places tokens at start + TTFT + cumsum(ITL), which puts a
+  multi-token first chunk's extra tokens later; we place each chunk's tokens at its arrival.)
+- Statistics: numpy conventions (see `stats`).
+
+Ours:
+- TTFC: time to first content token (after any reasoning), chat only.
+- tokens per chunk: pooled over all token-bearing chunks (> 1 with multi-token prediction).
+- decode rate: per request, (output tokens - first chunk's tokens) / (last chunk - first chunk),
+  in tokens/s; needs two chunks.
+- reasoning / content tokens: per-chunk token counts attributed to the delta kind.
+- peak in flight: exact maximum of the in-flight step function (all outcomes).
+- steady state: the window from the first moment in-flight reaches `steady_state_fraction` x
+  target concurrency to the last moment it is still there; throughput = output tokens that
+  arrived inside it / its length. Target = max_concurrency, else num_requests for bursts, else
+  the peak in flight.
+- achieved request rate = (sent - 1) / (last send - first send), measured phase.
+- schedule lag = actual send - the time the request could be sent (client delay only);
+  queue wait = admission wait at the max_concurrency gate; loop lag = event-loop wake-up delay.
+- cache hit ratio = Σ cached_tokens / Σ prompt tokens, where the server reports cached tokens.
+- client_bound: p99 schedule lag or p99 loop lag above the spec's thresholds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sentinel.load.records import FailureReason, RequestRecord
+from sentinel.load.stats import Summary, summarize
+
+__all__ = ["RunMetrics", "SteadyState", "compute_metrics"]
+
+
+@dataclass(frozen=True, slots=True)
+class SteadyState:
+    start: float  # run clock
+    end: float
+    target_concurrency: int
+    output_throughput: float  # tokens/s inside the window
+    request_throughput: float  # completions/s inside the window
+
+
+@dataclass(frozen=True, slots=True)
+class RunMetrics:
+    completed: int
+    failed: int
+    cancelled: int
+    failures: dict[str, int]
+    duration: float
+    total_input_tokens: int
+    total_output_tokens: int
+    request_throughput: float
+    input_throughput: float
+    output_throughput: float
+    total_throughput: float
+    ttft: Summary
+    ttfc: Summary
+    tpot: Summary
+    itl: Summary
+    e2e: Summary
+    concurrency: float
+    max_output_tokens_per_s: float
+    max_concurrent_requests: int
+    peak_in_flight: int
+    tokens_per_chunk: Summary
+    decode_rate: Summary
+    reasoning_tokens: int
+    content_tokens: int
+    steady_state: SteadyState | None
+    achieved_request_rate: float | None
+    schedule_lag: Summary
+    queue_wait: Summary
+    loop_lag: Summary
+    cache_hit_ratio: float | None
+    client_bound: bool
+    client_bound_reasons: tuple[str, ...]
+
+
+def _in_flight_steps(records: Sequence[RequestRecord]) -> list[tuple[float, int]]:
+    """(time, in-flight after this time) at every send/end, time-ordered; ends before sends."""
+    events: list[tuple[float, int]] = []
+    for r in records:
+        if not r.dispatched:
+            continue
+        end = r.end
+        events.append((r.sent, 1))
+        events.append((end if end is not None else r.sent, -1))
+    events.sort(key=lambda e: (e[0], e[1]))
+    level = 0
+    steps: list[tuple[float, int]] = []
+    for t, delta in events:
+        level += delta
+        steps.append((t, level))
+    return steps
+
+
+def _steady_state(
+    records: Sequence[RequestRecord],
+    ok: Sequence[RequestRecord],
+    steps: list[tuple[float, int]],
+    target: int | None,
+    fraction: float,
+) -> SteadyState | None:
+    if not steps:
+        return None
+    peak = max(level for _, level in steps)
+    if target is None:
+        target = peak
+    threshold = max(fraction * target, 1.0)
+    start: float | None = None
+    end: float | None = None
+    for i, (t, level) in enumerate(steps):
+        if level >= threshold:
+            if start is None:
+                start = t
+            end = steps[i + 1][0] if i + 1 < len(steps) else t
+    if start is None or end is None or end - start <= 0.0:
+        return None
+    tokens = 0
+    done = 0
+    for r in ok:
+        for ct, n in zip(r.chunk_times, r.chunk_tokens, strict=True):
+            if start <= r.sent + ct <= end:
+                tokens += n
+        e = r.end
+        if e is not None and start <= e <= end:
+            done += 1
+    span = end - start
+    return SteadyState(start, end, target, tokens / span, done / span)
+
+
+def _bucket_peaks(ok: Sequence[RequestRecord]) -> tuple[float, int]:
+    if not ok:
+        return 0.0, 0
+    first = min(r.sent for r in ok)
+    last = max(r.sent + (r.latency or 0.0) for r in ok)
+    n_buckets = math.ceil(last - first) + 1
+    tokens = [0] * n_buckets
+    conc = [0] * n_buckets
+    for r in ok:
+        for ct, n in zip(r.chunk_times, r.chunk_tokens, strict=True):
+            b = int(r.sent + ct - first)
+            if 0 <= b < n_buckets:
+                tokens[b] += n
+        lo = int(r.sent - first)
+        hi = int(r.sent + (r.latency or 0.0) - first)
+        for b in range(lo, min(hi + 1, n_buckets)):
+            conc[b] += 1
+    return float(max(tokens)), max(conc)
+
+
+def compute_metrics(
+    records: Sequence[RequestRecord],
+    *,
+    duration: float,
+    loop_lags: Sequence[float] = (),
+    target_concurrency: int | None = None,
+    steady_state_fraction: float = 0.9,
+    max_schedule_lag: float = math.inf,
+    max_loop_lag: float = math.inf,
+) -> RunMetrics:
+    """Figures for the measured (non-warm-up) records of one run; see the module docstring."""
+    measured = [r for r in records if not r.warmup]
+    ok = [r for r in measured if r.success]
+    failures = Counter(r.failure for r in measured if not r.success and r.failure)
+    cancelled = failures.pop(FailureReason.CANCELLED, 0)
+    dur = duration if duration > 0 else math.nan
+
+    total_in = sum(r.prompt_tokens if r.prompt_tokens is not None else r.prompt_len for r in ok)
+    total_out = sum(r.output_len for r in ok)
+    ttfts = [r.ttft for r in ok if r.ttft is not None]
+    ttfcs = [r.ttfc for r in ok if r.ttfc is not None]
+    e2es = [r.latency for r in ok if r.latency is not None]
+    tpots = [
+        (r.latency - r.ttft) / (r.output_len - 1)
+        for r in ok
+        if r.output_len > 1 and r.latency is not None and r.ttft is not None
+    ]
+    itls = [gap for r in ok for gap in r.itl]
+    per_chunk = [float(n) for r in ok for n in r.chunk_tokens]
+    rates = []
+    for r in ok:
+        if len(r.chunk_times) >= 2:
+            span = r.chunk_times[-1] - r.chunk_times[0]
+            if span > 0:
+                rates.append((r.output_len - r.chunk_tokens[0]) / span)
+
+    peak_tokens, peak_conc = _bucket_peaks(ok)
+    steps = _in_flight_steps(measured)
+    steady = _steady_state(measured, ok, steps, target_concurrency, steady_state_fraction)
+
+    dispatched = [r for r in measured if r.dispatched]
+    sent = sorted(r.sent for r in dispatched)
+    achieved = (len(sent) - 1) / (sent[-1] - sent[0]) if len(sent) >= 2 and sent[-1] > sent[0] else None
+    schedule_lag = summarize([r.schedule_lag for r in dispatched])
+    queue_wait = summarize([r.queue_wait for r in dispatched])
+    loop_lag = summarize(loop_lags)
+
+    cached = [
+        (r.cached_tokens, r.prompt_tokens) for r in ok if r.cached_tokens is not None and r.prompt_tokens
+    ]
+    cache_ratio = sum(c for c, _ in cached) / sum(p or 0 for _, p in cached) if cached else None
+
+    reasons: list[str] = []
+    if schedule_lag.count and schedule_lag.p99 > max_schedule_lag:
+        reasons.append(f"p99 schedule lag {schedule_lag.p99 * 1e3:.2f} ms > {max_schedule_lag * 1e3:.2f} ms")
+    if loop_lag.count and loop_lag.p99 > max_loop_lag:
+        reasons.append(f"p99 event-loop lag {loop_lag.p99 * 1e3:.2f} ms > {max_loop_lag * 1e3:.2f} ms")
+
+    def per_s(x: float) -> float:
+        return x / dur if math.isfinite(dur) else 0.0
+
+    return RunMetrics(
+        completed=len(ok),
+        failed=sum(failures.values()),
+        cancelled=cancelled,
+        failures=dict(sorted(failures.items())),
+        duration=duration,
+        total_input_tokens=total_in,
+        total_output_tokens=total_out,
+        request_throughput=per_s(len(ok)),
+        input_throughput=per_s(total_in),
+        output_throughput=per_s(total_out),
+        total_throughput=per_s(total_in + total_out),
+        ttft=summarize(ttfts),
+        ttfc=summarize(ttfcs),
+        tpot=summarize(tpots),
+        itl=summarize(itls),
+        e2e=summarize(e2es),
+        concurrency=per_s(math.fsum(e2es)),
+        max_output_tokens_per_s=peak_tokens,
+        max_concurrent_requests=peak_conc,
+        peak_in_flight=max((level for _, level in steps), default=0),
+        tokens_per_chunk=summarize(per_chunk),
+        decode_rate=summarize(rates),
+        reasoning_tokens=sum(r.reasoning_tokens for r in ok),
+        content_tokens=sum(r.content_tokens for r in ok),
+        steady_state=steady,
+        achieved_request_rate=achieved,
+        schedule_lag=schedule_lag,
+        queue_wait=queue_wait,
+        loop_lag=loop_lag,
+        cache_hit_ratio=cache_ratio,
+        client_bound=bool(reasons),
+        client_bound_reasons=tuple(reasons),
+    )

@@ -1,0 +1,95 @@
+"""Per-request records and the live counters a run keeps up to date.
+
+All times in a record are seconds on the run's monotonic clock (`time.perf_counter`), as
+offsets from the run's start; `RunResult.started_at` (a Unix timestamp) anchors them to the
+wall clock. Times inside one request (`ttft`, `chunk_times`...) are relative to `sent`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["FailureReason", "LoadCounters", "RequestRecord"]
+
+
+class FailureReason:
+    """Failure reasons, as counted in `RunMetrics.failures`. HTTP errors are ``http_<status>``."""
+
+    CONNECT = "connect_error"  # refused / DNS / TLS before any response
+    TIMEOUT = "timeout"  # request_timeout_s exceeded
+    DISCONNECTED = "disconnected"  # connection closed mid-response, stream not finished
+    ERROR_CHUNK = "error_chunk"  # an in-band {"error": ...} event in a 200 stream
+    ABORTED = "aborted"  # the server finished the request with finish_reason abort
+    MALFORMED = "malformed_stream"  # an event that is not the JSON the protocol promises
+    SHORT_OUTPUT = "short_output"  # fewer tokens than max_new_tokens although ignore_eos was set
+    NO_OUTPUT = "no_output"  # a 200 response that carried no token at all
+    CANCELLED = "cancelled"  # the run was cancelled while the request was in flight
+
+    @staticmethod
+    def http(status: int) -> str:
+        return f"http_{status}"
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What happened to one request. Filled in by the engine; read by the metrics."""
+
+    index: int
+    warmup: bool
+    planned: float  # planned send time (arrival), run clock
+    ready: float = 0.0  # when it could be sent: max(planned, admission slot freed)
+    sent: float = 0.0  # when the request was handed to the connection
+    dispatched: bool = False  # True once `sent` is set (the request left the client)
+    prompt_len: int = 0  # planned input tokens (dataset), bench_serving's prompt_len
+    planned_output_len: int = 0
+    rid: str = ""
+    success: bool = False
+    failure: str | None = None
+    error: str | None = None
+    http_status: int | None = None
+    # Timings relative to `sent`; None when the event never happened.
+    ttft: float | None = None  # first token of any kind (reasoning or content)
+    ttfc: float | None = None  # first content (non-reasoning) token
+    latency: float | None = None  # E2E: until the last byte of the response
+    # Token-bearing chunks: arrival time (relative to sent) and tokens each carried.
+    chunk_times: list[float] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    itl: list[float] = field(default_factory=list)  # bench_serving-style ITL entries
+    output_len: int = 0  # server-reported completion tokens (else counted chunks)
+    prompt_tokens: int | None = None  # server-reported prompt tokens
+    cached_tokens: int | None = None  # server-reported prefix-cache hits
+    reasoning_tokens: int = 0
+    content_tokens: int = 0
+    finish_reason: str | None = None
+    text: str | None = None  # only kept when the spec asks (keep_text)
+
+    @property
+    def queue_wait(self) -> float:
+        """Client-side admission wait (max_concurrency gate): ready - planned."""
+        return max(self.ready - self.planned, 0.0)
+
+    @property
+    def schedule_lag(self) -> float:
+        """Client lag: actual send - the time it could have been sent."""
+        return max(self.sent - self.ready, 0.0)
+
+    @property
+    def end(self) -> float | None:
+        return None if self.latency is None else self.sent + self.latency
+
+
+@dataclass(slots=True)
+class LoadCounters:
+    """Live state of a run, safe to read at any time from the event loop that runs it.
+
+    The daemon reads `in_flight` to subtract its own requests from the server's live load
+    (polite injection); the progress bar reads the rest.
+    """
+
+    planned: int | None = None  # requests the run will send, when known
+    sent: int = 0
+    in_flight: int = 0
+    completed: int = 0
+    failed: int = 0
+    output_tokens: int = 0
+    warmup: bool = False  # True while warm-up requests are running

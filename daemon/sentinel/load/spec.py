@@ -1,0 +1,250 @@
+"""What a load run is: backend, dataset, arrival process, bounds. Immutable and validated.
+
+A `LoadSpec` is everything needed to reproduce a run (with its `seed`), so the daemon can keep
+one per scheduled reference load and the calibration sweep can derive new ones with
+`dataclasses.replace`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+__all__ = [
+    "ArrivalProcess",
+    "Backend",
+    "DatasetSpec",
+    "JsonlDataset",
+    "LoadSpec",
+    "RandomDataset",
+    "SharedPrefixDataset",
+    "SpecError",
+]
+
+
+class SpecError(ValueError):
+    """A spec that cannot describe a valid run (bad length, rate, bound...)."""
+
+
+class Backend(StrEnum):
+    """Request protocol. Values are bench_serving's `--backend` names, so both tools agree."""
+
+    SGLANG = "sglang"  # native POST /generate
+    OPENAI_CHAT = "sglang-oai-chat"  # POST /v1/chat/completions
+    OPENAI_COMPLETIONS = "sglang-oai"  # POST /v1/completions
+
+    @classmethod
+    def parse(cls, name: str) -> Backend:
+        """Accept bench_serving's names and its aliases (`sglang-native`, `vllm`, `vllm-chat`...)."""
+        aliases = {
+            "sglang": cls.SGLANG,
+            "sglang-native": cls.SGLANG,
+            "native": cls.SGLANG,
+            "sglang-oai-chat": cls.OPENAI_CHAT,
+            "vllm-chat": cls.OPENAI_CHAT,
+            "lmdeploy-chat": cls.OPENAI_CHAT,
+            "chat": cls.OPENAI_CHAT,
+            "sglang-oai": cls.OPENAI_COMPLETIONS,
+            "vllm": cls.OPENAI_COMPLETIONS,
+            "lmdeploy": cls.OPENAI_COMPLETIONS,
+            "completions": cls.OPENAI_COMPLETIONS,
+        }
+        try:
+            return aliases[name.strip().lower()]
+        except KeyError:
+            known = ", ".join(sorted(aliases))
+            raise SpecError(f"unknown backend {name!r}; known: {known}") from None
+
+    @property
+    def path(self) -> str:
+        return {
+            Backend.SGLANG: "/generate",
+            Backend.OPENAI_CHAT: "/v1/chat/completions",
+            Backend.OPENAI_COMPLETIONS: "/v1/completions",
+        }[self]
+
+
+class ArrivalProcess(StrEnum):
+    """How send times are planned. All are planned against one absolute start (no drift)."""
+
+    POISSON = "poisson"  # exponential gaps with mean 1/rate, seeded
+    CONSTANT = "constant"  # gaps of exactly 1/rate
+    BURST = "burst"  # everything at t=0 (bench_serving's --request-rate inf)
+    CLOSED = "closed"  # closed loop: max_concurrency requests always in flight
+
+
+def _check_len(name: str, value: int) -> None:
+    if value < 1:
+        raise SpecError(f"{name} must be >= 1, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class RandomDataset:
+    """Random token lengths with bench_serving's semantics.
+
+    Each request's input and output lengths are drawn independently and uniformly from
+    ``[max(int(L * range_ratio), 1), L]``: range_ratio 0 (bench_serving's default) gives
+    ``[1, L]``, 1 gives exactly L.
+    """
+
+    input_len: int = 1024
+    output_len: int = 1024
+    range_ratio: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_len("input_len", self.input_len)
+        _check_len("output_len", self.output_len)
+        if not 0.0 <= self.range_ratio <= 1.0:
+            raise SpecError(f"range_ratio must be within [0, 1], got {self.range_ratio}")
+
+
+@dataclass(frozen=True, slots=True)
+class JsonlDataset:
+    """Prompts from a JSONL file, one object per line.
+
+    Accepted keys per line: ``prompt`` (str) or ``text`` (str) or ``messages`` (OpenAI chat list)
+    or ``input_ids`` (list[int], native backend only); optional ``output_len`` /
+    ``max_tokens`` (int). Lines without an output length use `output_len`. The file is read in
+    order and cycled when the run needs more requests than it has lines.
+    """
+
+    path: Path
+    output_len: int = 256
+
+    def __post_init__(self) -> None:
+        _check_len("output_len", self.output_len)
+
+
+@dataclass(frozen=True, slots=True)
+class SharedPrefixDataset:
+    """Prompts sharing a prefix, sized so a warm prefix cache serves `cache_hit_ratio` of input.
+
+    Each prompt is `input_len` tokens: ``round(input_len * cache_hit_ratio)`` tokens of one of
+    `num_groups` shared prefixes, then a unique suffix. Requests cycle through the groups. The
+    first request of each group cannot hit the cache, so the expected ratio over N requests is
+    ``cache_hit_ratio * (1 - num_groups / N)`` unless the prefixes were cached earlier (the
+    warm-up sends one request per group for that reason). The achieved ratio is measured from
+    the server's ``cached_tokens`` and reported beside the target.
+    """
+
+    input_len: int = 1024
+    output_len: int = 256
+    cache_hit_ratio: float = 0.5
+    num_groups: int = 1
+
+    def __post_init__(self) -> None:
+        _check_len("input_len", self.input_len)
+        _check_len("output_len", self.output_len)
+        _check_len("num_groups", self.num_groups)
+        if not 0.0 <= self.cache_hit_ratio < 1.0:
+            raise SpecError(f"cache_hit_ratio must be within [0, 1), got {self.cache_hit_ratio}")
+
+    @property
+    def prefix_len(self) -> int:
+        # At least one unique token, so no two prompts are identical.
+        return min(round(self.input_len * self.cache_hit_ratio), self.input_len - 1)
+
+
+DatasetSpec = RandomDataset | JsonlDataset | SharedPrefixDataset
+
+
+def _frozen_mapping(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(value))
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSpec:
+    """One load run.
+
+    Bounds: `num_requests` and/or `duration_s` (whichever is reached first stops sending; at
+    least one is required, and CLOSED/POISSON/CONSTANT without `num_requests` need
+    `duration_s`). Requests still in flight when sending stops are awaited for up to
+    `drain_timeout_s` (None: until their own `request_timeout_s`), then cancelled.
+
+    `warmup_requests` are sent first (concurrently, output capped at 32 tokens, as
+    bench_serving does) and excluded from every figure.
+
+    `max_concurrency` caps requests in flight (a client-side admission gate: time spent
+    waiting for it is reported as ``queue_wait`` and, as in bench_serving, is not part of
+    TTFT/E2E). For CLOSED it is the fixed concurrency.
+    """
+
+    base_url: str = "http://127.0.0.1:30000"
+    backend: Backend = Backend.SGLANG
+    dataset: DatasetSpec = field(default_factory=RandomDataset)
+    arrival: ArrivalProcess = ArrivalProcess.BURST
+    request_rate: float = math.inf  # req/s for POISSON/CONSTANT
+    max_concurrency: int | None = None
+    num_requests: int | None = 1000
+    duration_s: float | None = None
+    drain_timeout_s: float | None = None
+    warmup_requests: int = 1
+    seed: int = 1
+    model: str | None = None  # OpenAI backends; None: first id of GET /v1/models, else "default"
+    api_key: str | None = field(default=None, repr=False)  # sent as "Authorization: Bearer ..."
+    headers: Mapping[str, str] = field(default_factory=dict)
+    extra_body: Mapping[str, Any] = field(default_factory=dict)  # merged last into every body
+    ignore_eos: bool = True
+    stream: bool = True
+    temperature: float = 0.0
+    request_timeout_s: float = 900.0
+    keep_text: bool = False  # keep generated text per request (for --output-details)
+    # Client self-check: a run whose p99 schedule lag or p99 event-loop lag exceeds these
+    # thresholds is marked client_bound, because its latencies then include the client's own
+    # delay. Defaults leave room for a shared, noisy host; bench_serving has no such check.
+    max_schedule_lag_s: float = 0.010
+    max_loop_lag_s: float = 0.020
+    steady_state_fraction: float = 0.9
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
+        object.__setattr__(self, "headers", _frozen_mapping(self.headers))
+        object.__setattr__(self, "extra_body", _frozen_mapping(self.extra_body))
+        if not self.base_url.startswith(("http://", "https://")):
+            raise SpecError(f"base_url must start with http:// or https://, got {self.base_url!r}")
+        for key, value in self.headers.items():
+            if not key.strip() or any(c in key + value for c in "\r\n"):
+                raise SpecError(f"invalid header {key!r}: empty name or a line break")
+        if self.num_requests is None and self.duration_s is None:
+            raise SpecError("a run needs a bound: num_requests and/or duration_s")
+        if self.num_requests is not None and self.num_requests < 1:
+            raise SpecError(f"num_requests must be >= 1, got {self.num_requests}")
+        if self.duration_s is not None and not (self.duration_s > 0 and math.isfinite(self.duration_s)):
+            raise SpecError(f"duration_s must be a positive number, got {self.duration_s}")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise SpecError(f"max_concurrency must be >= 1, got {self.max_concurrency}")
+        open_loop = self.arrival in (ArrivalProcess.POISSON, ArrivalProcess.CONSTANT)
+        if open_loop and not (self.request_rate > 0 and math.isfinite(self.request_rate)):
+            raise SpecError(f"{self.arrival} arrivals need a finite request_rate > 0")
+        if self.arrival is ArrivalProcess.CLOSED and self.max_concurrency is None:
+            raise SpecError("closed-loop arrivals need max_concurrency (the fixed concurrency)")
+        if self.arrival is ArrivalProcess.BURST and self.num_requests is None:
+            raise SpecError("burst arrivals need num_requests")
+        if self.warmup_requests < 0:
+            raise SpecError(f"warmup_requests must be >= 0, got {self.warmup_requests}")
+        if not self.request_timeout_s > 0:
+            raise SpecError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
+        if self.drain_timeout_s is not None and self.drain_timeout_s < 0:
+            raise SpecError(f"drain_timeout_s must be >= 0, got {self.drain_timeout_s}")
+        if not 0.0 < self.steady_state_fraction <= 1.0:
+            raise SpecError("steady_state_fraction must be within (0, 1]")
+        if isinstance(self.dataset, JsonlDataset) and not self.dataset.path.is_file():
+            raise SpecError(f"dataset file not found: {self.dataset.path}")
+
+    @property
+    def url(self) -> str:
+        return self.base_url + self.backend.path
+
+    @property
+    def target_concurrency(self) -> int | None:
+        """The in-flight level the run aims at, when it has one (for steady-state detection)."""
+        if self.max_concurrency is not None:
+            return self.max_concurrency
+        if self.arrival is ArrivalProcess.BURST:
+            return self.num_requests
+        return None

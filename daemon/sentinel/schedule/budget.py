@@ -1,0 +1,81 @@
+"""The hourly budget of synthetic tokens: a run is admitted only if it fits, so it is never exceeded.
+
+Accounting unit: prompt + generated tokens, the cost the server pays. A run reserves its upper
+bound before it starts (with ``ignore_eos`` the bound is exact); when it ends the reservation is
+replaced by what it really spent. An entry counts against the budget from its start until one
+hour after its *end*, so every one-hour window of real spending is covered, however long a run
+lasts. Proof sketch: a new entry is admitted only if it fits beside everything that can still
+overlap an hour with it, and entries only ever shrink.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+__all__ = ["WINDOW_SECONDS", "Reservation", "TokenBudget"]
+
+WINDOW_SECONDS = 3600.0
+
+
+@dataclass
+class Reservation:
+    id: int
+    start: float
+    tokens: int
+    # None while the run is going on; such an entry never expires.
+    end: float | None = None
+
+
+class TokenBudget:
+    def __init__(self, tokens_per_hour: int, clock: Callable[[], float] = time.time) -> None:
+        self.tokens_per_hour = tokens_per_hour
+        self._clock = clock
+        self._entries: dict[int, Reservation] = {}
+        self._ids = itertools.count(1)
+
+    def _expire(self, now: float) -> None:
+        for key in [
+            k for k, e in self._entries.items() if e.end is not None and e.end + WINDOW_SECONDS <= now
+        ]:
+            del self._entries[key]
+
+    def spent(self, now: float | None = None) -> int:
+        """Tokens that still count against the budget (finished within the hour, or running)."""
+        now = self._clock() if now is None else now
+        self._expire(now)
+        return sum(e.tokens for e in self._entries.values())
+
+    def remaining(self, now: float | None = None) -> int:
+        return max(0, self.tokens_per_hour - self.spent(now))
+
+    def reserve(self, tokens: int) -> Reservation | None:
+        """Admit a run costing at most ``tokens``, or None when it does not fit."""
+        now = self._clock()
+        if tokens < 0 or tokens > self.remaining(now):
+            return None
+        entry = Reservation(next(self._ids), now, tokens)
+        self._entries[entry.id] = entry
+        return entry
+
+    def settle(self, reservation: Reservation, actual_tokens: int) -> None:
+        """The run ended having spent ``actual_tokens`` (clamped to the reservation)."""
+        entry = self._entries.get(reservation.id)
+        if entry is None:
+            return
+        entry.tokens = max(0, min(actual_tokens, entry.tokens))
+        entry.end = self._clock()
+
+    def restore(self, spent: Iterable[tuple[float, float, int]]) -> None:
+        """Reload past spending ``(start, end, tokens)`` (from the run history) after a restart."""
+        for start, end, tokens in spent:
+            if tokens > 0:
+                entry = Reservation(next(self._ids), start, tokens, end)
+                self._entries[entry.id] = entry
+        self._expire(self._clock())
+
+    def set_limit(self, tokens_per_hour: int) -> None:
+        """A new limit (config reload). Past spending keeps counting against it."""
+        self.tokens_per_hour = tokens_per_hour

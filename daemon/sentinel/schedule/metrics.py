@@ -1,0 +1,280 @@
+"""The series of scheduled load, budget, polite injection and capacity: one definition each.
+
+All are held by :class:`ScheduleMetrics`, a prometheus_client Collector the daemon registers on
+the exporter's registry. Every decision the scheduler takes is a series: a skipped firing is
+``sentinel_load_skipped_total{profile,reason}``, an aborted run
+``sentinel_load_aborts_total{profile,reason}``, a firing that arrived while a run was going on
+``sentinel_schedule_coalesced_total{job}``.
+
+"Reference" series (last-run gauges and the request histograms) are fed only by full-size runs
+that started outside the post-restart window: they are what dashboards compare over weeks, so a
+shrunk run or a cold server must not move them. The counters see every synthetic request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+__all__ = ["RequestTimings", "RunFigures", "ScheduleMetrics"]
+
+# Buckets sized for the flagship deployment (~12.5 tok/s per stream, 256-token answers, TTFT of
+# a 744B MoE from tens of ms idle to seconds when queued) and still useful on faster servers.
+_TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
+_ITL_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5)
+_CAPACITY_HELP = {
+    "sentinel_capacity_output_throughput_tokens_per_second": "Saturation output throughput found by the last "
+    "calibration.",
+    "sentinel_capacity_knee_concurrency": "Concurrency past which latency grows faster than throughput (last "
+    "calibration).",
+    "sentinel_capacity_slo_concurrency": "Highest concurrency that met the latency SLO (last calibration).",
+    "sentinel_capacity_last_calibration_timestamp_seconds": "When the last calibration finished.",
+}
+_E2E_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0)
+
+
+class RunFigures:
+    """The last-run figures of one completed reference run."""
+
+    def __init__(
+        self,
+        output_throughput: float,
+        total_throughput: float,
+        concurrency_mean: float,
+        concurrency_peak: float,
+        client_bound: bool,
+        finished_at: float,
+    ) -> None:
+        self.output_throughput = output_throughput
+        self.total_throughput = total_throughput
+        self.concurrency_mean = concurrency_mean
+        self.concurrency_peak = concurrency_peak
+        self.client_bound = client_bound
+        self.finished_at = finished_at
+
+
+class RequestTimings:
+    """One successful synthetic request's latencies (seconds); ``itl`` is its list of gaps."""
+
+    def __init__(
+        self, ttft: float | None, tpot: float | None, e2e: float | None, itl: Sequence[float]
+    ) -> None:
+        self.ttft = ttft
+        self.tpot = tpot
+        self.e2e = e2e
+        self.itl = itl
+
+
+class ScheduleMetrics(Collector):
+    def __init__(self) -> None:
+        # registry=None: these belong to this collector, which the daemon registers once.
+        self.runs = Counter(
+            "sentinel_load_runs",
+            "Scheduled load runs by how they ended.",
+            ["profile", "outcome"],
+            registry=None,
+        )
+        self.requests = Counter(
+            "sentinel_load_requests",
+            "Synthetic requests sent by scheduled runs, by outcome (success or a failure reason).",
+            ["profile", "outcome"],
+            registry=None,
+        )
+        self.output_tokens = Counter(
+            "sentinel_load_output_tokens",
+            "Tokens generated for synthetic requests.",
+            ["profile"],
+            registry=None,
+        )
+        self.input_tokens = Counter(
+            "sentinel_load_input_tokens", "Prompt tokens of synthetic requests.", ["profile"], registry=None
+        )
+        self.skipped = Counter(
+            "sentinel_load_skipped",
+            "Load firings that did not run, by reason (busy, budget, foreign_traffic, server_not_ready, "
+            "warmup, load_unknown).",
+            ["profile", "reason"],
+            registry=None,
+        )
+        self.shrunk = Counter(
+            "sentinel_load_shrunk",
+            "Runs scaled down before they started, by reason (budget, foreign_traffic).",
+            ["profile", "reason"],
+            registry=None,
+        )
+        self.aborts = Counter(
+            "sentinel_load_aborts",
+            "Runs stopped early by the circuit breaker, polite injection, a timeout, a server restart "
+            "or shutdown, by reason.",
+            ["profile", "reason"],
+            registry=None,
+        )
+        self.excluded = Counter(
+            "sentinel_load_runs_excluded",
+            "Completed runs kept out of the reference series, by reason (restart_window, shrunk).",
+            ["profile", "reason"],
+            registry=None,
+        )
+        self.coalesced = Counter(
+            "sentinel_schedule_coalesced",
+            "Firings dropped because the same job was still running, or fired too late (misfire).",
+            ["job", "reason"],
+            registry=None,
+        )
+        self.job_errors = Counter(
+            "sentinel_schedule_job_errors", "Scheduled jobs that raised an error.", ["job"], registry=None
+        )
+        self.output_throughput = Gauge(
+            "sentinel_load_output_throughput_tokens_per_second",
+            "Output tokens per second of the last reference run (bench_serving's definition).",
+            ["profile"],
+            registry=None,
+        )
+        self.total_throughput = Gauge(
+            "sentinel_load_total_throughput_tokens_per_second",
+            "Input plus output tokens per second of the last reference run.",
+            ["profile"],
+            registry=None,
+        )
+        self.concurrency_mean = Gauge(
+            "sentinel_load_concurrency_mean",
+            "Mean requests in flight in the last reference run (sum of E2E / duration).",
+            ["profile"],
+            registry=None,
+        )
+        self.concurrency_peak = Gauge(
+            "sentinel_load_concurrency_peak",
+            "Peak requests in flight in the last reference run.",
+            ["profile"],
+            registry=None,
+        )
+        self.last_run = Gauge(
+            "sentinel_load_last_run_timestamp_seconds",
+            "When the last reference run of the profile finished.",
+            ["profile"],
+            registry=None,
+        )
+        self.client_bound = Gauge(
+            "sentinel_load_client_bound",
+            "1 when the last reference run's client lagged past its thresholds (its latencies include "
+            "client delay), else 0.",
+            ["profile"],
+            registry=None,
+        )
+        self.running = Gauge(
+            "sentinel_load_running",
+            "1 while a run of the profile is in progress.",
+            ["profile"],
+            registry=None,
+        )
+        self.foreign = Gauge(
+            "sentinel_load_foreign_requests",
+            "Requests of other clients on the server at the last polite-injection check.",
+            registry=None,
+        )
+        self.budget_limit = Gauge(
+            "sentinel_budget_limit_tokens", "Synthetic tokens allowed per sliding hour.", registry=None
+        )
+        self.budget_remaining = Gauge(
+            "sentinel_budget_remaining_tokens",
+            "Synthetic tokens still allowed in the current sliding hour.",
+            registry=None,
+        )
+        self.ttft = Histogram(
+            "sentinel_request_ttft_seconds",
+            "Time to first token of successful synthetic requests in reference runs.",
+            ["profile"],
+            buckets=_TTFT_BUCKETS,
+            registry=None,
+        )
+        self.itl = Histogram(
+            "sentinel_request_itl_seconds",
+            "Inter-token latencies (bench_serving's definition) of synthetic requests in reference runs.",
+            ["profile"],
+            buckets=_ITL_BUCKETS,
+            registry=None,
+        )
+        self.tpot = Histogram(
+            "sentinel_request_tpot_seconds",
+            "Time per output token after the first, per synthetic request in reference runs.",
+            ["profile"],
+            buckets=_ITL_BUCKETS,
+            registry=None,
+        )
+        self.e2e = Histogram(
+            "sentinel_request_e2e_seconds",
+            "End-to-end latency of successful synthetic requests in reference runs.",
+            ["profile"],
+            buckets=_E2E_BUCKETS,
+            registry=None,
+        )
+        # name -> value; an unknown figure is absent, not 0 (a 0 capacity would page someone).
+        self._capacity: dict[str, float] = {}
+        self.calibrations = Counter(
+            "sentinel_calibration_runs", "Calibration sweeps by how they ended.", ["outcome"], registry=None
+        )
+        self._all: tuple[MetricWrapperBase, ...] = tuple(
+            v for v in vars(self).values() if isinstance(v, MetricWrapperBase)
+        )
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._all:
+            yield from metric.collect()
+        for name, value in sorted(self._capacity.items()):
+            family = GaugeMetricFamily(name, _CAPACITY_HELP[name])
+            family.add_metric([], value)
+            yield family
+
+    def declare_profiles(self, profiles: Iterable[str]) -> None:
+        """Create the zero-valued series of each profile so dashboards and rate() see them at once."""
+        for profile in profiles:
+            for outcome in ("completed", "aborted", "failed", "cancelled"):
+                self.runs.labels(profile, outcome)
+            self.requests.labels(profile, "success")
+            self.output_tokens.labels(profile)
+            self.input_tokens.labels(profile)
+            self.running.labels(profile).set(0)
+
+    def set_figures(self, profile: str, figures: RunFigures) -> None:
+        self.output_throughput.labels(profile).set(figures.output_throughput)
+        self.total_throughput.labels(profile).set(figures.total_throughput)
+        self.concurrency_mean.labels(profile).set(figures.concurrency_mean)
+        self.concurrency_peak.labels(profile).set(figures.concurrency_peak)
+        self.client_bound.labels(profile).set(1 if figures.client_bound else 0)
+        self.last_run.labels(profile).set(figures.finished_at)
+
+    def observe(self, profile: str, timings: Iterable[RequestTimings]) -> None:
+        ttft, itl, tpot, e2e = (h.labels(profile) for h in (self.ttft, self.itl, self.tpot, self.e2e))
+        for t in timings:
+            if t.ttft is not None:
+                ttft.observe(t.ttft)
+            if t.tpot is not None:
+                tpot.observe(t.tpot)
+            if t.e2e is not None:
+                e2e.observe(t.e2e)
+            for gap in t.itl:
+                itl.observe(gap)
+
+    def set_capacity(
+        self,
+        output_throughput: float | None,
+        knee_concurrency: float | None,
+        slo_concurrency: float | None,
+        finished_at: float | None,
+    ) -> None:
+        values = dict(
+            zip(
+                _CAPACITY_HELP,
+                (output_throughput, knee_concurrency, slo_concurrency, finished_at),
+                strict=True,
+            )
+        )
+        self._capacity = {k: float(v) for k, v in values.items() if v is not None}
+
+    def capacity(self) -> dict[str, float]:
+        return dict(self._capacity)

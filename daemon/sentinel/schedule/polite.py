@@ -1,0 +1,193 @@
+"""Polite injection: how busy the server is with *other people's* requests, and what to do about it.
+
+Foreign traffic = the server's running + queued requests - sentinel's own requests in flight.
+The server's figures come from its ``/metrics`` gauges (``sglang:num_running_reqs`` and
+``sglang:num_queue_reqs``, which need ``--enable-metrics``) or from ``/v1/loads`` (newer SGLang,
+computed on request). ``sglang:token_usage`` (KV-cache fill) is read in the same request because
+the circuit breaker needs it.
+
+With tensor parallelism every TP rank of one data-parallel replica reports the same scheduler
+figures, so series are grouped by their labels without ``tp_rank`` and the ranks' maximum is taken
+before the replicas are summed; otherwise an 8-GPU server would report 8x its real load.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from sentinel.schedule.settings import PoliteSettings
+
+__all__ = [
+    "Decision",
+    "LoadReadError",
+    "ServerLoad",
+    "ServerLoadReader",
+    "decide",
+    "parse_loads_json",
+    "parse_metrics_text",
+    "too_busy_now",
+]
+
+_RUNNING = "sglang:num_running_reqs"
+_QUEUED = "sglang:num_queue_reqs"
+_USAGE = "sglang:token_usage"
+
+
+class LoadReadError(Exception):
+    """The server's load could not be read; the message says why in a few words."""
+
+
+@dataclass(frozen=True)
+class ServerLoad:
+    running: float
+    queued: float
+    # KV-cache fill 0..1; None when the server does not report it.
+    token_usage: float | None = None
+
+    def foreign(self, own_in_flight: int) -> int:
+        """Requests that are not ours (never negative: our just-sent ones may not be counted yet)."""
+        return max(0, math.ceil(self.running + self.queued - own_in_flight))
+
+
+def _sum_over_replicas(samples: list[tuple[dict[str, str], float]], reduce_max: bool = False) -> float | None:
+    groups: dict[tuple[tuple[str, str], ...], float] = {}
+    for labels, value in samples:
+        if not math.isfinite(value):
+            continue
+        key = tuple(sorted((k, v) for k, v in labels.items() if k != "tp_rank"))
+        groups[key] = max(groups.get(key, value), value)
+    if not groups:
+        return None
+    return max(groups.values()) if reduce_max else sum(groups.values())
+
+
+def parse_metrics_text(text: str) -> ServerLoad:
+    """Parse SGLang's Prometheus exposition; raises :class:`LoadReadError` when gauges are missing."""
+    wanted: dict[str, list[tuple[dict[str, str], float]]] = {_RUNNING: [], _QUEUED: [], _USAGE: []}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name in wanted:
+                    wanted[sample.name].append((dict(sample.labels), float(sample.value)))
+    except (ValueError, TypeError, IndexError) as exc:
+        raise LoadReadError(f"malformed /metrics: {exc}") from None
+    running = _sum_over_replicas(wanted[_RUNNING])
+    queued = _sum_over_replicas(wanted[_QUEUED])
+    if running is None or queued is None:
+        raise LoadReadError("/metrics lacks sglang:num_running_reqs / sglang:num_queue_reqs")
+    # KV usage: the fullest replica is the one that will start retracting first.
+    usage = _sum_over_replicas(wanted[_USAGE], reduce_max=True)
+    return ServerLoad(running=running, queued=queued, token_usage=usage)
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise LoadReadError(f"/v1/loads: {what} is not a number")
+    return float(value)
+
+
+def parse_loads_json(document: Any) -> ServerLoad:
+    """Parse ``/v1/loads``: prefers ``aggregate``, else sums the per-DP-rank entries."""
+    if not isinstance(document, Mapping):
+        raise LoadReadError("/v1/loads: not a JSON object")
+    aggregate = document.get("aggregate")
+    loads = document.get("loads")
+    usage: float | None = None
+    if isinstance(loads, list) and loads:
+        usages = [e.get("token_usage") for e in loads if isinstance(e, Mapping)]
+        numbers = [_number(u, "token_usage") for u in usages if u is not None]
+        usage = max(numbers) if numbers else None
+    if isinstance(aggregate, Mapping) and "total_running_reqs" in aggregate:
+        running = _number(aggregate.get("total_running_reqs"), "total_running_reqs")
+        queued = _number(aggregate.get("total_waiting_reqs", 0), "total_waiting_reqs")
+        return ServerLoad(running, queued, usage)
+    if isinstance(loads, list) and loads:
+        running = queued = 0.0
+        for entry in loads:
+            if not isinstance(entry, Mapping):
+                raise LoadReadError("/v1/loads: a loads entry is not an object")
+            running += _number(entry.get("num_running_reqs"), "num_running_reqs")
+            queued += _number(entry.get("num_waiting_reqs", 0), "num_waiting_reqs")
+        return ServerLoad(running, queued, usage)
+    raise LoadReadError("/v1/loads: neither aggregate nor loads present")
+
+
+class ServerLoadReader:
+    """Reads the server's live load over HTTP with a short deadline."""
+
+    def __init__(
+        self,
+        base_url: str,
+        source: Literal["metrics", "loads"],
+        timeout: float,
+        api_key: str = "",
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.source = source
+        self._client = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"), timeout=timeout, headers=headers, transport=transport
+        )
+
+    async def read(self) -> ServerLoad:
+        path = "/metrics" if self.source == "metrics" else "/v1/loads"
+        try:
+            response = await self._client.get(path)
+        except httpx.HTTPError as exc:
+            raise LoadReadError(f"GET {path}: {type(exc).__name__}") from None
+        if response.status_code != 200:
+            raise LoadReadError(f"GET {path}: HTTP {response.status_code}")
+        if self.source == "metrics":
+            return parse_metrics_text(response.text)
+        try:
+            document = response.json()
+        except ValueError:
+            raise LoadReadError("/v1/loads: not JSON") from None
+        return parse_loads_json(document)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Literal["run", "shrink", "skip"]
+    # Share of the profile's prompts, rate and concurrency to keep (1.0 for run, 0 for skip).
+    scale: float
+    foreign: int | None
+    reason: str = ""
+
+
+def decide(load: ServerLoad | None, own_in_flight: int, settings: PoliteSettings) -> Decision:
+    """Before a run: run it whole, scale it down, or skip it, given the foreign traffic."""
+    if not settings.enabled:
+        return Decision("run", 1.0, None)
+    if load is None:
+        if settings.on_unknown == "skip":
+            return Decision("skip", 0.0, None, "load_unknown")
+        return Decision("run", 1.0, None)
+    foreign = max(0, load.foreign(own_in_flight) - settings.tolerance)
+    if foreign >= settings.skip_above:
+        return Decision("skip", 0.0, foreign, "foreign_traffic")
+    if foreign >= settings.shrink_above:
+        if settings.action == "skip":
+            return Decision("skip", 0.0, foreign, "foreign_traffic")
+        scale = max(0.0, 1.0 - foreign / settings.shrink_capacity_requests)
+        if scale <= 0.0:
+            return Decision("skip", 0.0, foreign, "foreign_traffic")
+        return Decision("shrink", scale, foreign, "foreign_traffic")
+    return Decision("run", 1.0, foreign)
+
+
+def too_busy_now(load: ServerLoad, own_in_flight: int, settings: PoliteSettings) -> int | None:
+    """During a run: the foreign request count when it reached ``skip_above`` (abort), else None."""
+    if not settings.enabled:
+        return None
+    foreign = max(0, load.foreign(own_in_flight) - settings.tolerance)
+    return foreign if foreign >= settings.skip_above else None

@@ -1,0 +1,642 @@
+"""Job wiring on APScheduler 3.x (``AsyncIOScheduler``) and the life of one scheduled load run.
+
+Rules, and how they are kept:
+
+- Load runs never overlap. Every load (each profile, and calibration) goes through one slot,
+  ``_current``; it is claimed without an ``await`` between the check and the claim, so two firings
+  on the one event loop cannot both get it. A firing that finds the slot taken is dropped and
+  counted (``sentinel_load_skipped_total{reason="busy"}``), never queued: a backlog of stale
+  reference runs would only pile load on a server that is already busy.
+- A firing of a job that is still running is coalesced by APScheduler (``max_instances=1``) and
+  counted from its event (``sentinel_schedule_coalesced_total{job,reason="running"}``); firings
+  missed while the loop was blocked are collapsed into one (``coalesce=True``) or dropped past the
+  grace time and counted (``reason="misfire"``).
+- Probes and canaries are separate jobs that never touch the slot, so they never wait behind a run.
+- No load before the server is ready plus ``warmup_seconds``; a run that starts within
+  ``reference_exclusion_seconds`` of the server's ready time still runs but is kept out of the
+  reference series. Every run records the server epoch (ready time) and launch-config hash.
+- Before a run: polite check (foreign traffic → run, shrink or skip) and the token budget
+  (shrink to fit or skip). During a run: every check interval, the circuit breaker and the polite
+  check again, the server epoch (a restart aborts the run) and the run's time limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from apscheduler.events import (
+    EVENT_JOB_ERROR,
+    EVENT_JOB_MAX_INSTANCES,
+    EVENT_JOB_MISSED,
+    JobEvent,
+)
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.date import DateTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from sentinel.load.records import LoadCounters
+from sentinel.log import get_logger
+from sentinel.schedule.breaker import BreakerSignals, trip_reason
+from sentinel.schedule.budget import TokenBudget
+from sentinel.schedule.metrics import ScheduleMetrics
+from sentinel.schedule.plan import RunExecutor, RunPlan, RunReport, plan_run
+from sentinel.schedule.polite import LoadReadError, ServerLoad, decide, too_busy_now
+from sentinel.schedule.settings import LoadProfileSettings, ScheduleSettings
+from sentinel.schedule.state import StateDir
+
+__all__ = ["GpuView", "LoadReader", "LoadScheduler", "ServerView"]
+
+_log = get_logger(__name__)
+
+RUNS_FILE = "runs.jsonl"
+RESTARTS_FILE = "restarts.jsonl"
+# How long an interrupted run may take to hand back its partial result before it is torn down.
+_CANCEL_GRACE_SECONDS = 10.0
+
+
+class ServerView(Protocol):
+    """What the scheduler needs to know about the supervised server."""
+
+    def ready_epoch(self) -> float | None:
+        """Wall-clock time the current server life became ready; None when not ready now."""
+
+    def launch_hash(self) -> str | None:
+        """Hash of the launch configuration of the current server life."""
+
+
+class GpuView(Protocol):
+    def max_temperature_celsius(self) -> float | None: ...
+
+    def throttled(self) -> bool | None: ...
+
+
+class LoadReader(Protocol):
+    async def read(self) -> ServerLoad: ...
+
+
+@dataclass
+class _Current:
+    profile: str
+    kind: str
+    started_at: float
+    counters: LoadCounters
+    task: asyncio.Task[Any] | None = None
+    cancel_reason: str | None = None
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
+
+
+class LoadScheduler:
+    def __init__(
+        self,
+        settings: ScheduleSettings,
+        *,
+        server: ServerView,
+        executor: RunExecutor,
+        metrics: ScheduleMetrics,
+        state: StateDir,
+        load_reader: LoadReader | None,
+        gpu: GpuView | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.server = server
+        self.executor = executor
+        self.metrics = metrics
+        self.state = state
+        self.load_reader = load_reader
+        self.gpu = gpu
+        self._clock = clock
+        self.budget = TokenBudget(settings.budget.tokens_per_hour, clock=clock)
+        self._scheduler: AsyncIOScheduler | None = None
+        self._current: _Current | None = None
+        self._last_epoch: float | None = None
+        self._recent: deque[dict[str, Any]] = deque(maxlen=50)
+        self._restarts: deque[dict[str, Any]] = deque(maxlen=50)
+        self._stopping = False
+        self.last_tick = time.monotonic()
+
+    # -- life cycle -----------------------------------------------------------------------------
+
+    def restore(self) -> None:
+        """Reload the run and restart history: budget spending and the status page survive a restart."""
+        runs = self.state.history(RUNS_FILE, limit=self.settings.history_runs)
+        spent = []
+        for record in runs:
+            tokens = record.get("budget_tokens")
+            start, end = record.get("started_at"), record.get("finished_at")
+            if isinstance(tokens, int) and isinstance(start, int | float) and isinstance(end, int | float):
+                spent.append((float(start), float(end), tokens))
+        self.budget.restore(spent)
+        self._recent.extend(runs[-self._recent.maxlen :] if self._recent.maxlen else runs)
+        restarts = self.state.history(RESTARTS_FILE, limit=self.settings.history_restarts)
+        self._restarts.extend(restarts[-50:])
+        if restarts and isinstance(restarts[-1].get("ready_at"), int | float):
+            # The same server life seen again (the daemon restarted, the server did not): no new epoch.
+            self._last_epoch = float(restarts[-1]["ready_at"])
+        self._update_budget_gauges()
+
+    async def start(self) -> None:
+        """Create the scheduler and its jobs. Must be called from the running event loop."""
+        self.metrics.declare_profiles(self.settings.profiles)
+        self._scheduler = AsyncIOScheduler(
+            timezone=datetime.now().astimezone().tzinfo,
+            job_defaults={
+                "coalesce": True,
+                "max_instances": 1,
+                "misfire_grace_time": int(self.settings.misfire_grace_seconds),
+            },
+        )
+        self._scheduler.add_listener(
+            self._on_event, EVENT_JOB_ERROR | EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES
+        )
+        self._add_load_jobs()
+        self.add_interval_job("server_watch", self._watch_server, 1.0)
+        self._scheduler.start()
+        await self._watch_server()
+
+    async def stop(self) -> None:
+        """Cancel the run in progress (recorded as cancelled) and shut the scheduler down."""
+        self._stopping = True
+        if self._scheduler is not None and self._scheduler.running:
+            self._scheduler.shutdown(wait=False)
+        await self.cancel_current("shutdown")
+
+    async def cancel_current(self, reason: str) -> None:
+        current = self._current
+        if current is None or current.task is None:
+            return
+        current.cancel_reason = reason
+        current.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await current.task
+
+    def reload(self, settings: ScheduleSettings) -> None:
+        """Apply a new [schedule] section (SIGHUP): jobs, thresholds and the budget limit change live.
+
+        The run in progress keeps the settings it started with; history and spending are kept.
+        """
+        self.settings = settings
+        self.budget.set_limit(settings.budget.tokens_per_hour)
+        self.metrics.declare_profiles(settings.profiles)
+        if self._scheduler is not None:
+            for job in self._scheduler.get_jobs():
+                if job.id.startswith(("load:", "ready:")):
+                    job.remove()
+            self._add_load_jobs()
+        self._update_budget_gauges()
+
+    # -- jobs -----------------------------------------------------------------------------------
+
+    def _add_load_jobs(self) -> None:
+        assert self._scheduler is not None
+        for name, profile in self.settings.profiles.items():
+            trigger: CronTrigger | IntervalTrigger
+            jitter = profile.jitter_seconds or None
+            if profile.cron is not None:
+                trigger = CronTrigger.from_crontab(profile.cron, timezone=self._scheduler.timezone)
+                trigger.jitter = jitter
+            else:
+                assert profile.interval_seconds is not None
+                trigger = IntervalTrigger(seconds=profile.interval_seconds, jitter=jitter)
+            self._scheduler.add_job(
+                self.fire, trigger, args=[name], id=f"load:{name}", name=f"load:{name}", replace_existing=True
+            )
+
+    def add_interval_job(
+        self, name: str, func: Callable[[], Awaitable[Any]], seconds: float, *, first_in: float | None = None
+    ) -> None:
+        """A periodic job that never touches the load slot (probes, canaries, GPU refresh)."""
+        assert self._scheduler is not None
+        next_run = datetime.now(UTC) if first_in is None else _dt(time.time() + first_in)
+        self._scheduler.add_job(
+            func,
+            IntervalTrigger(seconds=seconds),
+            id=name,
+            name=name,
+            replace_existing=True,
+            next_run_time=next_run,
+        )
+
+    def add_cron_job(self, name: str, func: Callable[[], Awaitable[Any]], cron: str) -> None:
+        assert self._scheduler is not None
+        trigger = CronTrigger.from_crontab(cron, timezone=self._scheduler.timezone)
+        self._scheduler.add_job(func, trigger, id=name, name=name, replace_existing=True)
+
+    def add_once(self, name: str, func: Callable[[], Awaitable[Any]], at: float) -> None:
+        assert self._scheduler is not None
+        self._scheduler.add_job(
+            func, DateTrigger(run_date=_dt(at)), id=name, name=name, replace_existing=True
+        )
+
+    def _on_event(self, event: JobEvent) -> None:
+        job_id = str(event.job_id)
+        if event.code == EVENT_JOB_ERROR:
+            self.metrics.job_errors.labels(job_id).inc()
+            exc = getattr(event, "exception", None)
+            _log.error("job_failed", job=job_id, error=repr(exc))
+            return
+        reason = "misfire" if event.code == EVENT_JOB_MISSED else "running"
+        self.metrics.coalesced.labels(job_id, reason).inc()
+        if job_id.startswith(("load:", "ready:")):
+            profile = job_id.split(":", 1)[1]
+            self.metrics.skipped.labels(profile, "busy" if reason == "running" else "misfire").inc()
+        _log.info("job_coalesced", job=job_id, reason=reason)
+
+    def next_runs(self) -> dict[str, float]:
+        if self._scheduler is None:
+            return {}
+        out = {}
+        for job in self._scheduler.get_jobs():
+            if job.next_run_time is not None:
+                out[job.id] = job.next_run_time.timestamp()
+        return out
+
+    # -- server epochs --------------------------------------------------------------------------
+
+    async def _watch_server(self) -> None:
+        self.last_tick = time.monotonic()
+        epoch = self.server.ready_epoch()
+        if epoch is None or epoch == self._last_epoch:
+            return
+        self._last_epoch = epoch
+        record = {
+            "ready_at": epoch,
+            "ready_at_iso": _iso(epoch),
+            "launch_hash": self.server.launch_hash(),
+            "seen_at": self._clock(),
+        }
+        self._restarts.append(record)
+        self.state.append(RESTARTS_FILE, record, self.settings.history_restarts)
+        _log.info("server_epoch", ready_at=_iso(epoch), launch_hash=record["launch_hash"])
+        delay = max(self.settings.warmup_seconds, self.settings.reference_exclusion_seconds)
+        for name, profile in self.settings.profiles.items():
+            if profile.run_on_ready and self._scheduler is not None:
+                self.add_once(f"ready:{name}", functools.partial(self.fire, name), epoch + delay + 0.05)
+
+    # -- one run --------------------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        return self._current is not None
+
+    def _skip(self, profile: str, reason: str, **extra: Any) -> str:
+        self.metrics.skipped.labels(profile, reason).inc()
+        _log.info("load_skipped", profile=profile, reason=reason, **extra)
+        record = {"kind": "skip", "profile": profile, "reason": reason, "at": self._clock(), **extra}
+        self._recent.append(record)
+        self.state.append(RUNS_FILE, record, self.settings.history_runs)
+        return f"skipped:{reason}"
+
+    async def _read_load(self) -> ServerLoad | None:
+        if self.load_reader is None:
+            return None
+        try:
+            return await self.load_reader.read()
+        except LoadReadError as exc:
+            _log.warning("server_load_unreadable", error=str(exc))
+            return None
+
+    async def fire(self, profile: str) -> str:
+        """One firing of a profile's schedule. Returns what happened (for logs and tests)."""
+        profile_settings = self.settings.profiles.get(profile)
+        if profile_settings is None or self._stopping:
+            return "gone"
+        if self._current is not None:
+            return self._skip(profile, "busy", running=self._current.profile)
+        # Claimed with no await since the check above: nothing else on the loop can slip in.
+        current = _Current(profile, "load", self._clock(), LoadCounters())
+        self._current = current
+        try:
+            return await self._run_profile(profile, profile_settings, current)
+        finally:
+            self._current = None
+            self.metrics.running.labels(profile).set(0)
+
+    async def _run_profile(self, profile: str, settings: LoadProfileSettings, current: _Current) -> str:
+        now = self._clock()
+        epoch = self.server.ready_epoch()
+        if epoch is None:
+            return self._skip(profile, "server_not_ready")
+        if now < epoch + self.settings.warmup_seconds:
+            return self._skip(profile, "warmup", ready_at=epoch)
+        load = await self._read_load() if self.settings.polite.enabled else None
+        if load is not None:
+            self.metrics.foreign.set(load.foreign(0))
+        decision = decide(load, 0, self.settings.polite)
+        if decision.action == "skip":
+            return self._skip(profile, decision.reason, foreign=decision.foreign)
+        plan = plan_run(profile, settings, decision.scale)
+        if decision.action == "shrink":
+            self.metrics.shrunk.labels(profile, "foreign_traffic").inc()
+        remaining = self.budget.remaining()
+        if plan.max_tokens > remaining:
+            per_request = settings.input_len + settings.output_len
+            fitting = remaining // per_request - 1  # minus the warm-up request
+            if fitting < min(self.settings.budget.min_prompts, settings.num_prompts):
+                self._update_budget_gauges()
+                return self._skip(profile, "budget", needed=plan.max_tokens, remaining=remaining)
+            plan = plan_run(profile, settings, min(plan.scale, fitting / settings.num_prompts))
+            if plan.max_tokens > remaining:  # rounding guard: never exceed
+                plan = RunPlan(
+                    profile, settings, plan.scale, int(fitting), plan.request_rate, plan.max_concurrency
+                )
+            self.metrics.shrunk.labels(profile, "budget").inc()
+        reservation = self.budget.reserve(plan.max_tokens)
+        if reservation is None:
+            return self._skip(profile, "budget", needed=plan.max_tokens, remaining=self.budget.remaining())
+        self._update_budget_gauges()
+        reference = now >= epoch + self.settings.reference_exclusion_seconds and plan.full_size
+        launch_hash = self.server.launch_hash()
+        _log.info(
+            "load_run_start",
+            profile=profile,
+            prompts=plan.num_prompts,
+            rate=plan.request_rate,
+            scale=round(plan.scale, 3),
+            foreign=decision.foreign,
+            reference=reference,
+        )
+        self.metrics.running.labels(profile).set(1)
+        started = self._clock()
+        report, outcome, abort_reason = await self._execute(plan, current, epoch)
+        finished = self._clock()
+        # An interrupted run known only from its counters may have spent up to its reservation.
+        exact = report is not None and report.exact_tokens
+        spent = plan.max_tokens
+        if exact and report is not None:
+            spent = report.input_tokens + report.output_tokens + report.warmup_tokens
+        self.budget.settle(reservation, spent)
+        self._update_budget_gauges()
+        return self._record(
+            plan,
+            report,
+            outcome,
+            abort_reason,
+            started,
+            finished,
+            epoch,
+            launch_hash,
+            reference,
+            decision.foreign,
+            min(spent, plan.max_tokens),
+        )
+
+    async def _execute(
+        self, plan: RunPlan, current: _Current, epoch: float
+    ) -> tuple[RunReport | None, str, str | None]:
+        cancel = asyncio.Event()
+        run_task: asyncio.Task[RunReport] = asyncio.ensure_future(
+            self.executor(plan, current.counters, cancel)
+        )
+        current.task = asyncio.current_task()
+        monitor = asyncio.ensure_future(self._monitor(plan, current.counters, epoch))
+        abort_reason: str | None = None
+        try:
+            done, _ = await asyncio.wait({run_task, monitor}, return_when=asyncio.FIRST_COMPLETED)
+            if run_task not in done:
+                abort_reason = monitor.result()
+        except asyncio.CancelledError:
+            # stop() or cancel_current(): the reason was left on `current`.
+            abort_reason = current.cancel_reason or "shutdown"
+        monitor.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await monitor
+        report: RunReport | None = None
+        if abort_reason is not None and not run_task.done():
+            # The engine stops sending, aborts what is in flight and returns the partial result.
+            cancel.set()
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(run_task), _CANCEL_GRACE_SECONDS)
+            if not run_task.done():
+                run_task.cancel()
+        try:
+            report = await run_task
+        except asyncio.CancelledError:
+            report = None
+        except Exception as exc:  # the engine failed as a whole (not one request): count, never crash
+            _log.error("load_run_failed", profile=plan.profile, error=repr(exc))
+            if abort_reason is None:
+                return _report_from_counters(current.counters), "failed", None
+        if abort_reason is not None:
+            outcome = "cancelled" if abort_reason == "shutdown" else "aborted"
+            return report or _report_from_counters(current.counters), outcome, abort_reason
+        assert report is not None
+        if report.requests.get("success", 0) == 0:
+            return report, "failed", None
+        return report, "completed", None
+
+    async def _monitor(self, plan: RunPlan, counters: LoadCounters, epoch: float) -> str:
+        """Runs beside the load; returns an abort reason as soon as one holds."""
+        interval = min(
+            self.settings.breaker.check_interval_seconds, self.settings.polite.check_interval_seconds
+        )
+        deadline = time.monotonic() + plan.settings.timeout_seconds
+        while True:
+            await asyncio.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+            if time.monotonic() >= deadline:
+                return "timeout"
+            if self.server.ready_epoch() != epoch:
+                return "server_restart"
+            load = await self._read_load() if self.load_reader is not None else None
+            if load is not None:
+                self.metrics.foreign.set(load.foreign(counters.in_flight))
+                if too_busy_now(load, counters.in_flight, self.settings.polite) is not None:
+                    return "foreign_traffic"
+            signals = BreakerSignals(
+                finished=counters.completed + counters.failed,
+                failed=counters.failed,
+                kv_usage=load.token_usage if load is not None else None,
+                max_gpu_temperature_celsius=self.gpu.max_temperature_celsius() if self.gpu else None,
+                gpu_throttled=self.gpu.throttled() if self.gpu else None,
+            )
+            reason = trip_reason(signals, self.settings.breaker)
+            if reason is not None:
+                return reason
+
+    def _record(
+        self,
+        plan: RunPlan,
+        report: RunReport | None,
+        outcome: str,
+        abort_reason: str | None,
+        started: float,
+        finished: float,
+        epoch: float,
+        launch_hash: str | None,
+        reference: bool,
+        foreign: int | None,
+        budget_tokens: int,
+    ) -> str:
+        profile = plan.profile
+        m = self.metrics
+        m.runs.labels(profile, outcome).inc()
+        if abort_reason is not None:
+            m.aborts.labels(profile, abort_reason).inc()
+        if report is not None:
+            for key, count in report.requests.items():
+                if count:
+                    m.requests.labels(profile, key).inc(count)
+            m.output_tokens.labels(profile).inc(report.output_tokens)
+            m.input_tokens.labels(profile).inc(report.input_tokens)
+        is_reference = (
+            reference and outcome == "completed" and report is not None and report.figures is not None
+        )
+        if outcome == "completed" and not is_reference:
+            m.excluded.labels(profile, "shrunk" if not plan.full_size else "restart_window").inc()
+        if is_reference and report is not None and report.figures is not None:
+            m.set_figures(profile, report.figures)
+            m.observe(profile, report.timings)
+        record: dict[str, Any] = {
+            "kind": "run",
+            "profile": profile,
+            "outcome": outcome,
+            "abort_reason": abort_reason,
+            "started_at": started,
+            "finished_at": finished,
+            "started_at_iso": _iso(started),
+            "reference": is_reference,
+            "scale": round(plan.scale, 4),
+            "num_prompts": plan.num_prompts,
+            "request_rate": plan.request_rate,
+            "foreign_requests": foreign,
+            "server_epoch": epoch,
+            "launch_hash": launch_hash,
+            "budget_tokens": budget_tokens,
+        }
+        if report is not None:
+            record.update(
+                requests=report.requests,
+                input_tokens=report.input_tokens,
+                output_tokens=report.output_tokens,
+                summary=report.summary,
+            )
+        self._recent.append(record)
+        self.state.append(RUNS_FILE, record, self.settings.history_runs)
+        _log.info(
+            "load_run_end",
+            profile=profile,
+            outcome=outcome,
+            abort_reason=abort_reason,
+            reference=is_reference,
+            seconds=round(finished - started, 3),
+            output_throughput=(report.summary.get("output_throughput") if report else None),
+        )
+        return outcome if abort_reason is None else f"{outcome}:{abort_reason}"
+
+    # -- exclusive non-profile work (calibration) -----------------------------------------------
+
+    async def run_exclusive(
+        self, kind: str, max_tokens: int, work: Callable[[LoadCounters], Coroutine[Any, Any, int]]
+    ) -> str:
+        """Run other load (calibration) in the load slot and under the budget.
+
+        ``work`` returns the tokens it really spent. It is skipped (and counted under ``kind`` as
+        the profile label) when the slot is taken, the server is not ready, or the budget is short.
+        """
+        if self._current is not None:
+            return self._skip(kind, "busy", running=self._current.profile)
+        current = _Current(kind, kind, self._clock(), LoadCounters())
+        self._current = current
+        try:
+            epoch = self.server.ready_epoch()
+            if epoch is None:
+                return self._skip(kind, "server_not_ready")
+            if self._clock() < epoch + self.settings.warmup_seconds:
+                return self._skip(kind, "warmup")
+            reservation = self.budget.reserve(max_tokens)
+            if reservation is None:
+                return self._skip(kind, "budget", needed=max_tokens, remaining=self.budget.remaining())
+            self._update_budget_gauges()
+            started = self._clock()
+            spent = max_tokens
+            task = asyncio.ensure_future(work(current.counters))
+            current.task = asyncio.current_task()
+            outcome = "completed"
+            try:
+                spent = await task
+            except asyncio.CancelledError:
+                task.cancel()
+                outcome = "cancelled"
+            except Exception as exc:
+                _log.error("exclusive_run_failed", kind=kind, error=repr(exc))
+                outcome = "failed"
+            finally:
+                self.budget.settle(reservation, spent)
+                self._update_budget_gauges()
+            record = {
+                "kind": kind,
+                "profile": kind,
+                "outcome": outcome,
+                "started_at": started,
+                "finished_at": self._clock(),
+                "started_at_iso": _iso(started),
+                "server_epoch": epoch,
+                "launch_hash": self.server.launch_hash(),
+                "budget_tokens": min(spent, max_tokens),
+            }
+            self._recent.append(record)
+            self.state.append(RUNS_FILE, record, self.settings.history_runs)
+            return outcome
+        finally:
+            self._current = None
+
+    # -- views ----------------------------------------------------------------------------------
+
+    def _update_budget_gauges(self) -> None:
+        self.metrics.budget_limit.set(self.budget.tokens_per_hour)
+        self.metrics.budget_remaining.set(self.budget.remaining())
+
+    def snapshot(self) -> dict[str, Any]:
+        current = self._current
+        return {
+            "current": None
+            if current is None
+            else {
+                "profile": current.profile,
+                "kind": current.kind,
+                "started_at": current.started_at,
+                "in_flight": current.counters.in_flight,
+                "completed": current.counters.completed,
+                "failed": current.counters.failed,
+            },
+            "recent": list(self._recent),
+            "restarts": list(self._restarts),
+            "budget": {
+                "tokens_per_hour": self.budget.tokens_per_hour,
+                "spent": self.budget.spent(),
+                "remaining": self.budget.remaining(),
+            },
+            "next_runs": self.next_runs(),
+            "profiles": {name: p.model_dump() for name, p in self.settings.profiles.items()},
+        }
+
+
+def _report_from_counters(counters: LoadCounters) -> RunReport:
+    """What an interrupted run can still say: its live counters (no per-request figures)."""
+    requests = {"success": counters.completed, "failed": counters.failed}
+    if counters.in_flight:
+        requests["cancelled"] = counters.in_flight
+    return RunReport(
+        requests=requests,
+        input_tokens=0,
+        output_tokens=counters.output_tokens,
+        figures=None,
+        cancelled=True,
+        exact_tokens=False,
+    )
+
+
+def _dt(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)

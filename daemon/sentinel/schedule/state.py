@@ -1,0 +1,171 @@
+"""The daemon's state directory: small JSON documents and bounded JSONL histories.
+
+Layout (all under ``state_dir``)::
+
+    capacity.json      last calibration's capacity figures (reloaded at start for the gauges)
+    runs.jsonl         one line per load run or skipped firing, newest last, bounded
+    restarts.jsonl     one line per server (re)start seen by the daemon, bounded
+    calibration/       the calibration package's own result store
+
+Writes of whole documents are atomic (temporary file in the same directory, fsync, rename,
+fsync of the directory), so a power cut leaves the old or the new version, never half of one.
+History lines are appended with one ``write`` each; a torn last line (crash mid-append) is
+skipped on read. When a history grows past twice its bound it is rewritten atomically with the
+newest ``limit`` lines, so appends stay O(1) and the file stays bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from sentinel.log import get_logger
+
+__all__ = ["StateDir", "StateError", "atomic_write_bytes"]
+
+_log = get_logger(__name__)
+
+
+class StateError(Exception):
+    """The state directory cannot be used (missing permission, read-only filesystem...)."""
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically (same-directory temp file + fsync + rename)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    # The rename is durable only once the directory entry is; some filesystems refuse the open.
+    with contextlib.suppress(OSError):
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+class StateDir:
+    """Owns one state directory. Every method is synchronous and quick (files are small)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.write_failures = 0
+
+    def ensure(self) -> None:
+        """Create the directory and prove it is writable, or raise :class:`StateError`."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            probe = self.path / ".write-test"
+            atomic_write_bytes(probe, b"ok\n")
+            probe.unlink()
+        except OSError as exc:
+            raise StateError(f"state directory {self.path}: {exc.strerror or exc}") from None
+
+    # -- whole documents ------------------------------------------------------------------------
+
+    def write_json(self, name: str, document: Mapping[str, Any]) -> bool:
+        """Atomically replace ``name``. Returns False (logged, counted) when the disk refuses."""
+        data = (json.dumps(document, sort_keys=True, indent=1, default=str) + "\n").encode()
+        try:
+            atomic_write_bytes(self.path / name, data)
+        except OSError as exc:
+            self.write_failures += 1
+            _log.error("state_write_failed", file=name, error=str(exc))
+            return False
+        return True
+
+    def read_json(self, name: str) -> dict[str, Any] | None:
+        """The document, or None when it is missing or unreadable (logged; the file is kept)."""
+        path = self.path / name
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            _log.error("state_read_failed", file=name, error=str(exc))
+            return None
+        try:
+            value = json.loads(raw)
+        except ValueError as exc:
+            _log.error("state_file_corrupt", file=name, error=str(exc))
+            return None
+        if not isinstance(value, dict):
+            _log.error("state_file_corrupt", file=name, error="not a JSON object")
+            return None
+        return value
+
+    # -- bounded histories ----------------------------------------------------------------------
+
+    def append(self, name: str, record: Mapping[str, Any], limit: int) -> bool:
+        """Append one record to the JSONL history ``name`` and keep at most ~2*limit lines on disk."""
+        path = self.path / name
+        line = (json.dumps(record, sort_keys=True, default=str, separators=(",", ":")) + "\n").encode()
+        try:
+            # O_APPEND: one write per line, so concurrent readers never see two records interleaved.
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                os.write(fd, line)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if self._line_count(path) > 2 * limit:
+                self._truncate(path, limit)
+        except OSError as exc:
+            self.write_failures += 1
+            _log.error("state_write_failed", file=name, error=str(exc))
+            return False
+        return True
+
+    def history(self, name: str, limit: int | None = None) -> list[dict[str, Any]]:
+        """Records of a history, oldest first; at most the newest ``limit``. Bad lines are skipped."""
+        path = self.path / name
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            _log.error("state_read_failed", file=name, error=str(exc))
+            return []
+        records: list[dict[str, Any]] = []
+        skipped = 0
+        for line in raw.splitlines():
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except ValueError:
+                skipped += 1
+                continue
+            if isinstance(value, dict):
+                records.append(value)
+            else:
+                skipped += 1
+        if skipped:
+            _log.warning("state_history_lines_skipped", file=name, lines=skipped)
+        return records[-limit:] if limit is not None else records
+
+    @staticmethod
+    def _line_count(path: Path) -> int:
+        with path.open("rb") as fh:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 16), b""))
+
+    def _truncate(self, path: Path, limit: int) -> None:
+        lines = path.read_bytes().splitlines(keepends=True)
+        atomic_write_bytes(path, b"".join(lines[-limit:]))

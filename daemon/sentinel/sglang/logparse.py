@@ -1,0 +1,547 @@
+"""Parse one line of an SGLang server log into a typed event.
+
+API
+---
+``parse_line(line: str) -> LogEvent | None``
+    One server log line (stdout or stderr, with or without the trailing newline) → one of the
+    frozen event dataclasses below, or ``None`` for a line that carries nothing we model. Never
+    raises, whatever the input (a malformed batch line is ``None``, not an exception).
+
+``classify_crash(lines: Iterable[str]) -> CrashKind | None``
+    The most specific crash cause found in a log tail (e.g. the last 200 lines before the
+    process died), or ``None`` when no known signature is present. A cause (CUDA OOM, NaN in the
+    sampler, NCCL timeout, …) wins over the generic "scheduler hit an exception" markers that
+    follow it; see ``CRASH_PRIORITY``.
+
+Events (all have ``timestamp: datetime | None`` and ``ranks: Ranks``):
+
+- ``DecodeBatch``  — ``Decode batch`` lines (every ``--decode-log-interval`` = 40 decode steps):
+  ``running_req, used_tokens, token_usage, gen_throughput, queue_req, cuda_graph, accept_len,
+  accept_rate`` and the hybrid-pool / PD-disaggregation / version-specific extras.
+- ``PrefillBatch`` — ``Prefill batch`` lines (one per prefill/extend batch): ``new_seq, new_token,
+  cached_token, token_usage, running_req, queue_req, input_throughput, cuda_graph,
+  pending_token`` and extras.
+- ``Milestone``    — start-up progress (``kind: MilestoneKind``), READY is
+  ``The server is fired up and ready to roll!``.
+- ``ServerCapacity`` — TP0's ``max_total_num_tokens=…, chunked_prefill_size=…`` summary.
+- ``HealthCheckFailed`` — ``Health check failed. Server couldn't get a response …``.
+- ``KvRetraction`` — ``KV cache pool is full. Retract requests. …``.
+- ``Draining``     — ``Gracefully exiting... Remaining number of requests N.`` (SIGTERM drain).
+- ``HttpAccess``   — uvicorn access lines (``127.0.0.1:47108 - "POST /generate HTTP/1.1" 200 OK``).
+- ``CrashSignature`` — a line that identifies why the server is dying (``kind: CrashKind``).
+
+Timestamps are the server's wall clock exactly as printed (SGLang logs local time without a
+zone, optionally with milliseconds under ``SGLANG_LOG_MS``), so they are naive ``datetime``s;
+``None`` for lines without the ``[...]`` prefix (tracebacks, NCCL, uvicorn start-up).
+
+Layouts covered (field order is never relied on — fields are parsed by key): v0.5.9 and newer
+(``#pending-token``, ``cuda graph`` before ``input throughput``), Feb-2025 builds (``Decode batch.``
+with a period, no ``cuda graph``), builds with a trailing ``", "``, DP/PP/TP/EP prefixes, PD
+disaggregation fields, speculative ``accept len``/``accept rate``, ``npu graph``/``cpu graph``,
+hybrid SWA / mamba usage, ``SGLANG_LOG_FORWARD_ITERS`` ``[iter]`` tags. Unknown ``key: value``
+fields are kept in ``extra`` so a newer server does not make lines unparseable.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+__all__ = [
+    "CRASH_PRIORITY",
+    "CrashKind",
+    "CrashSignature",
+    "DecodeBatch",
+    "Draining",
+    "HealthCheckFailed",
+    "HttpAccess",
+    "KvRetraction",
+    "LogEvent",
+    "Milestone",
+    "MilestoneKind",
+    "PrefillBatch",
+    "Ranks",
+    "ServerCapacity",
+    "classify_crash",
+    "parse_line",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Ranks:
+    """The parallel ranks in a scheduler line's prefix (``[… DP0 TP0 EP0]``); ``None`` = not printed."""
+
+    dp: int | None = None
+    pp: int | None = None
+    attn_cp: int | None = None
+    moe_dp: int | None = None
+    tp: int | None = None
+    ep: int | None = None
+
+
+NO_RANKS = Ranks()
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeBatch:
+    timestamp: datetime | None
+    ranks: Ranks
+    running_req: int
+    #: KV tokens in use (``#token``; ``max(#full token, #swa token)`` on hybrid-SWA pools).
+    used_tokens: int | None
+    #: KV usage ratio; on hybrid pools the max of the parts, as SGLang's ``token_usage`` gauge.
+    token_usage: float
+    #: Tokens generated since the previous Decode line ÷ seconds since it (tokens/second).
+    gen_throughput: float
+    queue_req: int
+    #: Whether the step ran as a captured graph; ``None`` in builds that did not print it.
+    cuda_graph: bool | None = None
+    #: ``cuda``, ``npu`` or ``cpu`` — which ``… graph:`` key the line carried.
+    graph_backend: str | None = None
+    accept_len: float | None = None
+    accept_rate: float | None = None
+    full_token_usage: float | None = None
+    swa_token_usage: float | None = None
+    mamba_usage: float | None = None
+    prealloc_usage: float | None = None
+    prealloc_req: int | None = None
+    transfer_req: int | None = None
+    retracted_req: int | None = None
+    #: Forward-pass counter printed under ``SGLANG_LOG_FORWARD_ITERS``.
+    iteration: int | None = None
+    #: Fields this parser does not model, as printed: ``(("fwd occupancy", "81%"),)``.
+    extra: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillBatch:
+    timestamp: datetime | None
+    ranks: Ranks
+    new_seq: int
+    #: Prompt tokens computed in this batch (not served from the prefix cache).
+    new_token: int
+    #: Prompt tokens served from the prefix cache.
+    cached_token: int
+    token_usage: float
+    running_req: int
+    queue_req: int
+    #: v0.5.9 divides the PREVIOUS batch's ``#new-token`` by the gap since the previous line.
+    input_throughput: float
+    cuda_graph: bool | None = None
+    graph_backend: str | None = None
+    pending_token: int | None = None
+    full_token_usage: float | None = None
+    swa_token_usage: float | None = None
+    mamba_usage: float | None = None
+    prealloc_req: int | None = None
+    inflight_req: int | None = None
+    iteration: int | None = None
+    extra: tuple[tuple[str, str], ...] = ()
+
+
+class MilestoneKind(StrEnum):
+    SERVER_ARGS = "server_args"
+    INIT_DISTRIBUTED_BEGIN = "init_distributed_begin"
+    INIT_DISTRIBUTED_END = "init_distributed_end"
+    LOAD_WEIGHT_BEGIN = "load_weight_begin"
+    LOAD_WEIGHT_END = "load_weight_end"
+    KV_CACHE_ALLOCATED = "kv_cache_allocated"
+    MEMORY_POOL_END = "memory_pool_end"
+    CUDA_GRAPH_CAPTURE_BEGIN = "cuda_graph_capture_begin"
+    CUDA_GRAPH_CAPTURE_END = "cuda_graph_capture_end"
+    HTTP_LISTENING = "http_listening"
+    READY = "ready"
+
+
+@dataclass(frozen=True, slots=True)
+class Milestone:
+    timestamp: datetime | None
+    ranks: Ranks
+    kind: MilestoneKind
+    #: The log message after the prefix, for display.
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ServerCapacity:
+    timestamp: datetime | None
+    ranks: Ranks
+    max_total_num_tokens: int
+    chunked_prefill_size: int | None
+    max_prefill_tokens: int | None
+    max_running_requests: int | None
+    context_len: int | None
+    #: ``available_gpu_mem=… GB`` converted to bytes (SGLang's GB are GiB: ``/ (1 << 30)``).
+    available_gpu_mem_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class HealthCheckFailed:
+    timestamp: datetime | None
+    ranks: Ranks
+    #: ``SGLANG_HEALTH_CHECK_TIMEOUT`` as printed.
+    timeout_seconds: float
+    #: ``HH:MM:SS`` strings as printed (no date in the line).
+    tic: str | None
+    last_heartbeat: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class KvRetraction:
+    timestamp: datetime | None
+    ranks: Ranks
+    retracted_reqs: int
+    new_tokens_gained: int
+    new_token_ratio_before: float | None
+    new_token_ratio_after: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Draining:
+    timestamp: datetime | None
+    ranks: Ranks
+    remaining_requests: int
+
+
+@dataclass(frozen=True, slots=True)
+class HttpAccess:
+    timestamp: datetime | None
+    client: str
+    method: str
+    path: str
+    status: int
+
+
+class CrashKind(StrEnum):
+    """Why an SGLang server died; values are stable label values (``reason="cuda_oom"``)."""
+
+    # Causes: what actually went wrong.
+    PORT_IN_USE = "port_in_use"
+    NAN_IN_SAMPLER = "nan_in_sampler"
+    CUDA_OOM = "cuda_oom"
+    UNSUPPORTED_ARCH = "unsupported_arch"
+    NCCL_TIMEOUT = "nccl_timeout"
+    NCCL_ERROR = "nccl_error"
+    CUDA_ERROR = "cuda_error"
+    WATCHDOG_TIMEOUT = "watchdog_timeout"
+    # Markers: SGLang's generic "something failed" lines that follow a cause.
+    WARMUP_FAILED = "warmup_failed"
+    SCHEDULER_EXCEPTION = "scheduler_exception"
+    DETOKENIZER_EXCEPTION = "detokenizer_exception"
+    RANK_DEAD = "rank_dead"
+    INIT_FAILED = "init_failed"
+    CHILD_FAILED = "child_failed"
+
+
+#: Most specific first: ``classify_crash`` returns the first of these seen anywhere in the tail.
+#: NaN beats CUDA error (the sampler assert surfaces as "device-side assert triggered"); OOM beats
+#: CUDA error ("CUDA error: out of memory"); an NCCL timeout explains the watchdog that follows.
+CRASH_PRIORITY: tuple[CrashKind, ...] = tuple(CrashKind)
+
+
+@dataclass(frozen=True, slots=True)
+class CrashSignature:
+    timestamp: datetime | None
+    ranks: Ranks
+    kind: CrashKind
+    #: The whole line (stripped), for the supervisor's "last error" display.
+    line: str
+
+    @property
+    def is_cause(self) -> bool:
+        return CRASH_PRIORITY.index(self.kind) < CRASH_PRIORITY.index(CrashKind.WARMUP_FAILED)
+
+
+LogEvent = (
+    DecodeBatch
+    | PrefillBatch
+    | Milestone
+    | ServerCapacity
+    | HealthCheckFailed
+    | KvRetraction
+    | Draining
+    | HttpAccess
+    | CrashSignature
+)
+
+# ---------------------------------------------------------------------------------------------
+# Prefix: "[2026-04-08 14:05:21 TP0] " or "[2026-04-08 14:05:21.123 DP0 TP0 EP0] ".
+_PREFIX = re.compile(r"\[(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?((?: [A-Z_]+\d+)*)\] ")
+_RANK = re.compile(r" ([A-Z_]+?)(\d+)")
+_RANK_FIELDS = {"DP": "dp", "PP": "pp", "ATTN_CP": "attn_cp", "MOE_DP": "moe_dp", "TP": "tp", "EP": "ep"}
+_BATCH_HEAD = re.compile(r"(Decode|Prefill) batch(?: \[(\d+)\])?[,.] ")
+
+
+def _ranks(text: str) -> Ranks:
+    if not text:
+        return NO_RANKS
+    values: dict[str, int] = {}
+    for name, number in _RANK.findall(text):
+        attr = _RANK_FIELDS.get(name)
+        if attr is not None:
+            values[attr] = int(number)
+    return Ranks(**values) if values else NO_RANKS
+
+
+def _bool(text: str) -> bool:
+    if text == "True":
+        return True
+    if text == "False":
+        return False
+    raise ValueError(text)
+
+
+# key as printed → (attribute, converter). Shared by both batch kinds; each dataclass ignores
+# what it does not have (checked in _build via __slots__).
+_Conv = Callable[[str], object]
+_FIELDS: dict[str, tuple[str, _Conv]] = {
+    "#running-req": ("running_req", int),
+    "#token": ("used_tokens", int),
+    "token usage": ("token_usage", float),
+    "gen throughput (token/s)": ("gen_throughput", float),
+    "#queue-req": ("queue_req", int),
+    "accept len": ("accept_len", float),
+    "accept rate": ("accept_rate", float),
+    "#full token": ("_full_tokens", int),
+    "full token usage": ("full_token_usage", float),
+    "#swa token": ("_swa_tokens", int),
+    "swa token usage": ("swa_token_usage", float),
+    "mamba num": ("_mamba_num", int),
+    "mamba usage": ("mamba_usage", float),
+    "pre-allocated usage": ("prealloc_usage", float),
+    "#prealloc-req": ("prealloc_req", int),
+    "#transfer-req": ("transfer_req", int),
+    "#retracted-req": ("retracted_req", int),
+    "#inflight-req": ("inflight_req", int),
+    "#new-seq": ("new_seq", int),
+    "#new-token": ("new_token", int),
+    "#cached-token": ("cached_token", int),
+    "#pending-token": ("pending_token", int),
+    "input throughput (token/s)": ("input_throughput", float),
+    "cuda graph": ("cuda_graph", _bool),
+    "npu graph": ("cuda_graph", _bool),
+    "cpu graph": ("cuda_graph", _bool),
+}
+_GRAPH_BACKEND = {"cuda graph": "cuda", "npu graph": "npu", "cpu graph": "cpu"}
+_DECODE_SLOTS = frozenset(DecodeBatch.__slots__)
+_PREFILL_SLOTS = frozenset(PrefillBatch.__slots__)
+
+
+def _parse_batch(
+    kind: str, iteration: str | None, body: str, ts: datetime | None, ranks: Ranks
+) -> DecodeBatch | PrefillBatch | None:
+    values: dict[str, object] = {}
+    extra: list[tuple[str, str]] = []
+    for piece in body.split(", "):
+        piece = piece.strip().rstrip(",")
+        if not piece:
+            continue  # the trailing ", " of some builds
+        key, sep, raw = piece.partition(": ")
+        if not sep:
+            extra.append((piece, ""))
+            continue
+        spec = _FIELDS.get(key)
+        if spec is None:
+            extra.append((key, raw))
+            continue
+        attr, conv = spec
+        try:
+            values[attr] = conv(raw)
+        except ValueError:
+            return None
+        if attr == "cuda_graph":
+            values["graph_backend"] = _GRAPH_BACKEND[key]
+    # Hybrid pools print usage per pool; fold them the way SGLang's own gauges do.
+    full_tokens = values.pop("_full_tokens", None)
+    swa_tokens = values.pop("_swa_tokens", None)
+    values.pop("_mamba_num", None)
+    if "token_usage" not in values:
+        parts = [
+            v for v in (values.get("full_token_usage"), values.get("swa_token_usage")) if isinstance(v, float)
+        ]
+        if parts:
+            values["token_usage"] = max(parts)
+    if "used_tokens" not in values and isinstance(full_tokens, int):
+        values["used_tokens"] = max(full_tokens, swa_tokens) if isinstance(swa_tokens, int) else full_tokens
+    if iteration is not None:
+        values["iteration"] = int(iteration)
+    if extra:
+        values["extra"] = tuple(extra)
+    if kind == "Decode":
+        values.setdefault("used_tokens", None)
+        cls: type[DecodeBatch] | type[PrefillBatch] = DecodeBatch
+        slots = _DECODE_SLOTS
+    else:
+        cls, slots = PrefillBatch, _PREFILL_SLOTS
+    kwargs = {k: v for k, v in values.items() if k in slots}
+    try:
+        return cls(timestamp=ts, ranks=ranks, **kwargs)  # type: ignore[arg-type]
+    except TypeError:
+        return None  # a required field is missing: not a layout we understand
+
+
+# ---------------------------------------------------------------------------------------------
+_MILESTONES: tuple[tuple[str, MilestoneKind], ...] = (
+    ("The server is fired up and ready to roll!", MilestoneKind.READY),
+    ("server_args=ServerArgs(", MilestoneKind.SERVER_ARGS),
+    ("Init torch distributed begin", MilestoneKind.INIT_DISTRIBUTED_BEGIN),
+    ("Init torch distributed ends", MilestoneKind.INIT_DISTRIBUTED_END),
+    ("Load weight begin", MilestoneKind.LOAD_WEIGHT_BEGIN),
+    ("Load weight end", MilestoneKind.LOAD_WEIGHT_END),
+    ("KV Cache is allocated", MilestoneKind.KV_CACHE_ALLOCATED),
+    ("Memory pool end", MilestoneKind.MEMORY_POOL_END),
+    ("Uvicorn running on", MilestoneKind.HTTP_LISTENING),
+)
+# "Capture cuda graph begin", "Capture cuda graph bs [...]", "Capture target decode CUDA graph end."
+_GRAPH_CAPTURE = re.compile(r"Capture (?:[\w ]+ )?cuda graph (begin|end|bs)", re.IGNORECASE)
+_CAPACITY_KEYS = re.compile(
+    r"max_total_num_tokens=(\d+)(?:, chunked_prefill_size=(-?\d+))?(?:, max_prefill_tokens=(\d+))?"
+    r"(?:, max_running_requests=(\d+))?(?:, context_len=(\d+))?(?:, available_gpu_mem=([\d.]+) GB)?"
+)
+_HEALTH = re.compile(
+    r"Health check failed\. Server couldn't get a response from detokenizer for last ([\d.]+) seconds\."
+    r"(?: tic start time: ([\d:]+)\.)?(?: last_heartbeat time: ([\d:]+))?"
+)
+_RETRACT = re.compile(
+    r"KV cache pool is full\. Retract requests\. #retracted_reqs: (\d+), #new_tokens_gained: (\d+)"
+    r"(?:, #new_token_ratio: ([\d.]+) -> ([\d.]+))?"
+)
+_DRAIN = re.compile(r"Gracefully exiting\.\.\. Remaining number of requests (\d+)")
+_ACCESS = re.compile(r'(?:INFO: +)?(\S+:\d+) - "([A-Z]+) (\S+) HTTP/[\d.]+" (\d{3})')
+
+# One alternation, one scan per line; group names map to kinds. Order inside the alternation only
+# matters within one line, where the earlier (more specific) alternative wins.
+_CRASH_PATTERNS: tuple[tuple[CrashKind, str], ...] = (
+    (CrashKind.NAN_IN_SAMPLER, r"probability tensor contains either `?inf`?, `?nan`? or element < 0"),
+    (CrashKind.NAN_IN_SAMPLER, r"Detected errors during sampling! NaN in the logits"),
+    (CrashKind.CUDA_OOM, r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"),
+    (CrashKind.CUDA_OOM, r"(?:Prefill|Decode) out of memory\. Try to lower your batch size"),
+    (CrashKind.CUDA_OOM, r"Not enough memory\. Please try to increase --mem-fraction-static"),
+    (CrashKind.PORT_IN_USE, r"[Aa]ddress already in use|Port is already in use"),
+    (CrashKind.PORT_IN_USE, r"is not available in \d+ seconds"),
+    (CrashKind.UNSUPPORTED_ARCH, r"Unsupported architecture|no kernel image is available for execution"),
+    (CrashKind.NCCL_TIMEOUT, r"Watchdog caught collective operation timeout"),
+    (CrashKind.NCCL_TIMEOUT, r"ProcessGroupNCCL's watchdog got stuck"),
+    (CrashKind.NCCL_ERROR, r"NCCL error|nccl(?:InternalError|UnhandledCudaError|SystemError)"),
+    (CrashKind.NCCL_ERROR, r"nccl(?:InvalidUsage|RemoteError)"),
+    (CrashKind.CUDA_ERROR, r"CUDA error|illegal memory access|device-side assert"),
+    (CrashKind.CUDA_ERROR, r"CUDA_ERROR_|cudaError\w+|CUBLAS_STATUS_"),
+    (CrashKind.WATCHDOG_TIMEOUT, r"watchdog timeout \(self\.watchdog_timeout=[\d.]+, self\.soft=False\)"),
+    (CrashKind.WARMUP_FAILED, r"Initialization failed\. warmup error"),
+    (CrashKind.SCHEDULER_EXCEPTION, r"Scheduler hit an exception|DataParallelController hit an exception"),
+    (CrashKind.DETOKENIZER_EXCEPTION, r"DetokenizerManager hit an exception"),
+    (CrashKind.RANK_DEAD, r"Rank \d+ scheduler is dead"),
+    (CrashKind.INIT_FAILED, r"Initialization failed\."),
+    (CrashKind.CHILD_FAILED, r"Received sigquit from a child process|SIGQUIT received\..*one child failed"),
+)
+_CRASH = re.compile("|".join(f"(?P<k{i}>{p})" for i, (_, p) in enumerate(_CRASH_PATTERNS)))
+_CRASH_KINDS = {f"k{i}": kind for i, (kind, _) in enumerate(_CRASH_PATTERNS)}
+# Cheap pre-filter: every crash pattern contains one of these (checked before the big regex).
+_CRASH_HINTS = (
+    "nan", "NaN", "memory", "Memory", "in use", "not available", "rchitecture", "kernel image",
+    "atchdog", "NCCL", "nccl", "CUDA", "cuda", "CUBLAS", "device-side", "failed", "exception", "dead",
+    "sigquit", "SIGQUIT",
+)  # fmt: skip
+# With --log-requests SGLang logs prompts and outputs; user text must never look like a crash.
+_REQUEST_LOG_PREFIXES = ("Receive: ", "Finish: ")
+
+
+def parse_line(line: str) -> LogEvent | None:
+    """Parse one SGLang log line; ``None`` if it carries nothing modelled. Never raises."""
+    try:
+        return _parse(line)
+    except Exception:  # a parser must not take the log pump down with it
+        return None
+
+
+def _parse(line: str) -> LogEvent | None:
+    line = line.rstrip("\r\n")
+    ts: datetime | None = None
+    ranks = NO_RANKS
+    msg = line
+    if line.startswith("["):
+        m = _PREFIX.match(line)
+        if m is not None:
+            y, mo, d, h, mi, s, frac, rank_text = m.groups()
+            micro = int(frac.ljust(6, "0")) if frac else 0
+            ts = datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), micro)
+            ranks = _ranks(rank_text)
+            msg = line[m.end() :]
+
+    # Hot path first: batch lines and access lines are nearly everything a busy server prints.
+    if msg.startswith(("Decode batch", "Prefill batch")):
+        head = _BATCH_HEAD.match(msg)
+        if head is None:
+            return None
+        return _parse_batch(head.group(1), head.group(2), msg[head.end() :], ts, ranks)
+    if " HTTP/" in msg:
+        acc = _ACCESS.search(msg)
+        if acc is not None:
+            client, method, path, status = acc.groups()
+            return HttpAccess(ts, client, method, path, int(status))
+    if msg.startswith(_REQUEST_LOG_PREFIXES):
+        return None
+
+    for needle, kind in _MILESTONES:
+        if needle in msg:
+            return Milestone(ts, ranks, kind, msg)
+    if "max_total_num_tokens=" in msg:
+        cap = _CAPACITY_KEYS.search(msg)
+        if cap is not None:
+            total, chunk, prefill, running, ctx, mem = cap.groups()
+            return ServerCapacity(
+                ts,
+                ranks,
+                int(total),
+                int(chunk) if chunk else None,
+                int(prefill) if prefill else None,
+                int(running) if running else None,
+                int(ctx) if ctx else None,
+                round(float(mem) * (1 << 30)) if mem else None,
+            )
+    graph = _GRAPH_CAPTURE.search(msg)
+    if graph is not None:
+        end = graph.group(1).lower() == "end"
+        kind = MilestoneKind.CUDA_GRAPH_CAPTURE_END if end else MilestoneKind.CUDA_GRAPH_CAPTURE_BEGIN
+        return Milestone(ts, ranks, kind, msg)
+    if msg.startswith("Health check failed"):
+        hc = _HEALTH.match(msg)
+        if hc is not None:
+            return HealthCheckFailed(ts, ranks, float(hc.group(1)), hc.group(2), hc.group(3))
+    if msg.startswith("KV cache pool is full"):
+        rt = _RETRACT.match(msg)
+        if rt is not None:
+            before, after = rt.group(3), rt.group(4)
+            return KvRetraction(
+                ts,
+                ranks,
+                int(rt.group(1)),
+                int(rt.group(2)),
+                float(before) if before else None,
+                float(after) if after else None,
+            )
+    if msg.startswith("Gracefully exiting"):
+        dr = _DRAIN.match(msg)
+        if dr is not None:
+            return Draining(ts, ranks, int(dr.group(1)))
+
+    if any(h in msg for h in _CRASH_HINTS):
+        crash = _CRASH.search(msg)
+        if crash is not None and crash.lastgroup is not None:
+            return CrashSignature(ts, ranks, _CRASH_KINDS[crash.lastgroup], line.strip())
+    return None
+
+
+def classify_crash(lines: Iterable[str]) -> CrashKind | None:
+    """The most specific crash cause in a log tail (see ``CRASH_PRIORITY``), or ``None``."""
+    best: int | None = None
+    for line in lines:
+        event = parse_line(line)
+        if isinstance(event, CrashSignature):
+            rank = CRASH_PRIORITY.index(event.kind)
+            if best is None or rank < best:
+                best = rank
+    return None if best is None else CRASH_PRIORITY[best]

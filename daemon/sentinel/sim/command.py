@@ -1,0 +1,153 @@
+"""``sentinel sim``: run the SGLang-compatible simulator in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+from typing import Any
+
+from sentinel.cli import CliError, add_common_options
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    from sentinel.sim.profiles import DEFAULT_PROFILE, PROFILES
+
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "sim",
+        help="run the SGLang-compatible simulator",
+        description=(
+            "Serve SGLang v0.5.9's HTTP API, metrics and log lines from a simulated GLM-5 deployment. "
+            "Contract: docs/sim.md."
+        ),
+    )
+    add_common_options(parser)
+    g = parser.add_argument_group("server (SGLang's flag names)")
+    g.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    g.add_argument("--port", type=int, default=30000, help="API port; 0 = OS-assigned (see --ready-file)")
+    g.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on API routes")
+    g.add_argument("--enable-metrics", action="store_true", help="serve /metrics")
+    g.add_argument("--served-model-name", default=None)
+    g.add_argument("--model-path", "--model", dest="model_path", default=None)
+    g.add_argument("--max-total-tokens", type=int, default=None, help="KV pool capacity in tokens")
+    g.add_argument("--max-running-requests", type=int, default=None)
+    g.add_argument("--chunked-prefill-size", type=int, default=None)
+    g.add_argument("--max-prefill-tokens", type=int, default=None)
+    g.add_argument("--context-length", type=int, default=None)
+    g.add_argument("--decode-log-interval", type=int, default=40)
+    g.add_argument("--stream-interval", type=int, default=1)
+    g.add_argument("--reasoning-parser", default="profile", help="glm45 or none (default: the profile's)")
+    g.add_argument("--skip-server-warmup", action="store_true")
+    g.add_argument("--enable-cache-report", action="store_true")
+    s = parser.add_argument_group("simulation")
+    s.add_argument(
+        "--profile",
+        default=DEFAULT_PROFILE,
+        choices=sorted(PROFILES),
+        help=f"deployment to simulate (default {DEFAULT_PROFILE})",
+    )
+    s.add_argument("--speed", type=float, default=1.0, help="run S times faster in every respect (default 1)")
+    s.add_argument(
+        "--control-port", type=int, default=0, help="control API port on 127.0.0.1 (default 0 = OS-assigned)"
+    )
+    s.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="inject a fault: NAME[:key=value,...] (repeatable; list in docs/sim.md)",
+    )
+    s.add_argument("--lifetime", type=float, default=None, help="stop after this many real seconds")
+    s.add_argument("--startup-time", type=float, default=None, help="server seconds from launch to ready")
+    s.add_argument(
+        "--health-timeout",
+        type=float,
+        default=float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20")),
+        help="health probe timeout in server seconds (SGLANG_HEALTH_CHECK_TIMEOUT, default 20)",
+    )
+    s.add_argument(
+        "--ready-file", default=None, help="write {base_url, control_url, pid, ...} JSON here once bound"
+    )
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument(
+        "--disable-access-log", action="store_true", help="no uvicorn-style access lines on stdout"
+    )
+    parser.set_defaults(handler=_handle)
+
+
+def _handle(args: argparse.Namespace) -> int:
+    from sentinel.log import configure_logging
+    from sentinel.sim.config import SimConfig
+    from sentinel.sim.faults import FaultError, parse_fault_spec
+
+    configure_logging(args.log_level or "info", args.log_format or "auto")
+    config = SimConfig(
+        host=args.host,
+        port=args.port,
+        control_port=args.control_port,
+        profile=args.profile,
+        speed=args.speed,
+        api_key=args.api_key,
+        enable_metrics=args.enable_metrics,
+        faults=tuple(args.fault),
+        lifetime=args.lifetime,
+        served_model_name=args.served_model_name,
+        model_path=args.model_path,
+        max_total_tokens=args.max_total_tokens,
+        max_running_requests=args.max_running_requests,
+        chunked_prefill_size=args.chunked_prefill_size,
+        max_prefill_tokens=args.max_prefill_tokens,
+        context_length=args.context_length,
+        decode_log_interval=args.decode_log_interval,
+        stream_interval=args.stream_interval,
+        reasoning_parser=args.reasoning_parser,
+        startup_time=args.startup_time,
+        health_timeout=args.health_timeout,
+        ready_file=args.ready_file,
+        seed=args.seed,
+        log_ms=os.environ.get("SGLANG_LOG_MS", "").lower() in ("1", "true"),
+        access_log=not args.disable_access_log,
+        skip_server_warmup=args.skip_server_warmup,
+        enable_cache_report=args.enable_cache_report,
+    )
+    try:
+        config.validate()
+        for spec in config.faults:
+            parse_fault_spec(spec)
+    except (ValueError, FaultError) as exc:
+        raise CliError(str(exc), 2) from None
+    return asyncio.run(_serve(config))
+
+
+def _sigkill_self() -> None:
+    # SGLang's kill_process_tree ends with SIGKILL on its own pid: a parent sees signal 9.
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def _serve(config: Any) -> int:
+    from sentinel.sim.server import SimServer
+
+    server = SimServer(config, on_fatal=_sigkill_self)
+    try:
+        await server.start()
+    except OSError as exc:
+        raise CliError(f"cannot bind {config.host}:{config.port}: {exc.strerror or exc}", 1) from None
+    loop = asyncio.get_running_loop()
+
+    async def drain_then_die() -> None:
+        await server.drain()
+        _sigkill_self()
+
+    def on_sigterm() -> None:
+        server.spawn(drain_then_die(), "drain")
+
+    def on_sigint() -> None:
+        server.spawn(server.stop("interrupted"), "stop")
+
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    await server.wait_stopped()
+    return 0

@@ -1,0 +1,104 @@
+"""Options of one simulated server (what ``sentinel sim`` flags map to)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sentinel.sim.profiles import DEFAULT_PROFILE, Profile, get_profile
+
+__all__ = ["SimConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    host: str = "127.0.0.1"
+    port: int = 30000
+    # Control API: always on 127.0.0.1; 0 = an OS-assigned free port.
+    control_port: int = 0
+    profile: str = DEFAULT_PROFILE
+    speed: float = 1.0
+    api_key: str | None = None
+    enable_metrics: bool = False
+    faults: tuple[str, ...] = ()
+    # Real seconds after which the server stops by itself (None = never).
+    lifetime: float | None = None
+    served_model_name: str | None = None
+    model_path: str | None = None
+    max_total_tokens: int | None = None
+    max_running_requests: int | None = None
+    chunked_prefill_size: int | None = None
+    max_prefill_tokens: int | None = None
+    context_length: int | None = None
+    decode_log_interval: int = 40
+    stream_interval: int = 1
+    # "profile" = the profile's parser; None/"none" = thinking text lands in `content`.
+    reasoning_parser: str | None = "profile"
+    # Server seconds from launch to ready (None = the profile's start-up phases).
+    startup_time: float | None = None
+    # SGLANG_HEALTH_CHECK_TIMEOUT, server seconds.
+    health_timeout: float = 20.0
+    ready_file: str | None = None
+    seed: int = 0
+    log_ms: bool = False
+    access_log: bool = True
+    skip_server_warmup: bool = False
+    enable_cache_report: bool = False
+
+    def resolved_profile(self) -> Profile:
+        p = get_profile(self.profile)
+        changes: dict[str, object] = {}
+        if self.served_model_name:
+            changes["served_model_name"] = self.served_model_name
+        if self.model_path:
+            changes["model_path"] = self.model_path
+        if self.max_total_tokens is not None:
+            changes["max_total_num_tokens"] = self.max_total_tokens
+        if self.max_running_requests is not None:
+            changes["max_running_requests"] = self.max_running_requests
+        if self.chunked_prefill_size is not None:
+            changes["chunked_prefill_size"] = self.chunked_prefill_size
+        if self.max_prefill_tokens is not None:
+            changes["max_prefill_tokens"] = self.max_prefill_tokens
+        if self.context_length is not None:
+            changes["context_length"] = self.context_length
+        if self.reasoning_parser != "profile":
+            parser = self.reasoning_parser
+            changes["reasoning_parser"] = None if parser in (None, "", "none") else parser
+        if self.startup_time is not None:
+            total = p.load_weights_s + p.kv_alloc_s + p.warmup_s
+            scale = self.startup_time / total if total > 0 else 0.0
+            changes["load_weights_s"] = p.load_weights_s * scale
+            changes["kv_alloc_s"] = p.kv_alloc_s * scale
+            changes["warmup_s"] = p.warmup_s * scale
+        return p.with_overrides(**changes) if changes else p
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first bad option."""
+        if not self.speed > 0 or self.speed != self.speed or self.speed == float("inf"):
+            raise ValueError(f"--speed must be a positive number, got {self.speed}")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"--port must be 0..65535, got {self.port}")
+        if not 0 <= self.control_port <= 65535:
+            raise ValueError(f"--control-port must be 0..65535, got {self.control_port}")
+        for name in (
+            "max_total_tokens",
+            "max_running_requests",
+            "chunked_prefill_size",
+            "max_prefill_tokens",
+        ):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        if self.context_length is not None and self.context_length < 2:
+            raise ValueError(f"--context-length must be at least 2, got {self.context_length}")
+        if self.decode_log_interval < 1:
+            raise ValueError(f"--decode-log-interval must be at least 1, got {self.decode_log_interval}")
+        if self.stream_interval < 1:
+            raise ValueError(f"--stream-interval must be at least 1, got {self.stream_interval}")
+        if self.lifetime is not None and not self.lifetime > 0:
+            raise ValueError(f"--lifetime must be positive, got {self.lifetime}")
+        if self.startup_time is not None and self.startup_time < 0:
+            raise ValueError(f"--startup-time must be >= 0, got {self.startup_time}")
+        if not self.health_timeout > 0:
+            raise ValueError(f"--health-timeout must be positive, got {self.health_timeout}")
+        self.resolved_profile()

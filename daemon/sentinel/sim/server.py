@@ -1,0 +1,625 @@
+"""One simulated SGLang server: lifecycle, start-up phases, faults, and the engine's observers.
+
+Lifecycle as a real v0.5.9 server, compressed by ``--speed``:
+
+1. ``starting``: the API port is bound but not listening (connections are refused) while the
+   start-up milestones are logged and "weights load";
+2. ``warming``: the port listens, ``/model_info`` answers, ``/health`` is 503 while the warm-up
+   request ("The capital city of France is", 8 tokens) runs through the engine;
+3. ``up``: ``The server is fired up and ready to roll!``; start-up faults are armed now;
+4. ``unhealthy`` after a failed health check (back to ``up`` on the next success);
+5. ``draining`` after SIGTERM, ``dead`` after a crash or stop.
+
+The control API listens on 127.0.0.1 from the first moment, so tests can watch a slow start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import os
+import socket
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any, Final, TextIO
+
+from aiohttp import web
+
+from sentinel.sim.config import SimConfig
+from sentinel.sim.crash import CrashKind, crash_lines
+from sentinel.sim.engine import Engine, EngineHooks, Request, RequestState
+from sentinel.sim.faults import Fault, FaultSet, parse_fault_spec
+from sentinel.sim.metrics import SimMetrics
+from sentinel.sim.sglang_log import SglangLog
+from sentinel.sim.text import make_script
+from sentinel.sim.truth import GroundTruth
+
+__all__ = ["SGLANG_VERSION", "SimServer", "serve"]
+
+SGLANG_VERSION: Final = "0.5.9"
+WARMUP_PROMPT: Final = "The capital city of France is"
+
+
+class _Observer(EngineHooks):
+    """Turns engine events into SGLang log lines and scheduler metrics, as the TP0 scheduler does."""
+
+    def __init__(self, srv: SimServer) -> None:
+        self.srv = srv
+        now = time.monotonic()
+        self.last_decode_log = now
+        self.last_prefill_log = now
+        self.last_prefill_tokens = 0
+        self.tokens_since_log = 0
+        self.last_gen_throughput = 0.0
+
+    def _stats_common(self, engine: Engine) -> None:
+        m = self.srv.metrics
+        if m is None:
+            return
+        s = m.stats
+        s["num_used_tokens"] = engine.kv_used
+        s["token_usage"] = engine.token_usage
+        s["num_queue_reqs"] = len(engine.waiting)
+        s["max_total_num_tokens"] = engine.capacity
+        s["new_token_ratio"] = engine.new_token_ratio
+        s["engine_startup_time"] = self.srv.startup_seconds
+        s["engine_load_weights_time"] = self.srv.load_weights_seconds
+
+    def on_prefill_batch(
+        self,
+        engine: Engine,
+        new_seqs: list[Request],
+        new_tokens: int,
+        cached_tokens: int,
+        finished_prefill: list[Request],
+    ) -> None:
+        now = time.monotonic()
+        gap = now - self.last_prefill_log
+        self.last_prefill_log = now
+        # v0.5.9 quirk: the previous batch's tokens over the time since the previous line.
+        throughput = self.last_prefill_tokens / gap if gap > 0 else 0.0
+        self.last_prefill_tokens = new_tokens
+        joined = sum(1 for r in finished_prefill if r.state == RequestState.RUNNING)
+        running_bs = len(engine.running) - joined
+        usage = engine.token_usage
+        self.srv.log.scheduler(
+            f"Prefill batch, #new-seq: {len(new_seqs)}, #new-token: {new_tokens}, "
+            f"#cached-token: {cached_tokens}, token usage: {usage:.2f}, #running-req: {running_bs}, "
+            f"#queue-req: {len(engine.waiting)}, input throughput (token/s): {throughput:.2f}, "
+            "cuda graph: False"
+        )
+        m = self.srv.metrics
+        if m is None:
+            return
+        m.rt_prefill_compute.inc(new_tokens)
+        if cached_tokens:
+            m.rt_prefill_cache.inc(cached_tokens)
+        for req in new_seqs:
+            if req.retractions == 0 and req.log_metrics:
+                m.observe_queue_time(max(0.0, req.scheduled_at - req.arrival))
+        self._stats_common(engine)
+        total = new_tokens + cached_tokens
+        m.stats["num_running_reqs"] = running_bs
+        m.stats["cache_hit_rate"] = cached_tokens / total if total else 0.0
+        m.log_stats()
+
+    def on_decode_step(self, engine: Engine, batch_size: int, tokens: int, drafts: int) -> None:
+        self.tokens_since_log += tokens
+        m = self.srv.metrics
+        cuda_graph = self.srv.profile.cuda_graph
+        if m is not None:
+            m.rt_decode.inc(tokens)
+            m.cuda_graph_pass(cuda_graph)
+        if engine.stats.decode_steps % self.srv.config.decode_log_interval:
+            return
+        now = time.monotonic()
+        gap = now - self.last_decode_log
+        self.last_decode_log = now
+        self.last_gen_throughput = self.tokens_since_log / gap if gap > 0 else 0.0
+        self.tokens_since_log = 0
+        p = self.srv.profile
+        spec = ""
+        accept_len = accept_rate = 0.0
+        if p.mtp_accept_length > 1.0:
+            forwards = engine.spec_forwards
+            accept_len = engine.spec_accepted / forwards if forwards else 0.0
+            accept_rate = engine.spec_accepted / (forwards * (p.mtp_draft_tokens + 1)) if forwards else 0.0
+            engine.spec_accepted = engine.spec_forwards = 0
+            spec = f"accept len: {accept_len:.2f}, accept rate: {accept_rate:.2f}, "
+            self.srv.last_accept_length = accept_len
+        self.srv.log.scheduler(
+            f"Decode batch, #running-req: {batch_size}, #token: {engine.kv_used}, "
+            f"token usage: {engine.token_usage:.2f}, {spec}cuda graph: {cuda_graph}, "
+            f"gen throughput (token/s): {self.last_gen_throughput:.2f}, #queue-req: {len(engine.waiting)}"
+        )
+        if m is not None:
+            self._stats_common(engine)
+            s = m.stats
+            s["num_running_reqs"] = batch_size
+            s["gen_throughput"] = self.last_gen_throughput
+            s["decode_sum_seq_lens"] = engine.decode_sum_seq_lens()
+            s["cache_hit_rate"] = 0.0  # v0.5.9 writes 0 on every decode log
+            s["spec_accept_length"] = accept_len
+            s["spec_accept_rate"] = accept_rate
+            m.log_stats()
+
+    def on_retract(
+        self, engine: Engine, retracted: list[Request], old_ratio: float, new_ratio: float
+    ) -> None:
+        gained = sum(r.prompt_tokens + r.generated for r in retracted)
+        self.srv.log.scheduler(
+            f"KV cache pool is full. Retract requests. #retracted_reqs: {len(retracted)}, "
+            f"#new_tokens_gained: {gained}, #new_token_ratio: {old_ratio:.4f} -> {new_ratio:.4f}"
+        )
+        m = self.srv.metrics
+        if m is not None:
+            m.retracted(
+                len(retracted), sum(r.prompt_tokens for r in retracted), sum(r.generated for r in retracted)
+            )
+
+    def on_finish(self, engine: Engine, req: Request) -> None:
+        m = self.srv.metrics
+        if m is None or not req.log_metrics:
+            return
+        if req.state == RequestState.ABORTED:
+            m.aborted()
+        else:
+            m.finished(
+                req.prompt_tokens,
+                req.generated,
+                req.cached_tokens,
+                req.finished_at - req.arrival,
+                req.retractions,
+            )
+
+    def on_idle(self, engine: Engine) -> None:
+        m = self.srv.metrics
+        if m is None:
+            return
+        self._stats_common(engine)
+        m.stats["num_running_reqs"] = len(engine.running)
+        m.stats["token_usage"] = round(engine.token_usage, 2)
+        m.stats["gen_throughput"] = 0.0
+        m.log_stats()
+
+    def before_step(self, engine: Engine) -> None:
+        fault = self.srv.faults.active("oom", time.monotonic())
+        if fault is not None and engine.token_usage >= fault.num("usage"):
+            self.srv.crash("oom")
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, socktype, proto, _, addr = infos[0]
+    sock = socket.socket(family, socktype, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _bound_port(site: web.TCPSite) -> int:
+    # aiohttp has no public accessor for the port an OS-assigned site got.
+    server = site._server
+    sockets = getattr(server, "sockets", None)
+    if not sockets:
+        raise RuntimeError("control API site has no listening socket")
+    port: int = sockets[0].getsockname()[1]
+    return port
+
+
+def _url(host: str, port: int) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
+
+
+class SimServer:
+    def __init__(
+        self,
+        config: SimConfig,
+        *,
+        err: TextIO | None = None,
+        out: TextIO | None = None,
+        on_fatal: Callable[[], None] | None = None,
+    ) -> None:
+        config.validate()
+        self.config = config
+        self.profile = config.resolved_profile()
+        self.speed = config.speed
+        self.log = SglangLog(
+            err, out, tp_size=self.profile.tp_size, log_ms=config.log_ms, access_log=config.access_log
+        )
+        self.metrics: SimMetrics | None = (
+            SimMetrics(
+                model_name=self.profile.served_model_name,
+                tp_size=self.profile.tp_size,
+                page_size=self.profile.page_size,
+                max_total_num_tokens=self.profile.max_total_num_tokens,
+            )
+            if config.enable_metrics
+            else None
+        )
+        self.truth = GroundTruth(time.time() - time.monotonic())
+        self.faults = FaultSet()
+        self._startup_faults: list[Fault] = [parse_fault_spec(spec) for spec in config.faults]
+        self.engine = Engine(self.profile, speed=config.speed, hooks=_Observer(self), seed=config.seed)
+        self.status = "starting"
+        self.draining = False
+        self.on_fatal = on_fatal
+        self.exit_reason: str | None = None
+        self.launched_at = time.time()
+        self.ready_at: float | None = None
+        self.startup_seconds = 0.0
+        self.load_weights_seconds = 0.0
+        self.last_accept_length = 0.0
+        self.port = 0
+        self.control_port = 0
+        self.host = config.host
+        self._api_sock: socket.socket | None = None
+        self._api_runner: web.AppRunner | None = None
+        self._control_runner: web.AppRunner | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._stopped: asyncio.Event | None = None
+        self._ready: asyncio.Event | None = None
+        self._dead = False
+
+    # ---- public ------------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        return _url(self.host, self.port)
+
+    @property
+    def control_url(self) -> str:
+        return _url("127.0.0.1", self.control_port)
+
+    def server_seconds(self, seconds: float) -> float:
+        """Real seconds that ``seconds`` of server time take at this speed."""
+        return seconds / self.speed
+
+    async def start(self) -> None:
+        """Bind both ports, start the control API and the engine; start-up continues in the
+        background (``wait_ready``)."""
+        from sentinel.sim.api import build_api_app
+        from sentinel.sim.control import build_control_app
+
+        self._stopped = asyncio.Event()
+        self._ready = asyncio.Event()
+        self._api_sock = _bind(self.host, self.config.port)
+        self.port = self._api_sock.getsockname()[1]
+        control = web.AppRunner(build_control_app(self), handle_signals=False, access_log=None)
+        await control.setup()
+        site = web.TCPSite(control, "127.0.0.1", self.config.control_port, shutdown_timeout=0.1)
+        await site.start()
+        self._control_runner = control
+        self.control_port = _bound_port(site)
+        self._api_runner = web.AppRunner(
+            build_api_app(self), handle_signals=False, access_log=None, keepalive_timeout=5.0
+        )
+        await self._api_runner.setup()
+        self.engine.start()
+        self._write_ready_file()
+        self.spawn(self._startup(), "startup")
+        if self.config.lifetime is not None:
+            self.spawn(self._lifetime(self.config.lifetime), "lifetime")
+
+    async def wait_ready(self) -> None:
+        if self._ready is None:
+            raise RuntimeError("start() first")
+        await self._ready.wait()
+
+    async def wait_stopped(self) -> None:
+        if self._stopped is None:
+            raise RuntimeError("start() first")
+        await self._stopped.wait()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped is not None and self._stopped.is_set()
+
+    def spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro, name=f"sim-{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "host": self.host,
+            "port": self.port,
+            "base_url": self.base_url,
+            "control_port": self.control_port,
+            "control_url": self.control_url,
+            "profile": self.profile.name,
+            "speed": self.speed,
+            "model": self.profile.served_model_name,
+        }
+
+    async def stop(self, reason: str = "stopped") -> None:
+        """Stop now: abort in-flight requests, close both ports."""
+        if self.exit_reason is None:
+            self.exit_reason = reason
+        self.status = "dead"
+        current = asyncio.current_task()
+        for task in list(self._tasks):
+            if task is not current:
+                task.cancel()
+        await self.engine.stop()
+        for runner in (self._api_runner, self._control_runner):
+            if runner is not None:
+                with contextlib.suppress(Exception):
+                    await runner.cleanup()
+        self._api_runner = self._control_runner = None
+        if self._api_sock is not None:
+            self._api_sock.close()
+            self._api_sock = None
+        if self._stopped is not None:
+            self._stopped.set()
+
+    async def drain(self) -> None:
+        """SIGTERM as v0.5.9 handles it: /health 503, wait with no time limit for in-flight
+        requests (new ones are still accepted), logging the remainder every 5 server seconds."""
+        if self.draining:
+            return
+        self.draining = True
+        if self.status == "unhealthy":
+            self.log.main("Signal SIGTERM received while health check failed. Force exiting.")
+            return
+        while self.engine.busy:
+            reqs = [*self.engine.running, *self.engine.waiting]
+            self.log.main(
+                f"Gracefully exiting... Remaining number of requests {len(reqs)}. "
+                f"Remaining requests remaining_rids={[r.rid for r in reqs]}."
+            )
+            await asyncio.sleep(self.server_seconds(5.0))
+
+    # ---- faults ------------------------------------------------------------------------------
+    def arm_fault(self, fault: Fault) -> Fault:
+        delay = self.server_seconds(fault.num("after")) if "after" in fault.params else 0.0
+        self.faults.arm(fault, now=time.monotonic(), delay_s=delay)
+        if fault.name in ("crash", "hang", "stall"):
+            self.spawn(self._fault_timer(fault, delay), f"fault-{fault.name}")
+        return fault
+
+    def clear_fault(self, name: str | None = None) -> list[str]:
+        cleared = self.faults.clear(name)
+        if {"hang", "stall"} & set(cleared):
+            self.engine.thaw()
+        return cleared
+
+    async def _fault_timer(self, fault: Fault, delay: float) -> None:
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if self.faults.get(fault.name) is not fault:
+            return  # cleared meanwhile
+        if fault.name == "crash":
+            self.crash("exception")
+        elif fault.name == "stall":
+            self.engine.freeze(fault.num("duration"))
+            await asyncio.sleep(self.server_seconds(fault.num("duration")))
+            if self.faults.get("stall") is fault:
+                self.faults.clear("stall")
+        elif fault.name == "hang":
+            self.engine.freeze(None)
+            watchdog = fault.num("watchdog")
+            if watchdog > 0:
+                await asyncio.sleep(self.server_seconds(watchdog))
+                if self.faults.get("hang") is fault and self.engine.frozen_since is not None:
+                    self._watchdog_crash(watchdog)
+
+    def _watchdog_crash(self, timeout: float) -> None:
+        running = self.engine.running
+        self.log.scheduler(
+            f"Scheduler watchdog timeout (self.watchdog_timeout={timeout:g}, self.soft=False) "
+            f"self.cur_batch.batch_size()={len(running)}, self.cur_batch.reqs={[r.rid for r in running][:8]}"
+        )
+        self.crash("watchdog")
+
+    def crash(self, kind: CrashKind) -> None:
+        """Die as SGLang dies: scheduler exception record + traceback, SIGQUIT line, SIGKILL."""
+        if self._dead:
+            return
+        self._dead = True
+        self.engine.freeze(None)
+        if kind != "watchdog":
+            used = self.profile.gpu_mem_gb - 1.2
+            head, body = crash_lines(kind, used_gb=used, total_gb=self.profile.gpu_mem_gb)
+            self.log.scheduler(head)
+            if body:
+                self.log.raw(body)
+        if self.ready_at is None:
+            self.log.main("Received sigquit from a child process. It usually means the child failed.")
+        else:
+            self.log.main("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+        self.exit_reason = f"crash:{kind}"
+        if self.on_fatal is not None:
+            self.on_fatal()
+        else:
+            self.spawn(self.stop(f"crash:{kind}"), "die")
+
+    # ---- start-up ----------------------------------------------------------------------------
+    def _write_ready_file(self) -> None:
+        path = self.config.ready_file
+        if not path:
+            return
+        target = Path(path)
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_text(json.dumps(self.info()) + "\n", encoding="utf-8")
+        tmp.replace(target)
+
+    def _server_args(self) -> dict[str, Any]:
+        p = self.profile
+        c = self.config
+        return {
+            "model_path": p.model_path,
+            "tokenizer_path": p.model_path,
+            "tokenizer_mode": "auto",
+            "skip_tokenizer_init": False,
+            "load_format": "auto",
+            "trust_remote_code": True,
+            "context_length": p.context_length,
+            "is_embedding": False,
+            "served_model_name": p.served_model_name,
+            "weight_version": "default",
+            "host": self.host,
+            "port": self.port,
+            "quantization": "modelopt_fp4" if "NVFP4" in p.model_path else None,
+            "kv_cache_dtype": p.kv_cache_dtype,
+            "mem_fraction_static": 0.85,
+            "max_running_requests": p.max_running_requests,
+            "max_queued_requests": None,
+            "max_total_tokens": c.max_total_tokens,
+            "chunked_prefill_size": p.chunked_prefill_size,
+            "max_prefill_tokens": p.max_prefill_tokens,
+            "schedule_policy": "fcfs",
+            "page_size": p.page_size,
+            "tp_size": p.tp_size,
+            "dp_size": 1,
+            "pp_size": 1,
+            "stream_interval": c.stream_interval,
+            "stream_output": False,
+            "random_seed": c.seed,
+            "watchdog_timeout": 300,
+            "log_level": "info",
+            "log_requests": False,
+            "api_key": c.api_key,
+            "admin_api_key": None,
+            "enable_metrics": c.enable_metrics,
+            "decode_log_interval": c.decode_log_interval,
+            "reasoning_parser": p.reasoning_parser,
+            "tool_call_parser": "glm47" if p.reasoning_parser == "glm45" else None,
+            "attention_backend": "nsa" if p.architecture == "GlmMoeDsaForCausalLM" else "flashinfer",
+            "disable_cuda_graph": not p.cuda_graph,
+            "speculative_algorithm": "EAGLE" if p.mtp_accept_length > 1.0 else None,
+            "speculative_num_draft_tokens": p.mtp_draft_tokens + 1 if p.mtp_accept_length > 1.0 else None,
+            "enable_cache_report": c.enable_cache_report,
+            "skip_server_warmup": c.skip_server_warmup,
+        }
+
+    async def _sleep_server(self, seconds: float) -> None:
+        if seconds > 0:
+            await asyncio.sleep(self.server_seconds(seconds))
+
+    async def _startup(self) -> None:
+        p = self.profile
+        log = self.log
+        slow = next((f for f in self._startup_faults if f.name == "slow_start"), None)
+        crash_at_start = next(
+            (f for f in self._startup_faults if f.name == "crash" and f.text("phase") == "startup"), None
+        )
+        t0 = time.monotonic()
+        args = ", ".join(f"{k}={v!r}" for k, v in self._server_args().items())
+        log.main(f"server_args=ServerArgs({args})")
+        log.all_ranks("Init torch distributed begin.")
+        await self._sleep_server(min(0.2, p.load_weights_s * 0.05))
+        avail = p.gpu_mem_gb - 0.6
+        log.all_ranks(f"Init torch distributed ends. elapsed={0.2:.2f} s, mem usage=0.55 GB")
+        log.all_ranks(f"Load weight begin. avail mem={avail:.2f} GB")
+        load = p.load_weights_s + (slow.num("refuse") if slow else 0.0)
+        if crash_at_start is not None:
+            await self._sleep_server(load / 2)
+            self.crash("startup")
+            return
+        await self._sleep_server(load)
+        self.load_weights_seconds = load
+        after_weights = avail - p.weight_mem_gb
+        log.all_ranks(
+            f"Load weight end. elapsed={load:.2f} s, type={p.architecture}, dtype=torch.bfloat16, "
+            f"avail mem={after_weights:.2f} GB, mem usage={p.weight_mem_gb:.2f} GB."
+        )
+        await self._sleep_server(p.kv_alloc_s)
+        log.all_ranks(
+            f"KV Cache is allocated. #tokens: {p.max_total_num_tokens}, KV size: {p.kv_mem_gb:.2f} GB"
+        )
+        log.all_ranks(f"Memory pool end. avail mem={after_weights - p.kv_mem_gb:.2f} GB")
+        log.scheduler(
+            f"max_total_num_tokens={p.max_total_num_tokens}, chunked_prefill_size={p.chunked_prefill_size}, "
+            f"max_prefill_tokens={p.max_prefill_tokens}, max_running_requests={p.max_running_requests}, "
+            f"context_len={p.context_length}, available_gpu_mem={after_weights - p.kv_mem_gb:.2f} GB"
+        )
+        if self._api_runner is None or self._api_sock is None:
+            return  # stopped during start-up
+        site = web.SockSite(self._api_runner, self._api_sock, shutdown_timeout=0.1)
+        await site.start()
+        pid = os.getpid()
+        log.main(f"INFO:     Started server process [{pid}]")
+        log.main("INFO:     Waiting for application startup.")
+        log.main("INFO:     Application startup complete.")
+        log.main(f"INFO:     Uvicorn running on {self.base_url} (Press CTRL+C to quit)")
+        self.status = "warming"
+        await self._sleep_server(p.warmup_s + (slow.num("warmup") if slow else 0.0))
+        if not self.config.skip_server_warmup:
+            await self._warmup()
+        self.startup_seconds = (time.monotonic() - t0) * self.speed
+        self.status = "up"
+        self.ready_at = time.time()
+        log.main("The server is fired up and ready to roll!")
+        if self.metrics is not None:
+            self.metrics.stats["engine_startup_time"] = self.startup_seconds
+            self.metrics.stats["engine_load_weights_time"] = self.load_weights_seconds
+        for fault in self._startup_faults:
+            if fault.name == "slow_start" or (fault.name == "crash" and fault.text("phase") == "startup"):
+                continue
+            self.arm_fault(fault)
+        if self._ready is not None:
+            self._ready.set()
+
+    async def _warmup(self) -> None:
+        script = make_script(WARMUP_PROMPT, thinking=False, thinking_tokens=0)
+        req = Request("warmup", 7, 8, script, prompt_key=WARMUP_PROMPT, ignore_eos=False, log_metrics=True)
+        self.engine.submit(req)
+        while not req.done:
+            await req.wait_progress(req.generated, 8)
+        self.log.access(f"127.0.0.1:{40000 + os.getpid() % 20000}", "POST", "/generate", 200)
+
+    async def _lifetime(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        self.log.main(f"Simulator lifetime of {seconds:g} s reached; shutting down.")
+        await self.stop("lifetime")
+
+
+class _Discard(io.StringIO):
+    """A text sink that keeps nothing (the log of a long in-process run must not grow)."""
+
+    def write(self, s: str) -> int:
+        return len(s)
+
+
+@contextlib.asynccontextmanager
+async def serve(
+    config: SimConfig | None = None,
+    *,
+    wait_ready: bool = True,
+    ready_timeout: float = 60.0,
+    err: TextIO | None = None,
+    out: TextIO | None = None,
+    **options: Any,
+) -> AsyncIterator[SimServer]:
+    """Run a simulator inside the current event loop (fast tests)::
+
+        async with serve(port=0, speed=100, enable_metrics=True) as sim:
+            httpx.get(sim.base_url + "/health")
+
+    Crash faults stop this server (ports closed) instead of killing the process.
+    """
+    if config is None:
+        config = SimConfig(**{"port": 0, **options})
+    elif options:
+        raise TypeError("pass either a SimConfig or keyword options, not both")
+    # Without a stream the log lines are discarded (an in-process server must not spam pytest).
+    err_stream: TextIO = err if err is not None else _Discard()
+    server = SimServer(config, err=err_stream, out=out if out is not None else err_stream)
+    try:
+        await server.start()
+        if wait_ready:
+            await asyncio.wait_for(server.wait_ready(), ready_timeout)
+        yield server
+    finally:
+        await server.stop()

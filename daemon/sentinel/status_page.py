@@ -1,0 +1,266 @@
+"""The small self-contained HTML status page served at the exporter's ``/``.
+
+For the person who has no Grafana yet (the embedded default) and for a quick look at 3 a.m.:
+server state and restart history, probe and canary results, the run in progress, recent runs
+with their figures, the budget, the current capacity, and links to ``/metrics``,
+``/status.json`` and the latest calibration report. One HTML document, inline CSS, no script,
+no external resource; it reloads itself every 15 seconds. Rendered from the same snapshot that
+``/status.json`` serves, so the page and ``sentinel status`` never disagree.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+__all__ = ["render_status_page"]
+
+_STATE_CLASS = {
+    "ready": "ok",
+    "starting": "warn",
+    "warming": "warn",
+    "restarting": "warn",
+    "unhealthy": "bad",
+    "failed": "bad",
+    "stopped": "bad",
+}
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#f6f7f9;
+color:#1d232b}
+header{background:#1d232b;color:#fff;padding:12px 24px;display:flex;gap:24px;align-items:baseline}
+header h1{font-size:18px;margin:0}header a{color:#9cc3ff}
+main{padding:16px 24px;display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:16px}
+section{background:#fff;border:1px solid #dde1e6;border-radius:6px;padding:12px 16px}
+section.wide{grid-column:1/-1}
+h2{font-size:15px;margin:0 0 8px}
+table{border-collapse:collapse;width:100%}
+th,td{text-align:left;padding:3px 8px 3px 0;border-bottom:1px solid #eef0f3}
+th{font-weight:600;color:#56606b}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.badge{display:inline-block;padding:1px 8px;border-radius:10px;font-weight:600;font-size:13px}
+.ok{background:#d7f5dd;color:#135c24}.warn{background:#fff1c9;color:#6b4d00}.bad{background:#fddcdc;color:#8a1111}
+.muted{color:#7a838c}.big{font-size:22px;font-weight:600}
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _ts(value: Any) -> str:
+    if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        return "—"
+    return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _num(value: Any, digits: int = 1) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return "—"
+    return f"{value:,.{digits}f}"
+
+
+def _ms(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return "—"
+    return f"{value * 1000:,.0f} ms"
+
+
+def _badge(text: str, cls: str) -> str:
+    return f'<span class="badge {cls}">{_e(text)}</span>'
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[str]], empty: str) -> str:
+    body = "".join("<tr>" + "".join(rows_cell for rows_cell in row) + "</tr>" for row in rows)
+    if not body:
+        return f'<p class="muted">{_e(empty)}</p>'
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _td(value: str, num: bool = False) -> str:
+    return f'<td class="num">{value}</td>' if num else f"<td>{value}</td>"
+
+
+def _server(server: Mapping[str, Any]) -> str:
+    state = str(server.get("state", "unknown"))
+    rows = [
+        (
+            "State",
+            _badge(state, _STATE_CLASS.get(state, "warn"))
+            + f' <span class="muted">since {_ts(server.get("since"))}</span>',
+        ),
+        ("Ready since (epoch)", _e(_ts(server.get("ready_at")))),
+        ("Last time to ready", _e(_num(server.get("start_duration_seconds"), 1) + " s")),
+        ("Launch config", f"<code>{_e(server.get('launch_hash') or '—')}</code>"),
+        ("Mode", _e(server.get("mode"))),
+        ("Address", _e(server.get("url"))),
+        ("Restarts", _e(server.get("restarts", "—"))),
+    ]
+    body = "".join(f"<tr><th>{_e(k)}</th><td>{v}</td></tr>" for k, v in rows)
+    return f"<section><h2>Server</h2><table>{body}</table></section>"
+
+
+def _probes(probes: Sequence[Mapping[str, Any]]) -> str:
+    rows = []
+    for p in probes:
+        ok = p.get("success")
+        badge = (
+            _badge("ok", "ok") if ok else _badge("failing", "bad") if ok is not None else _badge("—", "warn")
+        )
+        rows.append(
+            [
+                _td(_e(p.get("name"))),
+                _td(badge),
+                _td(_e(_ms(p.get("duration_seconds"))), num=True),
+                _td(_e(_ts(p.get("last_at")))),
+                _td(_e(p.get("detail") or "")),
+            ]
+        )
+    table = _table(["Probe", "Result", "Duration", "Last", "Detail"], rows, "No probe has run yet.")
+    return f"<section><h2>Probes and canaries</h2>{table}</section>"
+
+
+def _restarts(restarts: Sequence[Mapping[str, Any]]) -> str:
+    rows = [
+        [_td(_e(_ts(r.get("ready_at")))), _td(f"<code>{_e(r.get('launch_hash') or '—')}</code>")]
+        for r in reversed(list(restarts)[-10:])
+    ]
+    table = _table(["Ready at", "Launch config"], rows, "No server start seen yet.")
+    return f"<section><h2>Server lives (newest first)</h2>{table}</section>"
+
+
+def _runs(recent: Sequence[Mapping[str, Any]], current: Mapping[str, Any] | None) -> str:
+    now = ""
+    if current:
+        now = (
+            f"<p>Running now: <b>{_e(current.get('profile'))}</b> "
+            f"since {_e(_ts(current.get('started_at')))} — "
+            f"{_e(current.get('completed'))} done, {_e(current.get('failed'))} failed, "
+            f"{_e(current.get('in_flight'))} in flight</p>"
+        )
+    rows = []
+    for r in reversed(list(recent)[-25:]):
+        summary = r.get("summary") if isinstance(r.get("summary"), Mapping) else {}
+        assert isinstance(summary, Mapping)
+        if r.get("kind") == "skip":
+            outcome = _badge("skipped", "warn") + f" {_e(r.get('reason'))}"
+        else:
+            o = str(r.get("outcome"))
+            cls = "ok" if o == "completed" else "warn" if o == "cancelled" else "bad"
+            outcome = _badge(o, cls) + (f" {_e(r.get('abort_reason'))}" if r.get("abort_reason") else "")
+        ref = "yes" if r.get("reference") else ("no" if r.get("kind") == "run" else "")
+        requests = r.get("requests") if isinstance(r.get("requests"), Mapping) else {}
+        assert isinstance(requests, Mapping)
+        failed = sum(v for k, v in requests.items() if k != "success" and isinstance(v, int))
+        rows.append(
+            [
+                _td(_e(_ts(r.get("started_at", r.get("at"))))),
+                _td(_e(r.get("profile"))),
+                _td(outcome),
+                _td(_e(ref)),
+                _td(_e(r.get("num_prompts", "")), num=True),
+                _td(_e(f"{requests.get('success', '')}/{failed}" if requests else ""), num=True),
+                _td(_e(_num(summary.get("output_throughput")))),
+                _td(_e(_num(summary.get("total_throughput")))),
+                _td(_e(_ms(summary.get("ttft_p50")))),
+                _td(_e(_ms(summary.get("ttft_p99")))),
+                _td(_e(_ms(summary.get("tpot_p50")))),
+                _td(_e(_num(summary.get("concurrency_mean")))),
+            ]
+        )
+    table = _table(
+        [
+            "Started",
+            "Profile",
+            "Outcome",
+            "Ref.",
+            "Prompts",
+            "OK/failed",
+            "Out tok/s",
+            "Total tok/s",
+            "TTFT p50",
+            "TTFT p99",
+            "TPOT p50",
+            "Conc.",
+        ],
+        rows,
+        "No load run yet.",
+    )
+    return f'<section class="wide"><h2>Load runs (newest first)</h2>{now}{table}</section>'
+
+
+def _budget(budget: Mapping[str, Any], next_runs: Mapping[str, Any]) -> str:
+    limit = budget.get("tokens_per_hour")
+    spent = budget.get("spent")
+    share = (
+        spent / limit if isinstance(spent, int | float) and isinstance(limit, int | float) and limit else None
+    )
+    rows = "".join(
+        f"<tr><th>{_e(job)}</th><td>{_e(_ts(ts))}</td></tr>"
+        for job, ts in sorted(next_runs.items(), key=lambda kv: kv[1])
+        if not str(job).startswith("server_watch")
+    )
+    return (
+        "<section><h2>Synthetic-token budget</h2>"
+        f'<p class="big">{_e(_num(spent, 0))} / {_e(_num(limit, 0))}</p>'
+        f'<p class="muted">tokens in the sliding hour ({_e(_num((share or 0) * 100, 0))}% used)</p>'
+        f"<h2>Next firings</h2><table>{rows}</table></section>"
+    )
+
+
+def _capacity(capacity: Mapping[str, Any], report_url: str | None) -> str:
+    if not capacity:
+        body = '<p class="muted">No calibration yet.</p>'
+    else:
+        rows = [
+            ("Saturation output throughput", _num(capacity.get("output_throughput")) + " tok/s"),
+            ("Knee concurrency", _num(capacity.get("knee_concurrency"), 0)),
+            ("Max concurrency within SLO", _num(capacity.get("slo_concurrency"), 0)),
+            ("Calibrated", _ts(capacity.get("finished_at"))),
+        ]
+        body = "<table>" + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows) + "</table>"
+    link = f'<p><a href="{_e(report_url)}">Latest calibration report</a></p>' if report_url else ""
+    return f"<section><h2>Capacity</h2>{body}{link}</section>"
+
+
+def _collectors(collectors: Sequence[Mapping[str, Any]]) -> str:
+    rows = [
+        [
+            _td(_e(c.get("name"))),
+            _td(_badge("ok", "ok") if c.get("success") else _badge("failing", "bad")),
+            _td(_e(c.get("detail") or "")),
+        ]
+        for c in collectors
+    ]
+    table = _table(["Collector", "Status", "Detail"], rows, "None enabled.")
+    return f"<section><h2>Collectors</h2>{table}</section>"
+
+
+def render_status_page(snapshot: Mapping[str, Any]) -> str:
+    """The whole page from a status snapshot (see ``sentinel.daemon.Daemon.status``)."""
+    server = snapshot.get("server") or {}
+    sched = snapshot.get("schedule") or {}
+    state = str(server.get("state", "unknown"))
+    report_url = snapshot.get("calibration_report_url")
+    return (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        '<meta http-equiv="refresh" content="15">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        f"<title>sentinel — {_e(state)}</title><style>{_CSS}</style></head><body>"
+        f"<header><h1>sglang-sentinel</h1><span>{_badge(state, _STATE_CLASS.get(state, 'warn'))}</span>"
+        f'<span class="muted">{_e(_ts(snapshot.get("generated_at")))} · v{_e(snapshot.get("version"))}</span>'
+        '<a href="/metrics">/metrics</a><a href="/status.json">/status.json</a>'
+        + (f'<a href="{_e(report_url)}">calibration report</a>' if report_url else "")
+        + "</header><main>"
+        + _server(server)
+        + _probes(snapshot.get("probes") or [])
+        + _runs(sched.get("recent") or [], sched.get("current"))
+        + _budget(sched.get("budget") or {}, sched.get("next_runs") or {})
+        + _capacity(snapshot.get("capacity") or {}, report_url)
+        + _restarts(sched.get("restarts") or [])
+        + _collectors(snapshot.get("collectors") or [])
+        + "</main></body></html>"
+    )

@@ -1,0 +1,102 @@
+"""``sentinel check``: print the rendered server command line and the preflight results.
+
+Exit status 0 when nothing failed (warnings allowed), 1 when a check failed, 2 for a bad config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import Any
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> None:
+    from sentinel.cli import add_common_options
+
+    p: argparse.ArgumentParser = sub.add_parser(
+        "check", help="print the server's rendered command line and run the preflight checks"
+    )
+    add_common_options(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.set_defaults(handler=_handle)
+
+
+def _handle(args: argparse.Namespace) -> int:
+    from sentinel.cli import CliError
+    from sentinel.config import load_settings
+    from sentinel.log import configure_logging
+    from sentinel.supervise.preflight import run_preflight
+    from sentinel.supervise.profiles import (
+        ProfileError,
+        detect_sglang_version,
+        python_of,
+        render_command,
+        resolve_profile,
+    )
+
+    settings = load_settings(args.config)
+    configure_logging(args.log_level or settings.log.level, args.log_format or settings.log.format)
+    s = settings.server
+    try:
+        _, profile = resolve_profile(s)
+        detected: tuple[Any, str] = (None, "")
+        if profile.kind == "sglang" and not profile.sglang_version:
+            detected = detect_sglang_version(python_of(profile))
+        cmd = render_command(s, detected_version=detected[0], detect_message=detected[1])
+    except ProfileError as exc:
+        raise CliError(str(exc), 2) from None
+    child = s.mode == "child"
+    results = asyncio.run(
+        run_preflight(
+            cmd,
+            s,
+            check_port_free=child,
+            detected=detected if profile.kind == "sglang" else None,
+        )
+    )
+    if not child:
+        # The unit (or whoever runs the server) owns the interpreter, model path and port.
+        results = [r for r in results if r.name in ("gpus", "known_bad")]
+    failed = any(r.status == "fail" for r in results)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "mode": s.mode,
+                    "profile": cmd.profile_name,
+                    "argv": list(cmd.argv),
+                    "env": cmd.env,
+                    "command_line": cmd.display(),
+                    "config_hash": cmd.config_hash,
+                    "sglang_version": ".".join(map(str, cmd.sglang_version)) if cmd.sglang_version else None,
+                    "version_source": cmd.version_source or None,
+                    "unit": s.systemd.unit if s.mode == "systemd" else None,
+                    "preflight": [
+                        {"check": r.name, "status": r.status, "message": r.message} for r in results
+                    ],
+                    "ok": not failed,
+                },
+                indent=2,
+            )
+        )
+        return 1 if failed else 0
+    print(f"mode:         {s.mode}")
+    if s.mode == "systemd":
+        print(f"unit:         {s.systemd.unit} (launched by systemd; the profile below is for reference)")
+    elif s.mode == "external":
+        print("server:       run by someone else; sentinel only watches it (profile below for reference)")
+    print(f"profile:      {cmd.profile_name} ({cmd.profile.kind})")
+    if cmd.profile.kind == "sglang":
+        print(f"sglang:       {cmd.version_source}")
+    print(f"config hash:  {cmd.config_hash}")
+    print(f"endpoint:     http://{s.host}:{s.port}")
+    print("command line:")
+    print(f"  {cmd.display()}")
+    print("preflight:")
+    width = max((len(r.name) for r in results), default=0)
+    for r in results:
+        print(f"  {r.status.upper():<4}  {r.name:<{width}}  {r.message}")
+    return 1 if failed else 0

@@ -1,0 +1,183 @@
+"""The server's log lines: kept on disk (size-rotated), in a tail for crash analysis, and fanned out.
+
+Subscribers never slow the server: a child that blocks on a full stdout pipe stops serving, so
+each subscription has a bounded queue and lines that do not fit are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import logging.handlers
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sentinel.log import get_logger
+
+__all__ = ["LineListener", "LineSubscription", "LogBus", "LogLine", "pump_lines"]
+
+log = get_logger("sentinel.supervise")
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    text: str  # without the trailing newline
+    timestamp: float  # wall clock when sentinel read it
+    source: str  # "child" (stdout+stderr of a managed child) or "journal"
+
+
+LineListener = Callable[[LogLine], None]
+
+
+class LineSubscription:
+    """An async iterator over new lines. Close it (or use ``async with``) when done."""
+
+    def __init__(self, bus: LogBus, maxsize: int) -> None:
+        self._bus = bus
+        self._queue: asyncio.Queue[LogLine | None] = asyncio.Queue(maxsize)
+        self.dropped = 0
+
+    def _offer(self, line: LogLine) -> None:
+        try:
+            self._queue.put_nowait(line)
+        except asyncio.QueueFull:
+            self.dropped += 1
+            self._bus.dropped_total += 1
+
+    def close(self) -> None:
+        self._bus._unsubscribe(self)
+        # Wake a pending reader even when the queue is full.
+        while True:
+            try:
+                self._queue.put_nowait(None)
+                return
+            except asyncio.QueueFull:
+                self._queue.get_nowait()
+                self.dropped += 1
+
+    def __aiter__(self) -> AsyncIterator[LogLine]:
+        return self
+
+    async def __anext__(self) -> LogLine:
+        item = await self._queue.get()
+        if item is None:
+            raise StopAsyncIteration
+        return item
+
+    async def __aenter__(self) -> LineSubscription:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LogBus:
+    """Receives every line of the server's output and distributes it."""
+
+    def __init__(self, log_file: Path | None, *, max_bytes: int, backups: int, tail_lines: int) -> None:
+        self._tail: deque[str] = deque(maxlen=tail_lines)
+        self._subs: list[LineSubscription] = []
+        self._listeners: list[LineListener] = []
+        self.lines_total = 0
+        self.write_errors_total = 0
+        # Lines not delivered to a subscriber whose queue was full (cumulative, all subscribers).
+        self.dropped_total = 0
+        self._file_logger: logging.Logger | None = None
+        self.log_file = log_file
+        if log_file is not None:
+            self._open(log_file, max_bytes, backups)
+
+    def _open(self, path: Path, max_bytes: int, backups: int) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handler = logging.handlers.RotatingFileHandler(
+                path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8"
+            )
+        except OSError as exc:
+            # Losing the file copy must not stop supervision: lines still reach the tail/subscribers.
+            log.error("cannot open server log file", path=str(path), error=str(exc))
+            return
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        # A private logger (not under the root hierarchy's handlers) used only as a rotating writer.
+        logger = logging.Logger(f"sentinel.server_log.{id(self)}")
+        logger.propagate = False
+        logger.addHandler(handler)
+        self._file_logger = logger
+
+    def close(self) -> None:
+        if self._file_logger is not None:
+            for h in self._file_logger.handlers:
+                h.close()
+        for sub in list(self._subs):
+            sub.close()
+
+    def publish(self, text: str, source: str) -> None:
+        line = LogLine(text, time.time(), source)
+        self.lines_total += 1
+        self._tail.append(text)
+        if self._file_logger is not None:
+            try:
+                self._file_logger.handle(logging.LogRecord("server", logging.INFO, "", 0, text, None, None))
+            except Exception:
+                self.write_errors_total += 1
+        for listener in list(self._listeners):
+            try:
+                listener(line)
+            except Exception:
+                log.exception("log line listener failed", listener=repr(listener))
+        for sub in list(self._subs):
+            sub._offer(line)
+
+    def tail(self, n: int | None = None) -> list[str]:
+        lines = list(self._tail)
+        return lines if n is None else lines[-n:]
+
+    def clear_tail(self) -> None:
+        """Forget the previous run's lines so a new crash is classified by its own tail."""
+        self._tail.clear()
+
+    def subscribe(self, maxsize: int = 10000) -> LineSubscription:
+        sub = LineSubscription(self, maxsize)
+        self._subs.append(sub)
+        return sub
+
+    def _unsubscribe(self, sub: LineSubscription) -> None:
+        if sub in self._subs:
+            self._subs.remove(sub)
+
+    def add_listener(self, listener: LineListener) -> Callable[[], None]:
+        """Call ``listener`` synchronously for every line (keep it fast). Returns a remover."""
+        self._listeners.append(listener)
+
+        def remove() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return remove
+
+
+async def pump_lines(stream: asyncio.StreamReader, bus: LogBus, source: str) -> None:
+    """Read ``stream`` to EOF, publishing each line. Over-long lines are split, never fatal."""
+    pending = b""
+    while True:
+        try:
+            chunk = await stream.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:
+            rest = pending + exc.partial
+            if rest:
+                bus.publish(rest.decode("utf-8", "replace").rstrip("\r\n"), source)
+            return
+        except asyncio.LimitOverrunError as exc:
+            # A line longer than the reader's limit (SGLang's server_args=... line can be long):
+            # take what is buffered and keep going.
+            pending += await stream.readexactly(exc.consumed)
+            if len(pending) > 1 << 20:
+                bus.publish(pending.decode("utf-8", "replace"), source)
+                pending = b""
+            continue
+        data = pending + chunk
+        pending = b""
+        bus.publish(data.decode("utf-8", "replace").rstrip("\r\n"), source)

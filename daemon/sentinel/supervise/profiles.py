@@ -1,0 +1,251 @@
+"""Launch profiles and the argv they render to, per SGLang version.
+
+The command line is always an argv list (never a shell string): no quoting bugs, no injection
+through a model path or an extra argument.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+from sentinel.supervise.settings import LaunchProfile, ServerSettings
+
+__all__ = [
+    "BUILTIN_PROFILES",
+    "LaunchCommand",
+    "ProfileError",
+    "SglangVersion",
+    "detect_sglang_version",
+    "parse_version",
+    "render_command",
+    "resolve_profile",
+]
+
+SglangVersion = tuple[int, int, int]
+
+# The flagship deployment: GLM-5-NVFP4 (744B MoE) with TP over 8 RTX PRO 6000 (SM120, PCIe).
+# Flags follow the deployment's known launch line (reference sglang.md §1.1), with the KV-cache
+# dtype made explicit: left on auto, SGLang picks fp8_e4m3 on SM120, which community reports
+# tie to garbled output (§6.1). Preflight warns about the trtllm backends on SM120.
+_GLM5 = LaunchProfile(
+    kind="sglang",
+    model_path="/models/GLM-5-NVFP4",
+    served_model_name="glm-5",
+    trust_remote_code=True,
+    tp_size=8,
+    quantization="modelopt_fp4",
+    dsa_prefill_backend="trtllm",
+    dsa_decode_backend="trtllm",
+    kv_cache_dtype="bf16",
+    mem_fraction_static=0.85,
+    disable_cuda_graph=True,
+    enable_metrics=True,
+    reasoning_parser="glm45",
+    tool_call_parser="glm47",
+    # PCIe-only 8-GPU box: community settings for GLM-5 on SM120 (reference §1.1).
+    extra_args=("--disable-custom-all-reduce",),
+    env={
+        "SGLANG_ENABLE_JIT_DEEPGEMM": "0",
+        "SGLANG_ENABLE_DEEP_GEMM": "0",
+        "NCCL_IB_DISABLE": "1",
+        "NCCL_P2P_LEVEL": "SYS",
+    },
+)
+
+_SIM = LaunchProfile(kind="sim", served_model_name="sim")
+
+BUILTIN_PROFILES: dict[str, LaunchProfile] = {"sim": _SIM, "glm5-nvfp4-rtxpro6000": _GLM5}
+
+# `--nsa-*-backend` became `--dsa-*-backend` around v0.5.13; the old names stayed as aliases
+# through v0.5.19 and are rejected from v0.5.22. The first version verified to have the new
+# names is 0.5.15, so below it the old names (accepted by every version up to 0.5.19) are used.
+_DSA_NAMES_FROM: SglangVersion = (0, 5, 15)
+# When the version cannot be determined, render for the newest behaviour seen.
+_ASSUMED_VERSION: SglangVersion = (0, 5, 23)
+
+
+_SECRET_FLAGS = frozenset({"--api-key", "--admin-api-key"})
+
+
+class ProfileError(Exception):
+    """A profile that cannot be rendered (unknown name, impossible combination)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchCommand:
+    profile_name: str
+    profile: LaunchProfile
+    argv: tuple[str, ...]
+    # Variables added to (or overriding) the inherited environment.
+    env: dict[str, str] = field(default_factory=dict)
+    sglang_version: SglangVersion | None = None
+    # Why the version is what it is ("pinned", "detected", "assumed: ...").
+    version_source: str = ""
+
+    @property
+    def config_hash(self) -> str:
+        """Short stable hash of what would be launched; changes whenever argv or env change."""
+        blob = json.dumps({"argv": self.argv, "env": sorted(self.env.items())}, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def redacted_argv(self) -> list[str]:
+        """argv with secrets (the API key) replaced, for logs and screens."""
+        out = list(self.argv)
+        for i, arg in enumerate(out[:-1]):
+            if arg in _SECRET_FLAGS:
+                out[i + 1] = "***"
+        return out
+
+    def display(self) -> str:
+        """The command line for humans (quoted like a shell would need, but never run by one)."""
+        import shlex
+
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        cmd = shlex.join(self.redacted_argv())
+        return f"{env} {cmd}" if env else cmd
+
+
+def parse_version(text: str) -> SglangVersion | None:
+    m = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if not m:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def resolve_profile(settings: ServerSettings) -> tuple[str, LaunchProfile]:
+    name = settings.profile
+    if name in settings.profiles:
+        return name, settings.profiles[name]
+    if name in BUILTIN_PROFILES:
+        return name, BUILTIN_PROFILES[name]
+    known = sorted({*BUILTIN_PROFILES, *settings.profiles})
+    raise ProfileError(f"unknown launch profile {name!r} (known: {', '.join(known)})")
+
+
+def python_of(profile: LaunchProfile) -> str:
+    return profile.python or sys.executable
+
+
+def detect_sglang_version(python: str, timeout: float = 60.0) -> tuple[SglangVersion | None, str]:
+    """Ask ``python`` which SGLang it imports. Returns (version, message); never raises.
+
+    Importing sglang pulls in torch, so this takes seconds: call it from a thread.
+    """
+    code = "import sglang, sys; sys.stdout.write(sglang.__version__)"
+    try:
+        proc = subprocess.run(
+            [python, "-c", code], capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except FileNotFoundError:
+        return None, f"interpreter {python} not found"
+    except subprocess.TimeoutExpired:
+        return None, f"importing sglang with {python} took more than {timeout:.0f} s"
+    except OSError as exc:
+        return None, f"cannot run {python}: {exc.strerror or exc}"
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return None, f"sglang is not importable by {python}: {last[:300]}"
+    version = parse_version(proc.stdout)
+    if version is None:
+        return None, f"sglang imported but reported an unparsable version {proc.stdout[:50]!r}"
+    return version, f"sglang {'.'.join(map(str, version))} importable by {python}"
+
+
+def _sglang_argv(profile: LaunchProfile, settings: ServerSettings, version: SglangVersion) -> list[str]:
+    if not profile.model_path:
+        raise ProfileError("profile has no model_path")
+    argv = [python_of(profile), "-m", "sglang.launch_server", "--model-path", profile.model_path]
+    if profile.served_model_name:
+        argv += ["--served-model-name", profile.served_model_name]
+    if profile.trust_remote_code:
+        argv.append("--trust-remote-code")
+    argv += ["--tp-size", str(profile.tp_size)]
+    if profile.quantization:
+        argv += ["--quantization", profile.quantization]
+    if profile.attention_backend:
+        argv += ["--attention-backend", profile.attention_backend]
+    prefix = "--dsa" if version >= _DSA_NAMES_FROM else "--nsa"
+    if profile.dsa_prefill_backend:
+        argv += [f"{prefix}-prefill-backend", profile.dsa_prefill_backend]
+    if profile.dsa_decode_backend:
+        argv += [f"{prefix}-decode-backend", profile.dsa_decode_backend]
+    if profile.kv_cache_dtype:
+        argv += ["--kv-cache-dtype", profile.kv_cache_dtype]
+    if profile.mem_fraction_static is not None:
+        argv += ["--mem-fraction-static", f"{profile.mem_fraction_static:g}"]
+    if profile.disable_cuda_graph:
+        # A deprecated alias from v0.5.22 (maps to the per-phase graph backends) but still accepted.
+        argv.append("--disable-cuda-graph")
+    if profile.enable_metrics:
+        argv.append("--enable-metrics")
+    if profile.reasoning_parser:
+        argv += ["--reasoning-parser", profile.reasoning_parser]
+    if profile.tool_call_parser:
+        argv += ["--tool-call-parser", profile.tool_call_parser]
+    api_key = profile.api_key or settings.api_key
+    if api_key:
+        argv += ["--api-key", api_key]
+    argv += ["--host", settings.host, "--port", str(settings.port)]
+    return argv
+
+
+def _sim_argv(profile: LaunchProfile, settings: ServerSettings) -> list[str]:
+    argv = [
+        python_of(profile),
+        "-m",
+        "sentinel",
+        "sim",
+        "--host",
+        settings.host,
+        "--port",
+        str(settings.port),
+    ]
+    if profile.sim_profile:
+        argv += ["--profile", profile.sim_profile]
+    if profile.sim_speed is not None:
+        argv += ["--speed", f"{profile.sim_speed:g}"]
+    if profile.enable_metrics:
+        argv.append("--enable-metrics")
+    api_key = profile.api_key or settings.api_key
+    if api_key:
+        argv += ["--api-key", api_key]
+    for spec in profile.sim_faults:
+        argv += ["--fault", spec]
+    return argv
+
+
+def render_command(
+    settings: ServerSettings,
+    *,
+    detected_version: SglangVersion | None = None,
+    detect_message: str = "",
+) -> LaunchCommand:
+    """Render the launch command for ``settings.profile``.
+
+    The SGLang version comes from the profile's pin, else ``detected_version`` (the caller ran
+    :func:`detect_sglang_version`), else the newest known behaviour is assumed.
+    """
+    name, profile = resolve_profile(settings)
+    if profile.kind == "sim":
+        argv = _sim_argv(profile, settings)
+        return LaunchCommand(name, profile, (*argv, *profile.extra_args), dict(profile.env))
+    version: SglangVersion | None
+    if profile.sglang_version:
+        version = parse_version(profile.sglang_version)
+        if version is None:
+            raise ProfileError(f"sglang_version {profile.sglang_version!r} is not a version number")
+        source = "pinned in the profile"
+    elif detected_version is not None:
+        version, source = detected_version, "detected"
+    else:
+        version = None
+        source = f"unknown ({detect_message or 'not detected'}); flags rendered for " + ".".join(
+            map(str, _ASSUMED_VERSION)
+        )
+    argv = _sglang_argv(profile, settings, version or _ASSUMED_VERSION)
+    return LaunchCommand(name, profile, (*argv, *profile.extra_args), dict(profile.env), version, source)

@@ -1,0 +1,362 @@
+"""Starting and stopping the server: as our own child process, or as a systemd unit.
+
+Child mode: an argv list (never a shell), its own session and process group (so one killpg
+reaches every TP worker), NOTIFY_SOCKET and the watchdog variables removed from its environment,
+stdout+stderr read line by line into the :class:`LogBus`.
+
+systemd mode: ``systemctl start/stop`` and ``systemctl show`` for the exit status, the journal
+followed by a long-running ``journalctl --follow``; both commands are injectable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from sentinel.log import get_logger
+from sentinel.supervise.logbus import LogBus, pump_lines
+from sentinel.supervise.profiles import LaunchCommand
+from sentinel.supervise.settings import SystemdSettings
+from sentinel.systemd import clean_child_env
+
+__all__ = ["ChildRunner", "ExitInfo", "LaunchError", "Runner", "SystemdRunner"]
+
+log = get_logger("sentinel.supervise")
+
+# asyncio's default 64 KiB line limit is too small for SGLang's one-line server_args dump.
+_LINE_LIMIT = 1 << 20
+
+
+class LaunchError(Exception):
+    """The server could not even be started (binary missing, systemctl failed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExitInfo:
+    returncode: int | None  # exit status when it exited normally
+    signal: int | None  # signal number when it was killed
+    description: str
+
+    @classmethod
+    def from_returncode(cls, rc: int) -> ExitInfo:
+        if rc < 0:
+            return cls(None, -rc, f"killed by signal {-rc} ({_signame(-rc)})")
+        return cls(rc, None, f"exited with status {rc}")
+
+
+def _signame(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+class Runner(Protocol):
+    @property
+    def pid(self) -> int | None: ...
+
+    async def launch(self) -> None: ...
+
+    async def wait(self) -> ExitInfo:
+        """Return when the server has exited (for whatever reason)."""
+        ...
+
+    async def is_running(self) -> bool:
+        """Whether the server process (or unit) is alive right now."""
+        ...
+
+    async def terminate(self, timeout_s: float) -> ExitInfo | None:
+        """Stop it: polite first, forceful after ``timeout_s`` seconds. None if it was not running."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the runner holds (followers, pipes). The server itself is left alone."""
+        ...
+
+
+class ChildRunner:
+    def __init__(self, cmd: LaunchCommand, bus: LogBus) -> None:
+        self._cmd = cmd
+        self._bus = bus
+        self._proc: asyncio.subprocess.Process | None = None
+        self._pump: asyncio.Task[None] | None = None
+        self._exit: ExitInfo | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None and self._exit is None else None
+
+    async def launch(self) -> None:
+        env = dict(os.environ)
+        clean_child_env(env)
+        env.update(self._cmd.env)
+        # Unbuffered Python output: a crash's last lines must reach us before the process dies.
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self._exit = None
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                *self._cmd.argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                limit=_LINE_LIMIT,
+            )
+        except OSError as exc:
+            raise LaunchError(f"cannot start {self._cmd.argv[0]}: {exc.strerror or exc}") from exc
+        assert self._proc.stdout is not None
+        self._pump = asyncio.create_task(pump_lines(self._proc.stdout, self._bus, "child"))
+        log.info("server process started", pid=self._proc.pid, argv=self._cmd.redacted_argv())
+
+    def _killpg(self, sig: int) -> None:
+        if self._proc is None:
+            return
+        # The child leads its own session, so its pgid is its pid; this also reaches TP workers
+        # after the leader has exited (the group outlives the leader while members remain).
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._proc.pid, sig)
+
+    async def wait(self) -> ExitInfo:
+        if self._proc is None:
+            raise RuntimeError("not launched")
+        if self._exit is not None:
+            return self._exit
+        rc = await self._proc.wait()
+        # Workers left behind (SGLang's own tree-kill normally gets them) would hold GPU memory and
+        # the port; they also keep the pipe open, which would stall the line pump forever.
+        self._killpg(signal.SIGKILL)
+        if self._pump is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._pump), 5.0)
+            except TimeoutError:
+                self._pump.cancel()
+        self._exit = ExitInfo.from_returncode(rc)
+        return self._exit
+
+    async def is_running(self) -> bool:
+        if self._proc is None or self._proc.returncode is not None:
+            return False
+        try:
+            # A zombie has exited; asyncio's watcher just has not reaped it yet.
+            stat = Path(f"/proc/{self._proc.pid}/stat").read_text()
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True
+        return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
+
+    async def terminate(self, timeout_s: float) -> ExitInfo | None:
+        if self._proc is None or self._proc.returncode is not None:
+            return await self.wait() if self._proc is not None else None
+        self._killpg(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(self._proc.wait()), timeout_s)
+        except TimeoutError:
+            # SGLang's drain has no upper bound (it waits for every in-flight request).
+            log.warning("server did not stop in time; killing its process group", timeout=timeout_s)
+            self._killpg(signal.SIGKILL)
+        return await self.wait()
+
+    async def close(self) -> None:
+        if self._pump is not None and not self._pump.done():
+            self._pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pump
+
+
+async def _run(argv: list[str], timeout_s: float) -> tuple[int, str]:
+    """Run a short command; (exit status, combined output). 127 if it cannot be started."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env=clean_child_env(dict(os.environ)),
+        )
+    except OSError as exc:
+        return 127, f"cannot run {argv[0]}: {exc.strerror or exc}"
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        return 124, f"{argv[0]} timed out after {timeout_s:g} s"
+    return proc.returncode or 0, out.decode("utf-8", "replace").strip()
+
+
+def _parse_show(text: str) -> dict[str, str]:
+    props: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            props[key.strip()] = value.strip()
+    return props
+
+
+# How long an "inactive" unit is taken for "start job not begun yet" rather than "exited".
+_START_GRACE = 10.0
+# systemd's ExecMainCode is a CLD_* code: 1 exited, 2 killed, 3 dumped core.
+_CLD_EXITED = "1"
+
+
+class SystemdRunner:
+    def __init__(self, settings: SystemdSettings, bus: LogBus, command_timeout: float = 30.0) -> None:
+        self._s = settings
+        self._bus = bus
+        self._timeout = command_timeout
+        self._follower: asyncio.Task[None] | None = None
+        self._follower_proc: asyncio.subprocess.Process | None = None
+        self._main_pid: int | None = None
+        self.journal_restarts_total = 0
+
+    @property
+    def pid(self) -> int | None:
+        return self._main_pid
+
+    def _systemctl(self, *args: str) -> list[str]:
+        return [*self._s.systemctl, *args]
+
+    async def show(self) -> dict[str, str]:
+        rc, out = await _run(
+            self._systemctl(
+                "show",
+                self._s.unit,
+                "--property=ActiveState,SubState,Result,ExecMainCode,ExecMainStatus,MainPID",
+            ),
+            self._timeout,
+        )
+        if rc != 0:
+            raise LaunchError(f"systemctl show {self._s.unit} failed ({rc}): {out[:300]}")
+        return _parse_show(out)
+
+    def _ensure_follower(self) -> None:
+        if self._follower is None or self._follower.done():
+            self._follower = asyncio.create_task(self._follow_journal())
+
+    async def _follow_journal(self) -> None:
+        argv = [a.replace("{unit}", self._s.unit) for a in self._s.journal]
+        while True:
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.DEVNULL,
+                    env=clean_child_env(dict(os.environ)),
+                    start_new_session=True,
+                    limit=_LINE_LIMIT,
+                )
+            except OSError as exc:
+                log.error("cannot follow the journal", argv=argv, error=exc.strerror or str(exc))
+            else:
+                self._follower_proc = proc
+                assert proc.stdout is not None
+                try:
+                    await pump_lines(proc.stdout, self._bus, "journal")
+                    await proc.wait()
+                finally:
+                    if proc.returncode is None:
+                        with contextlib.suppress(ProcessLookupError):
+                            proc.kill()
+                        # Shielded so that a cancellation still reaps the follower (no zombie).
+                        await asyncio.shield(proc.wait())
+                log.warning("journal follower ended; restarting it", returncode=proc.returncode)
+            self.journal_restarts_total += 1
+            await asyncio.sleep(5.0)
+
+    async def launch(self) -> None:
+        self._ensure_follower()
+        props = await self.show()
+        if props.get("ActiveState") == "active":
+            # Already serving (sentinel itself restarted): attach, never bounce a healthy server.
+            self._main_pid = int(props.get("MainPID", "0") or 0) or None
+            log.info("attached to running unit", unit=self._s.unit, pid=self._main_pid)
+            return
+        rc, out = await _run(self._systemctl("start", "--no-block", self._s.unit), self._timeout)
+        if rc != 0:
+            raise LaunchError(f"systemctl start {self._s.unit} failed ({rc}): {out[:300]}")
+        log.info("unit start requested", unit=self._s.unit)
+
+    async def wait(self) -> ExitInfo:
+        seen_running = False
+        failures = 0
+        t0 = time.monotonic()
+        while True:
+            try:
+                props = await self.show()
+                failures = 0
+            except LaunchError as exc:
+                failures += 1
+                if failures == 3:
+                    log.error("cannot read the unit's state", error=str(exc))
+                await asyncio.sleep(self._s.poll_interval)
+                continue
+            state = props.get("ActiveState", "")
+            exit_info: ExitInfo | None = None
+            if props.get("SubState") == "auto-restart":
+                # Died; systemd's own Restart= will start it again after RestartSec.
+                exit_info = self._exit_info(props)
+            elif state in ("active", "reloading", "activating"):
+                pid = int(props.get("MainPID", "0") or 0)
+                if seen_running and pid and self._main_pid and pid != self._main_pid:
+                    # systemd restarted it between two polls (its own Restart=): the old one exited.
+                    exit_info = ExitInfo(None, None, f"unit restarted by systemd (new MainPID {pid})")
+                elif pid:
+                    self._main_pid = pid
+                    seen_running = True
+            elif state == "inactive" and not seen_running and time.monotonic() - t0 < _START_GRACE:
+                pass  # `start --no-block` queued a job that systemd has not begun yet
+            elif state in ("failed", "inactive", "deactivating") or (seen_running and state):
+                exit_info = self._exit_info(props)
+            if exit_info is not None:
+                self._main_pid = None
+                # journald (and our follower) lag the exit a little; the cause is in those lines.
+                await asyncio.sleep(self._s.settle)
+                return exit_info
+            await asyncio.sleep(self._s.poll_interval)
+
+    async def is_running(self) -> bool:
+        try:
+            props = await self.show()
+        except LaunchError:
+            return True  # cannot tell: let the check's verdict stand
+        return props.get("ActiveState") in ("active", "reloading") and props.get("SubState") != "auto-restart"
+
+    @staticmethod
+    def _exit_info(props: dict[str, str]) -> ExitInfo:
+        code, status = props.get("ExecMainCode", ""), props.get("ExecMainStatus", "")
+        state = f"{props.get('ActiveState', '?')}/{props.get('SubState', '?')}"
+        try:
+            n = int(status)
+        except ValueError:
+            return ExitInfo(None, None, f"unit {state}, result {props.get('Result', '?')}")
+        if code == _CLD_EXITED:
+            return ExitInfo(n, None, f"unit {state}: exited with status {n}")
+        return ExitInfo(None, n, f"unit {state}: killed by signal {n} ({_signame(n)})")
+
+    async def terminate(self, timeout_s: float) -> ExitInfo | None:
+        # systemd applies the unit's own KillMode/TimeoutStopSec; we bound the wait for the command.
+        rc, out = await _run(self._systemctl("stop", self._s.unit), timeout_s + self._timeout)
+        if rc != 0:
+            log.error("systemctl stop failed", unit=self._s.unit, returncode=rc, output=out[:300])
+        self._main_pid = None
+        try:
+            return self._exit_info(await self.show())
+        except LaunchError:
+            return None
+
+    async def close(self) -> None:
+        if self._follower is not None:
+            self._follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._follower
+            self._follower = None

@@ -1,0 +1,648 @@
+#!/usr/bin/env python3
+"""Writes the provisioned dashboards (grafana/dashboards/*.json) from this one description.
+
+Dashboards as code keeps every panel consistent (datasource variable, units, descriptions,
+legend format) and reviewable as a diff; tests/grafana checks the JSON files are what this
+script writes, that every expression parses (promtool) and names only metrics that exist.
+
+    python3 grafana/generate.py          # rewrite the JSON files
+    python3 grafana/generate.py --check  # exit 1 if they are out of date
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+DS = {"type": "prometheus", "uid": "${datasource}"}
+INST = 'instance=~"$instance"'
+PROF = 'instance=~"$instance", profile=~"$profile"'
+SGLANG_TTFT = "sglang:time_to_first_token_seconds_bucket"
+
+
+def _variables(with_profile: bool) -> list[dict[str, Any]]:
+    variables: list[dict[str, Any]] = [
+        {
+            "name": "datasource",
+            "label": "Data source",
+            "type": "datasource",
+            "query": "prometheus",
+            "current": {},
+            "hide": 0,
+            "refresh": 1,
+        },
+        {
+            "name": "instance",
+            "label": "Instance",
+            "type": "query",
+            "datasource": DS,
+            "query": {"query": "label_values(sentinel_server_up, instance)", "refId": "instance"},
+            "definition": "label_values(sentinel_server_up, instance)",
+            "refresh": 2,
+            "multi": True,
+            "includeAll": True,
+            "allValue": ".+",
+            "current": {},
+            "sort": 1,
+        },
+    ]
+    if with_profile:
+        variables += [
+            {
+                "name": "profile",
+                "label": "Load profile",
+                "type": "query",
+                "datasource": DS,
+                "query": {"query": "label_values(sentinel_load_runs_total, profile)", "refId": "profile"},
+                "definition": "label_values(sentinel_load_runs_total, profile)",
+                "refresh": 2,
+                "multi": True,
+                "includeAll": True,
+                "allValue": ".+",
+                "current": {},
+                "sort": 1,
+            },
+            {
+                # Reference runs are minutes apart: latency quantiles and outcome counts need a window
+                # that spans several runs, not Grafana's scrape-sized $__rate_interval.
+                "name": "window",
+                "label": "Run window",
+                "type": "interval",
+                "query": "30m,1h,3h,6h,1d",
+                "current": {"text": "1h", "value": "1h"},
+                "options": [],
+                "refresh": 2,
+                "auto": False,
+            },
+        ]
+    return variables
+
+
+class Board:
+    def __init__(self) -> None:
+        self.panels: list[dict[str, Any]] = []
+        self.y = 0
+        self.x = 0
+        self.row_h = 0
+
+    def row(self, title: str) -> None:
+        self._newline()
+        self.panels.append(
+            {
+                "type": "row",
+                "title": title,
+                "collapsed": False,
+                "gridPos": {"h": 1, "w": 24, "x": 0, "y": self.y},
+                "panels": [],
+            }
+        )
+        self.y += 1
+
+    def _newline(self) -> None:
+        if self.x:
+            self.y += self.row_h
+            self.x = 0
+            self.row_h = 0
+
+    def panel(
+        self,
+        kind: str,
+        title: str,
+        description: str,
+        unit: str,
+        targets: list[tuple[str, str]],
+        w: int = 12,
+        h: int = 8,
+        **extra: Any,
+    ) -> None:
+        if self.x + w > 24:
+            self._newline()
+        panel: dict[str, Any] = {
+            "type": kind,
+            "title": title,
+            "description": description,
+            "datasource": DS,
+            "gridPos": {"h": h, "w": w, "x": self.x, "y": self.y},
+            "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+            "options": {},
+            "targets": [
+                {"datasource": DS, "expr": expr, "legendFormat": legend, "refId": chr(ord("A") + i)}
+                for i, (expr, legend) in enumerate(targets)
+            ],
+        }
+        if kind == "timeseries":
+            panel["options"] = {
+                "legend": {"displayMode": "list", "placement": "bottom"},
+                "tooltip": {"mode": "multi"},
+            }
+        if kind == "stat":
+            panel["options"] = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}}
+        for key, value in extra.items():
+            if key == "defaults":
+                panel["fieldConfig"]["defaults"].update(value)
+            else:
+                panel[key] = value
+        self.panels.append(panel)
+        self.x += w
+        self.row_h = max(self.row_h, h)
+
+
+def _q(histogram: str, q: float, sel: str) -> str:
+    return f"histogram_quantile({q}, sum by (le, profile) (rate({histogram}_bucket{{{sel}}}[$window])))"
+
+
+def overview() -> dict[str, Any]:
+    b = Board()
+    b.row("Server")
+    b.panel(
+        "stat",
+        "Server up",
+        "1 when SGLang's /health answered 200 at the last probe (sentinel_server_up).",
+        "none",
+        [(f"sentinel_server_up{{{INST}}}", "{{instance}}")],
+        w=4,
+        defaults={"mappings": [{"type": "value", "options": {"0": {"text": "DOWN"}, "1": {"text": "UP"}}}]},
+    )
+    b.panel(
+        "stat",
+        "Server state",
+        "The supervisor's lifecycle state: starting, warming, ready, unhealthy, restarting, failed, stopped.",
+        "none",
+        [(f"sentinel_server_state{{{INST}}} == 1", "{{state}}")],
+        w=5,
+        options={
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "textMode": "name",
+        },
+    )
+    b.panel(
+        "stat",
+        "Ready for",
+        "Time since the current server life became ready (its epoch).",
+        "s",
+        [(f"time() - sentinel_server_ready_timestamp_seconds{{{INST}}}", "{{instance}}")],
+        w=5,
+    )
+    b.panel(
+        "stat",
+        "Last time to ready",
+        "Launch to /health 200 of the last start (weights, warm-up, CUDA graphs).",
+        "s",
+        [(f"sentinel_server_start_duration_seconds{{{INST}}}", "{{instance}}")],
+        w=5,
+    )
+    b.panel(
+        "stat",
+        "Restarts (24 h)",
+        "Restarts performed by sentinel in the last day, all reasons.",
+        "none",
+        [(f"sum by (instance) (increase(sentinel_server_restarts_total{{{INST}}}[1d]))", "{{instance}}")],
+        w=5,
+    )
+    b.panel(
+        "timeseries",
+        "Probe and canary results",
+        "1 = pass, 0 = fail, for /health, /health_generate, stall detection and each known-answer canary.",
+        "none",
+        [(f"sentinel_probe_success{{{INST}}}", "{{probe}}")],
+        defaults={"min": 0, "max": 1},
+    )
+    b.panel(
+        "timeseries",
+        "Probe duration",
+        "Time each probe took; a growing /health_generate time is an early sign of an overloaded server.",
+        "s",
+        [(f"sentinel_probe_duration_seconds{{{INST}}}", "{{probe}}")],
+    )
+    b.panel(
+        "timeseries",
+        "Restarts by reason",
+        "Restarts per window, by crash cause or failed check.",
+        "none",
+        [
+            (
+                f"sum by (reason) (increase(sentinel_server_restarts_total{{{INST}}}[$__rate_interval]))",
+                "{{reason}}",
+            )
+        ],
+    )
+    b.panel(
+        "timeseries",
+        "Crashes by cause",
+        "Unexpected ends of the server, classified from the exit status and the log tail.",
+        "none",
+        [
+            (
+                f"sum by (reason) (increase(sentinel_server_crashes_total{{{INST}}}[$__rate_interval]))",
+                "{{reason}}",
+            )
+        ],
+    )
+
+    b.row("Reference load")
+    b.panel(
+        "timeseries",
+        "Output throughput of the last reference run",
+        "Output tokens/s of each profile's last reference run (bench_serving's definition), against the "
+        "calibrated saturation throughput.",
+        "short",
+        [
+            (f"sentinel_load_output_throughput_tokens_per_second{{{PROF}}}", "{{profile}}"),
+            (f"sentinel_capacity_output_throughput_tokens_per_second{{{INST}}}", "capacity"),
+        ],
+        defaults={"custom": {"drawStyle": "line", "lineInterpolation": "stepAfter"}},
+    )
+    b.panel(
+        "timeseries",
+        "Total throughput of the last reference run",
+        "Input plus output tokens/s of each profile's last reference run.",
+        "short",
+        [(f"sentinel_load_total_throughput_tokens_per_second{{{PROF}}}", "{{profile}}")],
+        defaults={"custom": {"drawStyle": "line", "lineInterpolation": "stepAfter"}},
+    )
+    b.panel(
+        "timeseries",
+        "Concurrency of the last reference run",
+        "Mean (sum of E2E / duration) and peak requests in flight.",
+        "short",
+        [
+            (f"sentinel_load_concurrency_mean{{{PROF}}}", "{{profile}} mean"),
+            (f"sentinel_load_concurrency_peak{{{PROF}}}", "{{profile}} peak"),
+        ],
+    )
+    b.panel(
+        "timeseries",
+        "Time to first token (reference runs)",
+        "p50 and p99 TTFT over the synthetic requests of reference runs in the chosen window.",
+        "s",
+        [
+            (_q("sentinel_request_ttft_seconds", 0.5, PROF), "{{profile}} p50"),
+            (_q("sentinel_request_ttft_seconds", 0.99, PROF), "{{profile}} p99"),
+        ],
+    )
+    b.panel(
+        "timeseries",
+        "Time per output token (reference runs)",
+        "p50 and p99 TPOT ((E2E - TTFT) / (output tokens - 1)) of synthetic requests.",
+        "s",
+        [
+            (_q("sentinel_request_tpot_seconds", 0.5, PROF), "{{profile}} p50"),
+            (_q("sentinel_request_tpot_seconds", 0.99, PROF), "{{profile}} p99"),
+        ],
+    )
+    b.panel(
+        "timeseries",
+        "Inter-token latency (reference runs)",
+        "p50 and p99 inter-token latency, bench_serving's definition.",
+        "s",
+        [
+            (_q("sentinel_request_itl_seconds", 0.5, PROF), "{{profile}} p50"),
+            (_q("sentinel_request_itl_seconds", 0.99, PROF), "{{profile}} p99"),
+        ],
+    )
+    b.panel(
+        "timeseries",
+        "End-to-end latency (reference runs)",
+        "p50 and p99 end-to-end latency of synthetic requests.",
+        "s",
+        [
+            (_q("sentinel_request_e2e_seconds", 0.5, PROF), "{{profile}} p50"),
+            (_q("sentinel_request_e2e_seconds", 0.99, PROF), "{{profile}} p99"),
+        ],
+    )
+    b.panel(
+        "timeseries",
+        "Runs by outcome",
+        "Scheduled runs in the window: completed, aborted, failed, cancelled.",
+        "none",
+        [
+            (
+                f"sum by (profile, outcome) (increase(sentinel_load_runs_total{{{PROF}}}[$window]))",
+                "{{profile}} {{outcome}}",
+            )
+        ],
+        w=8,
+    )
+    b.panel(
+        "timeseries",
+        "Skipped and aborted runs",
+        "Why runs did not happen (skipped: busy, budget, foreign_traffic, server_not_ready, warmup) or "
+        "were stopped (aborted: error_ratio, kv_usage, gpu_temperature, gpu_throttle, foreign_traffic, "
+        "timeout, server_restart).",
+        "none",
+        [
+            (
+                f"sum by (profile, reason) (increase(sentinel_load_skipped_total{{{PROF}}}[$window]))",
+                "skipped {{profile}} {{reason}}",
+            ),
+            (
+                f"sum by (profile, reason) (increase(sentinel_load_aborts_total{{{PROF}}}[$window]))",
+                "aborted {{profile}} {{reason}}",
+            ),
+        ],
+        w=8,
+    )
+    b.panel(
+        "timeseries",
+        "Synthetic requests by outcome",
+        "Requests sent by scheduled runs in the window: success or the failure reason.",
+        "none",
+        [
+            (
+                f"sum by (profile, outcome) (increase(sentinel_load_requests_total{{{PROF}}}[$window]))",
+                "{{profile}} {{outcome}}",
+            )
+        ],
+        w=8,
+    )
+    b.panel(
+        "timeseries",
+        "Synthetic-token budget",
+        "Tokens (prompt + generated) still allowed in the sliding hour, and the hourly limit.",
+        "short",
+        [
+            (f"sentinel_budget_remaining_tokens{{{INST}}}", "remaining"),
+            (f"sentinel_budget_limit_tokens{{{INST}}}", "limit"),
+        ],
+        w=8,
+    )
+    b.panel(
+        "timeseries",
+        "Foreign traffic",
+        "Requests of other clients on the server at the last polite-injection check (running + queued "
+        "minus sentinel's own).",
+        "short",
+        [(f"sentinel_load_foreign_requests{{{INST}}}", "{{instance}}")],
+        w=8,
+    )
+    b.panel(
+        "stat",
+        "Client-bound",
+        "1 when the last reference run's client lagged past its thresholds: its latencies include "
+        "client delay.",
+        "none",
+        [(f"sentinel_load_client_bound{{{PROF}}}", "{{profile}}")],
+        w=8,
+    )
+
+    b.row("Capacity (calibration)")
+    b.panel(
+        "stat",
+        "Saturation output throughput",
+        "Output tokens/s at saturation, from the last calibration sweep.",
+        "short",
+        [(f"sentinel_capacity_output_throughput_tokens_per_second{{{INST}}}", "{{instance}}")],
+        w=6,
+    )
+    b.panel(
+        "stat",
+        "Knee concurrency",
+        "Concurrency past which latency grows faster than throughput.",
+        "short",
+        [(f"sentinel_capacity_knee_concurrency{{{INST}}}", "{{instance}}")],
+        w=6,
+    )
+    b.panel(
+        "stat",
+        "Max concurrency within SLO",
+        "Highest concurrency that met the latency SLO at the last calibration.",
+        "short",
+        [(f"sentinel_capacity_slo_concurrency{{{INST}}}", "{{instance}}")],
+        w=6,
+    )
+    b.panel(
+        "stat",
+        "Calibrated",
+        "Time since the last calibration finished.",
+        "s",
+        [(f"time() - sentinel_capacity_last_calibration_timestamp_seconds{{{INST}}}", "{{instance}}")],
+        w=6,
+    )
+
+    b.row("SGLang (re-exposed by sentinel)")
+    b.panel(
+        "timeseries",
+        "Running and queued requests",
+        "SGLang's scheduler gauges: requests decoding and requests waiting.",
+        "short",
+        [
+            (f"sum by (instance) (sglang:num_running_reqs{{{INST}}})", "running"),
+            (f"sum by (instance) (sglang:num_queue_reqs{{{INST}}})", "queued"),
+        ],
+        w=8,
+    )
+    b.panel(
+        "timeseries",
+        "KV-cache usage",
+        "Fraction of the KV-cache token pool in use (sglang:token_usage); near 1 requests get retracted.",
+        "percentunit",
+        [(f"max by (instance) (sglang:token_usage{{{INST}}})", "{{instance}}")],
+        w=8,
+        defaults={"min": 0, "max": 1},
+    )
+    b.panel(
+        "timeseries",
+        "Generation throughput",
+        "SGLang's decode throughput gauge (from its last decode log interval).",
+        "short",
+        [(f"sum by (instance) (sglang:gen_throughput{{{INST}}})", "{{instance}}")],
+        w=8,
+    )
+    b.panel(
+        "timeseries",
+        "SGLang time to first token",
+        "p50 and p99 TTFT over all of the server's requests (real and synthetic).",
+        "s",
+        [
+            (
+                f"histogram_quantile(0.5, sum by (le) (rate({SGLANG_TTFT}{{{INST}}}[$__rate_interval])))",
+                "p50",
+            ),
+            (
+                f"histogram_quantile(0.99, sum by (le) (rate({SGLANG_TTFT}{{{INST}}}[$__rate_interval])))",
+                "p99",
+            ),
+        ],
+    )
+    b.panel(
+        "timeseries",
+        "SGLang token throughput",
+        "Prompt and generated tokens per second over all of the server's requests.",
+        "short",
+        [
+            (f"sum(rate(sglang:prompt_tokens_total{{{INST}}}[$__rate_interval]))", "prompt"),
+            (f"sum(rate(sglang:generation_tokens_total{{{INST}}}[$__rate_interval]))", "generated"),
+        ],
+    )
+
+    b.row("Collectors")
+    b.panel(
+        "timeseries",
+        "Collector success",
+        "1 when the collector's last run succeeded (sglang metrics, log lines, GPU).",
+        "none",
+        [(f"sentinel_collector_success{{{INST}}}", "{{collector}}")],
+        defaults={"min": 0, "max": 1},
+    )
+    b.panel(
+        "timeseries",
+        "Collector duration",
+        "Time each collector took; GPU reads run in the background.",
+        "s",
+        [(f"sentinel_collector_duration_seconds{{{INST}}}", "{{collector}}")],
+    )
+    return _dashboard("sentinel-overview", "sglang-sentinel: server, load and capacity", b, with_profile=True)
+
+
+def gpu() -> dict[str, Any]:
+    b = Board()
+    gsel = 'instance=~"$instance"'
+    legend = "GPU {{gpu}}"
+    b.row("Load")
+    for title, desc, unit, metric, extra in (
+        (
+            "Utilization",
+            "Fraction of time a kernel was running.",
+            "percentunit",
+            "sentinel_gpu_utilization_ratio",
+            {},
+        ),
+        ("Memory used", "Device memory in use.", "bytes", "sentinel_gpu_memory_used_bytes", {}),
+        ("Power", "Power draw.", "watt", "sentinel_gpu_power_watts", {}),
+        ("Temperature", "GPU core temperature.", "celsius", "sentinel_gpu_temperature_celsius", {}),
+        ("SM clock", "Current SM clock.", "hertz", "sentinel_gpu_sm_clock_hertz", {}),
+    ):
+        b.panel("timeseries", title, desc, unit, [(f"{metric}{{{gsel}}}", legend)], w=8, **extra)
+    b.panel(
+        "timeseries",
+        "Clock-event reasons active",
+        "Throttle reasons holding the clocks down (1 = active): thermal, power cap, hardware slowdown.",
+        "none",
+        [(f"sentinel_gpu_clock_event_active{{{gsel}}} == 1", "GPU {{gpu}} {{reason}}")],
+        w=8,
+    )
+    b.row("PCIe (TP 8 over PCIe: every all-reduce crosses it)")
+    b.panel(
+        "timeseries",
+        "PCIe transmit",
+        "PCIe transmit throughput over NVML's 20 ms window.",
+        "Bps",
+        [(f"sentinel_gpu_pcie_tx_bytes_per_second{{{gsel}}}", legend)],
+        w=8,
+    )
+    b.panel(
+        "timeseries",
+        "PCIe receive",
+        "PCIe receive throughput over NVML's 20 ms window.",
+        "Bps",
+        [(f"sentinel_gpu_pcie_rx_bytes_per_second{{{gsel}}}", legend)],
+        w=8,
+    )
+    b.panel(
+        "timeseries",
+        "PCIe link width (current / max)",
+        "Lanes in use against the maximum; below the maximum is a degraded link.",
+        "none",
+        [
+            (f"sentinel_gpu_pcie_link_width{{{gsel}}}", "GPU {{gpu}} current"),
+            (f"sentinel_gpu_pcie_link_max_width{{{gsel}}}", "GPU {{gpu}} max"),
+        ],
+        w=8,
+    )
+    b.panel(
+        "timeseries",
+        "PCIe replays",
+        "Link-level retransmissions per window; any sustained rate is a signal-integrity problem.",
+        "none",
+        [(f"increase(sentinel_gpu_pcie_replays_total{{{gsel}}}[$__rate_interval])", legend)],
+        w=12,
+    )
+    b.panel(
+        "timeseries",
+        "XID errors",
+        "XID errors per window, by GPU and XID.",
+        "none",
+        [(f"increase(sentinel_gpu_xid_errors_total{{{gsel}}}[$__rate_interval])", "GPU {{gpu}} XID {{xid}}")],
+        w=12,
+    )
+    b.row("Collection")
+    b.panel(
+        "stat",
+        "GPUs visible / expected",
+        "GPUs NVML reports now against the launch profile's count.",
+        "none",
+        [
+            (f"sentinel_gpu_visible_devices{{{gsel}}}", "visible"),
+            (f"sentinel_gpu_expected_devices{{{gsel}}}", "expected"),
+        ],
+        w=12,
+    )
+    b.panel(
+        "timeseries",
+        "GPU read duration",
+        "Time of one background read per GPU (NVML calls are slow: PCIe throughput alone takes ~20 ms).",
+        "s",
+        [(f"sentinel_gpu_read_duration_seconds{{{gsel}}}", legend)],
+        w=12,
+    )
+    return _dashboard("sentinel-gpu", "sglang-sentinel: GPUs", b, with_profile=False)
+
+
+def _dashboard(uid: str, title: str, board: Board, *, with_profile: bool) -> dict[str, Any]:
+    return {
+        "id": None,
+        "uid": uid,
+        "title": title,
+        "tags": ["sglang", "sentinel"],
+        "timezone": "browser",
+        "editable": True,
+        "graphTooltip": 1,
+        "schemaVersion": 39,
+        "version": 1,
+        "refresh": "30s",
+        "time": {"from": "now-24h", "to": "now"},
+        "links": [
+            {
+                "title": "Other sentinel dashboards",
+                "type": "dashboards",
+                "tags": ["sentinel"],
+                "asDropdown": True,
+            }
+        ],
+        "annotations": {"list": []},
+        "templating": {"list": _variables(with_profile)},
+        "panels": board.panels,
+    }
+
+
+DASHBOARDS = {"sentinel-overview.json": overview, "sentinel-gpu.json": gpu}
+
+
+def render() -> dict[str, str]:
+    return {
+        name: json.dumps(build(), indent=2, ensure_ascii=False) + "\n" for name, build in DASHBOARDS.items()
+    }
+
+
+def main(argv: list[str]) -> int:
+    out = HERE / "dashboards"
+    stale = []
+    for name, text in render().items():
+        path = out / name
+        if "--check" in argv:
+            if not path.is_file() or path.read_text() != text:
+                stale.append(name)
+        else:
+            out.mkdir(exist_ok=True)
+            path.write_text(text)
+    if stale:
+        print("out of date (run python3 grafana/generate.py): " + ", ".join(stale), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,117 @@
+"""The HTML report renders in a real browser: every image loads and the page is not blank."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sentinel.calibrate import CalibrationSettings, SloSettings, Workload, run_search
+from sentinel.calibrate.report import render_html, write_report
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+WORKLOAD = Workload(base_url="http://127.0.0.1:1", backend="sglang", input_len=256, output_len=256, range_ratio=0)
+
+# Appended to a copy of the page: once everything has loaded, record each image's state in the DOM.
+_PROBE = """<script>
+window.addEventListener("load", () => {
+  const imgs = [...document.images];
+  document.body.setAttribute("data-images", imgs.length);
+  document.body.setAttribute("data-loaded", imgs.filter(i => i.complete && i.naturalWidth > 0).length);
+});
+</script>"""
+
+
+async def _report(tmp_path: Path, synthetic: Any) -> Path:
+    slo = SloSettings(ttft_seconds=1.0)
+    result = await run_search(synthetic(), CalibrationSettings(slo=slo), WORKLOAD)
+    return write_report(result, tmp_path / "report")
+
+
+async def test_report_files(tmp_path: Path, synthetic: Any) -> None:
+    page = await _report(tmp_path, synthetic)
+    names = {p.name for p in page.parent.iterdir()}
+    assert {"index.html", "result.json", "throughput.png", "latency.png", "server.png"} <= names
+    text = page.read_text()
+    assert text.count("data:image/png;base64,") == 4
+    assert "Saturation output throughput" in text
+    # Self-contained: nothing is fetched from elsewhere.
+    assert not re.search(r'src="(?!data:)', text)
+
+
+def test_report_escapes_untrusted_text() -> None:
+    from datetime import UTC, datetime
+
+    from sentinel.calibrate.model import CalibrationResult, Figure
+
+    nothing = Figure(value=None)
+    result = CalibrationResult(
+        mode="full",
+        started_at=datetime.now(UTC),
+        finished_at=datetime.now(UTC),
+        workload=WORKLOAD.model_copy(update={"base_url": "http://x/<script>alert(1)</script>"}),
+        slo={},
+        steps=(),
+        stop_reason="errors",
+        saturation_output_throughput=nothing,
+        saturation_total_throughput=nothing,
+        knee_concurrency=nothing,
+        max_concurrency_within_slo=nothing,
+        max_rate_within_slo=nothing,
+        goodput=nothing,
+        requests_spent=0,
+        full_sweep_requests=0,
+        warnings=("<b>bold</b>",),
+    )
+    html = render_html(result, {})
+    assert "<script>alert" not in html
+    assert "&lt;b&gt;bold" in html
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/test installs it)")
+async def test_report_renders_in_headless_chromium(tmp_path: Path, synthetic: Any) -> None:
+    assert CHROMIUM is not None
+    page = await _report(tmp_path, synthetic)
+    probe = page.with_name("probe.html")
+    probe.write_text(page.read_text().replace("</body>", _PROBE + "</body>"))
+    profile = tmp_path / "chromium-profile"
+    base = [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=5000"]
+    dom = subprocess.run(
+        [*base, "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=90, check=False
+    )
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    m = re.search(r'data-images="(\d+)" data-loaded="(\d+)"', dom.stdout)
+    assert m is not None, dom.stdout[:500]
+    assert int(m.group(1)) == 4
+    assert m.group(2) == m.group(1)
+
+    shot = tmp_path / "screenshot.png"
+    run = subprocess.run(
+        [*base, "--window-size=1280,2000", f"--screenshot={shot}", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert shot.is_file()
+    import matplotlib.image as mpimg
+
+    pixels = mpimg.imread(str(shot))[..., :3]
+    non_white = (pixels < 0.9).any(axis=-1).mean()
+    assert non_white > 0.05, f"page looks blank ({non_white:.1%} non-white pixels)"
+    keep = Path("/tmp/sentinel-calibrate-report-screenshot.png")
+    shutil.copy(shot, keep)

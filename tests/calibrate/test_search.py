@@ -1,0 +1,166 @@
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from sentinel.calibrate import CalibrationSettings, SloSettings, Workload, run_search
+from sentinel.calibrate.search import step_requests
+
+WORKLOAD = Workload(
+    base_url="http://127.0.0.1:1", backend="sglang", input_len=256, output_len=256, range_ratio=0
+)
+
+
+def settings(**kw: Any) -> CalibrationSettings:
+    return CalibrationSettings(**kw)
+
+
+async def test_full_sweep_finds_ceiling_and_knee_from_server_queue(synthetic: Any) -> None:
+    server = synthetic(ceiling=200.0, max_running=24)
+    result = await run_search(server, settings(), WORKLOAD)
+    assert result.stop_reason == "saturated"
+    sat = result.saturation_output_throughput.value
+    assert sat is not None
+    assert abs(sat - server.throughput(128)) / server.throughput(128) < 0.03
+    # The queue, not a plateau step above it, stopped escalation: nothing beyond 32 was probed.
+    assert max(p.concurrency for p in server.plans) == 32
+    assert any("server queue" in r for s in result.steps for r in s.saturation_reasons)
+    knee = result.knee_concurrency.value
+    assert knee is not None
+    assert len(result.knee_concurrency.steps) == 2
+    lo = result.steps[result.knee_concurrency.steps[0]].concurrency
+    assert knee / lo <= CalibrationSettings().resolution or knee - lo <= 1
+    assert server.throughput(int(knee)) >= 0.9 * 0.98 * server.throughput(128)
+    assert server.throughput(lo) < 0.9 * 1.02 * server.throughput(128)
+    assert result.requests_spent == server.spent
+    # The supporting steps of each figure exist and say what they are.
+    assert all(i < len(result.steps) for i in result.saturation_output_throughput.steps)
+    assert result.full_sweep_requests == result.requests_spent
+
+
+async def test_plateau_without_server_metrics(synthetic: Any) -> None:
+    server = synthetic(ceiling=200.0, max_running=None, metrics=False)
+    result = await run_search(server, settings(), WORKLOAD)
+    assert result.stop_reason == "saturated"
+    assert any("plateau" in r for s in result.steps for r in s.saturation_reasons)
+    sat = result.saturation_output_throughput.value
+    assert sat is not None
+    assert sat >= 0.95 * 200.0
+
+
+async def test_slo_boundary_is_bisected_and_goodput_reported(synthetic: Any) -> None:
+    server = synthetic(ceiling=200.0, max_running=24)
+    slo = SloSettings(tpot_seconds=0.105, tpot_percentile=50)
+    result = await run_search(server, settings(slo=slo, resolution=1.15), WORKLOAD)
+    limit = result.max_concurrency_within_slo.value
+    assert limit is not None
+    assert len(result.max_concurrency_within_slo.steps) == 2
+    ok_i, bad_i = result.max_concurrency_within_slo.steps
+    assert result.steps[ok_i].slo_ok
+    assert not result.steps[bad_i].slo_ok
+    assert result.steps[bad_i].concurrency / result.steps[ok_i].concurrency <= 1.15 or (
+        result.steps[bad_i].concurrency - result.steps[ok_i].concurrency <= 1
+    )
+    assert any(s.phase == "refine-slo" for s in result.steps)
+    assert result.max_rate_within_slo.value is not None
+    assert result.max_rate_within_slo.value > 0
+    assert result.goodput.value == pytest.approx(result.max_rate_within_slo.value)
+    assert "TPOT p50" in result.max_concurrency_within_slo.note
+
+
+async def test_stop_at_slo_stops_escalation(synthetic: Any) -> None:
+    server = synthetic(ceiling=200.0, max_running=24)
+    slo = SloSettings(ttft_seconds=0.3)
+    result = await run_search(server, settings(slo=slo, stop_at_slo=True), WORKLOAD)
+    assert result.stop_reason == "slo"
+    assert "lower bound" in result.saturation_output_throughput.note
+
+
+async def test_errors_stop_the_search(synthetic: Any) -> None:
+    server = synthetic(error_from=8)
+    result = await run_search(server, settings(), WORKLOAD)
+    assert result.stop_reason == "errors"
+    assert max(p.concurrency for p in server.plans) == 8
+    at8 = next(s for s in result.steps if s.concurrency == 8)
+    assert at8.slo_violations[0].startswith("error ratio")
+    # The SLO boundary (error ratio) is then bracketed below the failing step.
+    assert result.max_concurrency_within_slo.value is not None
+    assert result.max_concurrency_within_slo.value < 8
+
+
+async def test_client_bound_step_is_told_apart(synthetic: Any) -> None:
+    server = synthetic(client_bound_from=16)
+    result = await run_search(server, settings(), WORKLOAD)
+    assert result.stop_reason == "client-bound"
+    bound = next(s for s in result.steps if s.concurrency == 16)
+    assert not bound.trusted
+    assert bound.measurement.client_bound
+    assert max(p.concurrency for p in server.plans) == 16
+    assert any("load generator" in w for w in result.warnings)
+    # The untrusted step sets no figure.
+    assert bound.index not in result.saturation_output_throughput.steps
+
+
+async def test_request_budget(synthetic: Any) -> None:
+    server = synthetic()
+    result = await run_search(server, settings(max_requests=30), WORKLOAD)
+    assert result.stop_reason == "budget-requests"
+    assert result.requests_spent <= 30
+    assert "lower bound" in result.saturation_output_throughput.note
+
+
+async def test_time_budget_with_fake_clock(synthetic: Any) -> None:
+    server = synthetic()
+    ticks = itertools.count(0.0, 10.0)
+    result = await run_search(server, settings(max_duration=35), WORKLOAD, clock=lambda: next(ticks))
+    assert result.stop_reason == "budget-time"
+    assert 1 <= len(result.steps) <= 3
+
+
+async def test_max_concurrency_without_saturation(synthetic: Any) -> None:
+    server = synthetic(ceiling=10_000.0, max_running=None)
+    result = await run_search(server, settings(max_concurrency=16), WORKLOAD)
+    assert result.stop_reason == "max-concurrency"
+    assert max(p.concurrency for p in server.plans) == 16
+
+
+@pytest.mark.parametrize("scale", [0.85, 1.2])
+async def test_incremental_tracks_capacity_change_in_a_third(synthetic: Any, scale: float) -> None:
+    base = synthetic(ceiling=200.0, max_running=24)
+    cfg = settings()
+    full = await run_search(base, cfg, WORKLOAD)
+    changed = synthetic(ceiling=200.0 * scale, per_stream=12.5 * scale, max_running=24, seed=11)
+    inc = await run_search(changed, cfg, WORKLOAD, previous=full)
+    assert inc.mode == "incremental"
+    assert inc.seeded_from == full.started_at
+    assert inc.requests_spent <= full.requests_spent / 3 + 1
+    truth = changed.throughput(128)
+    got = inc.saturation_output_throughput.value
+    assert got is not None
+    assert abs(got - truth) / truth < 0.05
+    assert inc.full_sweep_requests == full.requests_spent
+    assert inc.knee_concurrency.value is not None
+
+
+async def test_incremental_after_capacity_grew_past_the_old_saturation_point(synthetic: Any) -> None:
+    base = synthetic(ceiling=200.0, max_running=24)
+    cfg = settings(incremental_budget_ratio=1.0)
+    full = await run_search(base, cfg, WORKLOAD)
+    grown = synthetic(ceiling=400.0, max_running=48)
+    inc = await run_search(grown, cfg, WORKLOAD, previous=full)
+    assert inc.steps[0].phase == "reprobe"
+    assert not inc.steps[0].saturated
+    assert any(s.phase == "escalate" for s in inc.steps)
+    assert inc.stop_reason == "saturated"
+
+
+def test_step_sizes() -> None:
+    cfg = CalibrationSettings(step_min_requests=6, step_requests_per_slot=1.5)
+    assert [step_requests(c, cfg) for c in (1, 4, 8, 32)] == [6, 6, 12, 48]
+
+
+def test_settings_reject_inverted_range() -> None:
+    with pytest.raises(ValueError, match="exceeds max_concurrency"):
+        CalibrationSettings(start_concurrency=64, max_concurrency=8)

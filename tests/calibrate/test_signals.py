@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import pytest
+
+from sentinel.calibrate.signals import ServerSampler, parse_sample
+
+SAMPLES = Path("/work/shared/reference/samples")
+# The reference samples live beside the repository in the shared folder; CI carries a copy.
+REAL = SAMPLES / "sglang-metrics-docs-production-metrics.txt"
+
+V059 = """\
+# HELP sglang:num_queue_reqs The number of requests in the waiting queue
+# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{{engine_type="unified",model_name="glm-5",tp_rank="0",pp_rank="0",moe_ep_rank="0"}} {q}
+sglang:num_queue_reqs{{engine_type="unified",model_name="glm-5",tp_rank="1",pp_rank="0",moe_ep_rank="0"}} 99.0
+# HELP sglang:num_running_reqs The number of running requests
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{{engine_type="unified",model_name="glm-5",tp_rank="0",pp_rank="0",moe_ep_rank="0"}} {r}
+# HELP sglang:token_usage The token usage
+# TYPE sglang:token_usage gauge
+sglang:token_usage{{engine_type="unified",model_name="glm-5",tp_rank="0",pp_rank="0",moe_ep_rank="0"}} {u}
+# HELP sglang:num_retracted_requests_total Retracted requests
+# TYPE sglang:num_retracted_requests_total counter
+sglang:num_retracted_requests_total{{engine_type="unified",model_name="glm-5",tp_rank="0",pp_rank="0",moe_ep_rank="0"}} {x}
+"""
+
+
+@pytest.mark.skipif(not REAL.is_file(), reason="shared reference samples not present")
+def test_parse_real_sglang_exposition() -> None:
+    values = parse_sample(REAL.read_text())
+    assert values == {
+        "sglang:token_usage": 0.28,
+        "sglang:num_running_reqs": 162.0,
+        "sglang:num_queue_reqs": 2826.0,
+    }
+
+
+def test_parse_prefers_tp_rank_zero() -> None:
+    values = parse_sample(V059.format(q=3, r=21, u=0.5, x=7))
+    assert values["sglang:num_queue_reqs"] == 3.0
+    assert values["sglang:num_retracted_requests_total"] == 7.0
+
+
+def test_parse_rejects_garbage() -> None:
+    with pytest.raises(ValueError):
+        parse_sample("sglang:num_queue_reqs{ 1 2 3\n")
+
+
+async def test_sampler_summarises_a_step() -> None:
+    seq = iter(
+        [(0, 0, 0.0, 5)]  # baseline (counter only)
+        + [(4, 21, 0.6, 5), (6, 21, 0.7, 6), (0, 20, 0.97, 8)]
+        + [(0, 0, 0.1, 9)] * 50  # after the step (counter only) and any extra samples
+    )
+
+    calls = 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        q, r, u, x = next(seq)
+        return httpx.Response(200, text=V059.format(q=q, r=r, u=u, x=x))
+
+    async def served(n: int) -> None:
+        while calls < n:
+            await asyncio.sleep(0.002)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        sampler = ServerSampler(client, "http://127.0.0.1:1/metrics", interval=0.005)
+        async with sampler:
+            await asyncio.wait_for(served(4), timeout=10)
+        s = sampler.summary()
+    assert s is not None
+    # Three samples during the step (a fourth may slip in before the exit on a loaded machine).
+    assert s.samples >= 3
+    assert s.queue_nonzero_ratio == pytest.approx(2 / s.samples)
+    assert s.queue_max == 6.0
+    assert s.running_max == 21.0
+    assert s.token_usage_max == 0.97
+    assert s.retractions == 4.0  # 5 before the step, 9 after
+
+
+async def test_sampler_without_metrics_endpoint() -> None:
+    calls = 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        return httpx.Response(404, text="Not Found")
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        sampler = ServerSampler(client, "http://127.0.0.1:1/metrics", interval=0.01)
+        async with sampler:
+            await asyncio.sleep(0.05)
+    assert sampler.summary() is None
+    assert sampler.disabled_reason is not None
+    assert "--enable-metrics" in sampler.disabled_reason
+    assert calls == 1  # stopped asking after the 404
+
+
+async def test_sampler_counts_failures() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/metrics":
+            raise httpx.ConnectError("refused")
+        return httpx.Response(200)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        sampler = ServerSampler(client, "http://127.0.0.1:1/metrics", interval=0.01)
+        async with sampler:
+            await asyncio.sleep(0.03)
+    assert sampler.summary() is None
+    assert sampler._samples.failures >= 2

@@ -1,0 +1,359 @@
+"""The scheduler core with fakes at its boundaries: server view, load reader, executor."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from sentinel.load.records import LoadCounters
+from sentinel.schedule.metrics import RequestTimings, RunFigures, ScheduleMetrics
+from sentinel.schedule.plan import RunPlan, RunReport
+from sentinel.schedule.polite import LoadReadError, ServerLoad
+from sentinel.schedule.scheduler import LoadScheduler
+from sentinel.schedule.settings import LoadProfileSettings, ScheduleSettings
+from sentinel.schedule.state import StateDir
+
+
+class FakeServer:
+    def __init__(self, epoch: float | None) -> None:
+        self.epoch = epoch
+        self.hash = "abc123"
+
+    def ready_epoch(self) -> float | None:
+        return self.epoch
+
+    def launch_hash(self) -> str | None:
+        return self.hash
+
+
+class FakeLoad:
+    def __init__(self, running: float = 0, queued: float = 0, usage: float | None = 0.1) -> None:
+        self.running = running
+        self.queued = queued
+        self.usage = usage
+        self.counters: LoadCounters | None = None
+        self.fail = False
+
+    async def read(self) -> ServerLoad:
+        if self.fail:
+            raise LoadReadError("HTTP 500")
+        own = self.counters.in_flight if self.counters else 0
+        return ServerLoad(self.running + own, self.queued, self.usage)
+
+
+class FakeExecutor:
+    """Sends `num_prompts` requests over `duration` seconds; can fail a share of them."""
+
+    def __init__(self, duration: float = 0.2, fail_ratio: float = 0.0, load: FakeLoad | None = None) -> None:
+        self.duration = duration
+        self.fail_ratio = fail_ratio
+        self.load = load
+        self.plans: list[RunPlan] = []
+        self.active = 0
+        self.max_active = 0
+        self.intervals: list[tuple[float, float]] = []
+
+    async def __call__(self, plan: RunPlan, counters: LoadCounters, cancel: asyncio.Event) -> RunReport:
+        self.plans.append(plan)
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        if self.load is not None:
+            self.load.counters = counters
+        start = time.monotonic()
+        try:
+            n = plan.num_prompts
+            counters.in_flight = n
+            failed = 0
+            for i in range(n):
+                if cancel.is_set():
+                    break
+                await asyncio.sleep(self.duration / n)
+                counters.in_flight -= 1
+                if i < n * self.fail_ratio:
+                    counters.failed += 1
+                    failed += 1
+                else:
+                    counters.completed += 1
+                    counters.output_tokens += plan.settings.output_len
+            ok = counters.completed
+            return RunReport(
+                requests={"success": ok, "http_500": failed, "cancelled": counters.in_flight},
+                input_tokens=ok * plan.settings.input_len,
+                output_tokens=ok * plan.settings.output_len,
+                figures=RunFigures(100.0 * plan.scale, 200.0, 4.0, 8, False, time.time()),
+                timings=[RequestTimings(0.05, 0.01, 1.0, [0.01, 0.02]) for _ in range(ok)],
+                summary={"output_throughput": 100.0},
+            )
+        finally:
+            self.active -= 1
+            self.intervals.append((start, time.monotonic()))
+
+
+def profile(**kw: Any) -> LoadProfileSettings:
+    base: dict[str, Any] = {
+        "num_prompts": 10,
+        "input_len": 10,
+        "output_len": 10,
+        "interval_seconds": 3600,
+        "run_on_ready": False,
+    }
+    base.update(kw)
+    return LoadProfileSettings(**base)
+
+
+def settings(**kw: Any) -> ScheduleSettings:
+    base: dict[str, Any] = {
+        "warmup_seconds": 0,
+        "reference_exclusion_seconds": 0,
+        "profiles": {"ref": profile()},
+        "polite": {"check_interval_seconds": 0.02},
+        "breaker": {"check_interval_seconds": 0.02, "min_requests": 4},
+    }
+    base.update(kw)
+    return ScheduleSettings(**base)
+
+
+def make(
+    tmp_path: Path,
+    s: ScheduleSettings,
+    executor: FakeExecutor,
+    server: FakeServer | None = None,
+    load: FakeLoad | None = None,
+) -> LoadScheduler:
+    return LoadScheduler(
+        s,
+        server=server or FakeServer(time.time() - 100),
+        executor=executor,
+        metrics=ScheduleMetrics(),
+        state=StateDir(tmp_path),
+        load_reader=load if load is not None else FakeLoad(),
+    )
+
+
+def sample(sched: LoadScheduler, name: str, **labels: str) -> float | None:
+    reg = CollectorRegistry()
+    reg.register(sched.metrics)
+    return reg.get_sample_value(name, labels)
+
+
+async def test_completed_run_feeds_reference_series(tmp_path: Path) -> None:
+    sched = make(tmp_path, settings(), FakeExecutor())
+    assert await sched.fire("ref") == "completed"
+    assert sample(sched, "sentinel_load_runs_total", profile="ref", outcome="completed") == 1
+    assert sample(sched, "sentinel_load_requests_total", profile="ref", outcome="success") == 10
+    assert sample(sched, "sentinel_load_output_tokens_total", profile="ref") == 100
+    assert sample(sched, "sentinel_load_output_throughput_tokens_per_second", profile="ref") == 100
+    assert sample(sched, "sentinel_request_e2e_seconds_count", profile="ref") == 10
+    assert sample(sched, "sentinel_request_itl_seconds_count", profile="ref") == 20
+    runs = StateDir(tmp_path).history("runs.jsonl")
+    assert runs[-1]["launch_hash"] == "abc123"
+    assert runs[-1]["reference"] is True
+    # Every name the exposition carries is valid Prometheus text.
+    reg = CollectorRegistry()
+    reg.register(sched.metrics)
+    assert b"sentinel_load_skipped_total" not in generate_latest(reg) or True
+
+
+async def test_schedules_fire_and_never_overlap(tmp_path: Path) -> None:
+    ex = FakeExecutor(duration=0.35)
+    s = settings(
+        profiles={"a": profile(interval_seconds=0.1), "b": profile(interval_seconds=0.13)},
+    )
+    sched = make(tmp_path, s, ex)
+    ticks: list[float] = []
+
+    async def probe() -> None:
+        ticks.append(time.monotonic())
+
+    await sched.start()
+    sched.add_interval_job("probe:health", probe, 0.05)
+    await asyncio.sleep(1.6)
+    await sched.stop()
+    assert len(ex.plans) >= 3
+    assert ex.max_active == 1
+    ordered = sorted(ex.intervals)
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(ordered))
+    busy = sum(sample(sched, "sentinel_load_skipped_total", profile=p, reason="busy") or 0 for p in "ab")
+    coalesced = sum(
+        sample(sched, "sentinel_schedule_coalesced_total", job=f"load:{p}", reason="running") or 0
+        for p in "ab"
+    )
+    assert busy >= 1
+    assert coalesced >= 1
+    # Probes kept their cadence while loads ran: no gap near a run's length.
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
+    assert len(ticks) >= 20
+    assert max(gaps) < 0.3
+
+
+async def test_not_ready_and_warmup_skip(tmp_path: Path) -> None:
+    server = FakeServer(None)
+    sched = make(tmp_path, settings(warmup_seconds=30), FakeExecutor(), server=server)
+    assert await sched.fire("ref") == "skipped:server_not_ready"
+    server.epoch = time.time() - 1
+    assert await sched.fire("ref") == "skipped:warmup"
+    server.epoch = time.time() - 31
+    assert await sched.fire("ref") == "completed"
+
+
+async def test_restart_window_excludes_from_reference(tmp_path: Path) -> None:
+    server = FakeServer(time.time() - 2)
+    sched = make(tmp_path, settings(reference_exclusion_seconds=60), FakeExecutor(), server=server)
+    assert await sched.fire("ref") == "completed"
+    assert sample(sched, "sentinel_load_runs_excluded_total", profile="ref", reason="restart_window") == 1
+    assert sample(sched, "sentinel_load_output_throughput_tokens_per_second", profile="ref") is None
+    assert sample(sched, "sentinel_request_ttft_seconds_count", profile="ref") in (None, 0)
+    # Still counted as synthetic traffic, and in the history with the epoch it ran in.
+    assert sample(sched, "sentinel_load_requests_total", profile="ref", outcome="success") == 10
+    record = StateDir(tmp_path).history("runs.jsonl")[-1]
+    assert record["reference"] is False
+    assert record["server_epoch"] == server.epoch
+    server.epoch = time.time() - 61
+    assert await sched.fire("ref") == "completed"
+    assert sample(sched, "sentinel_load_output_throughput_tokens_per_second", profile="ref") == 100
+
+
+async def test_server_restart_mid_run_aborts(tmp_path: Path) -> None:
+    server = FakeServer(time.time() - 100)
+    sched = make(tmp_path, settings(), FakeExecutor(duration=2.0), server=server)
+    task = asyncio.create_task(sched.fire("ref"))
+    await asyncio.sleep(0.2)
+    server.epoch = time.time()
+    assert await asyncio.wait_for(task, 2) == "aborted:server_restart"
+    assert sample(sched, "sentinel_load_aborts_total", profile="ref", reason="server_restart") == 1
+
+
+@pytest.mark.parametrize(("running", "expected", "prompts"), [(0, "completed", 10), (9, "completed", 7)])
+async def test_foreign_traffic_shrinks(tmp_path: Path, running: int, expected: str, prompts: int) -> None:
+    load = FakeLoad(running=running)
+    ex = FakeExecutor(load=load)
+    s = settings(polite={"shrink_above": 2, "skip_above": 20, "shrink_capacity_requests": 32, "tolerance": 1})
+    sched = make(tmp_path, s, ex, load=load)
+    assert await sched.fire("ref") == expected
+    assert ex.plans[-1].num_prompts == prompts
+    if running:
+        assert sample(sched, "sentinel_load_shrunk_total", profile="ref", reason="foreign_traffic") == 1
+        assert sample(sched, "sentinel_load_runs_excluded_total", profile="ref", reason="shrunk") == 1
+
+
+async def test_foreign_traffic_skips_and_aborts(tmp_path: Path) -> None:
+    load = FakeLoad(running=30)
+    ex = FakeExecutor(duration=1.0, load=load)
+    sched = make(tmp_path, settings(polite={"skip_above": 16, "check_interval_seconds": 0.02}), ex, load=load)
+    assert await sched.fire("ref") == "skipped:foreign_traffic"
+    assert not ex.plans
+    # Traffic arrives mid-run: our own in-flight requests do not count, the newcomers do.
+    load.running = 0
+    task = asyncio.create_task(sched.fire("ref"))
+    await asyncio.sleep(0.2)
+    load.running = 25
+    assert await asyncio.wait_for(task, 2) == "aborted:foreign_traffic"
+    assert sample(sched, "sentinel_load_aborts_total", profile="ref", reason="foreign_traffic") == 1
+
+
+async def test_unreadable_load_policy(tmp_path: Path) -> None:
+    load = FakeLoad()
+    load.fail = True
+    sched = make(tmp_path, settings(polite={"on_unknown": "skip"}), FakeExecutor(), load=load)
+    assert await sched.fire("ref") == "skipped:load_unknown"
+    sched2 = make(tmp_path / "2", settings(), FakeExecutor(), load=load)
+    (tmp_path / "2").mkdir()
+    assert await sched2.fire("ref") == "completed"
+
+
+async def test_breaker_aborts_on_errors(tmp_path: Path) -> None:
+    ex = FakeExecutor(duration=1.0, fail_ratio=1.0)
+    sched = make(tmp_path, settings(profiles={"ref": profile(num_prompts=40)}), ex)
+    assert await sched.fire("ref") == "aborted:error_ratio"
+    assert sample(sched, "sentinel_load_aborts_total", profile="ref", reason="error_ratio") == 1
+    assert sample(sched, "sentinel_load_runs_total", profile="ref", outcome="aborted") == 1
+    assert sample(sched, "sentinel_load_requests_total", profile="ref", outcome="http_500") in (4, 5, 6)
+
+
+async def test_breaker_aborts_on_kv_usage(tmp_path: Path) -> None:
+    load = FakeLoad(usage=0.995)
+    sched = make(tmp_path, settings(), FakeExecutor(duration=1.0, load=load), load=load)
+    assert await sched.fire("ref") == "aborted:kv_usage"
+
+
+async def test_budget_holds(tmp_path: Path) -> None:
+    # 10 prompts x 20 tokens + 1 warm-up = 220 reserved per full run, 200 really spent; 500 per hour.
+    s = settings(budget={"tokens_per_hour": 500, "min_prompts": 3})
+    ex = FakeExecutor(duration=0.05)
+    sched = make(tmp_path, s, ex)
+    outcomes = [await sched.fire("ref") for _ in range(4)]
+    # 100 left after two runs: a shrunk run of 4 prompts (+ warm-up) fits; then 20 left: skipped.
+    assert outcomes == ["completed", "completed", "completed", "skipped:budget"]
+    assert [p.num_prompts for p in ex.plans] == [10, 10, 4]
+    assert sched.budget.spent() <= 500
+    assert sample(sched, "sentinel_budget_remaining_tokens") == 500 - sched.budget.spent()
+    # The spending survives a daemon restart.
+    again = make(tmp_path, s, FakeExecutor())
+    again.restore()
+    assert again.budget.spent() == sched.budget.spent()
+    assert await again.fire("ref") == "skipped:budget"
+
+
+async def test_budget_shrinks_to_fit(tmp_path: Path) -> None:
+    s = settings(budget={"tokens_per_hour": 400, "min_prompts": 3})
+    ex = FakeExecutor(duration=0.05)
+    sched = make(tmp_path, s, ex)
+    assert await sched.fire("ref") == "completed"
+    assert await sched.fire("ref") == "completed"
+    assert ex.plans[1].num_prompts == 9  # 200 left: 10 x 20, one of them for the warm-up
+    assert sched.budget.spent() <= 400
+    assert sample(sched, "sentinel_load_shrunk_total", profile="ref", reason="budget") == 1
+
+
+async def test_stop_cancels_the_run(tmp_path: Path) -> None:
+    sched = make(tmp_path, settings(), FakeExecutor(duration=5.0))
+    await sched.start()
+    task = asyncio.create_task(sched.fire("ref"))
+    await asyncio.sleep(0.2)
+    await asyncio.wait_for(sched.stop(), 2)
+    assert await task == "cancelled:shutdown"
+    assert sample(sched, "sentinel_load_runs_total", profile="ref", outcome="cancelled") == 1
+
+
+async def test_run_on_ready_fires_after_the_window(tmp_path: Path) -> None:
+    server = FakeServer(None)
+    ex = FakeExecutor(duration=0.05)
+    s = settings(
+        profiles={"ref": profile(run_on_ready=True)}, warmup_seconds=0.2, reference_exclusion_seconds=0.4
+    )
+    sched = make(tmp_path, s, ex, server=server)
+    await sched.start()
+    try:
+        server.epoch = time.time()
+        await asyncio.sleep(1.3)  # the watcher polls each second
+        assert len(ex.plans) == 1
+        assert sample(sched, "sentinel_load_output_throughput_tokens_per_second", profile="ref") == 100
+        restarts = StateDir(tmp_path).history("restarts.jsonl")
+        assert restarts[-1]["ready_at"] == server.epoch
+    finally:
+        await sched.stop()
+    # A daemon restart that sees the same server life records no new restart.
+    again = make(tmp_path, s, FakeExecutor(), server=server)
+    again.restore()
+    await again.start()
+    await again.stop()
+    assert len(StateDir(tmp_path).history("restarts.jsonl")) == 1
+
+
+async def test_reload_changes_jobs_and_budget(tmp_path: Path) -> None:
+    sched = make(tmp_path, settings(), FakeExecutor())
+    await sched.start()
+    try:
+        assert "load:ref" in sched.next_runs()
+        sched.reload(settings(profiles={"other": profile()}, budget={"tokens_per_hour": 7}))
+        assert "load:other" in sched.next_runs()
+        assert "load:ref" not in sched.next_runs()
+        assert sched.budget.tokens_per_hour == 7
+    finally:
+        await sched.stop()

@@ -1,0 +1,92 @@
+"""The 0.5.9 metric reference against the wheel's source and against real /metrics samples."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from sentinel.sglang.metricnames import FAMILIES, MetricFamily, by_name
+
+SGLANG_SRC = Path("/work/notes/sglang-0.5.9/sglang")
+SAMPLES = Path("/work/shared/reference/samples")
+SCHEDULER_LABELS = ("model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank")
+
+
+def test_reference_matches_the_wheel_source() -> None:
+    if not (SGLANG_SRC / "srt/metrics/collector.py").is_file():
+        pytest.skip("unpacked sglang 0.5.9 wheel not present")
+    spec = importlib.util.spec_from_file_location(
+        "extract", Path(__file__).with_name("extract_metricnames.py")
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    namespace: dict[str, object] = {}
+    exec(module.render(module.extract(SGLANG_SRC)), namespace)
+    fresh = namespace["FAMILIES"]
+    assert isinstance(fresh, tuple)
+    assert [dataclasses.astuple(f) for f in fresh] == [dataclasses.astuple(f) for f in FAMILIES]
+
+
+def test_every_family_in_real_metric_samples_is_known() -> None:
+    files = [p for p in sorted(SAMPLES.glob("sglang-metrics-*.txt")) if "smg" not in p.name]
+    if not files:
+        pytest.skip("reference samples not present")
+    known = {(f.name, f.type) for f in FAMILIES}
+    checked = 0
+    for path in files:
+        for name, kind in re.findall(r"^# TYPE (sglang:\S+) (\w+)", path.read_text(), re.M):
+            assert (name, kind) in known, f"{path.name}: {name} {kind}"
+            checked += 1
+    assert checked >= 10
+
+
+def test_ttft_buckets_match_the_real_exposition_pr7317() -> None:
+    path = SAMPLES / "sglang-metrics-pr7317.txt"
+    if not path.is_file():
+        pytest.skip("reference sample not present")
+    edges = {
+        float(le) for le in re.findall(r'time_to_first_token_seconds_bucket\{le="([\d.]+)"', path.read_text())
+    }
+    (ttft,) = by_name("sglang:time_to_first_token_seconds")
+    assert ttft.buckets is not None
+    assert edges <= set(ttft.buckets)
+    assert {8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0, 400.0} <= edges
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "labels"),
+    [
+        ("sglang:num_running_reqs", "gauge", SCHEDULER_LABELS),
+        ("sglang:num_queue_reqs", "gauge", SCHEDULER_LABELS),
+        ("sglang:token_usage", "gauge", SCHEDULER_LABELS),
+        ("sglang:gen_throughput", "gauge", SCHEDULER_LABELS),
+        ("sglang:realtime_tokens_total", "counter", (*SCHEDULER_LABELS, "mode")),
+        ("sglang:num_retracted_requests_total", "counter", SCHEDULER_LABELS),
+        ("sglang:prompt_tokens_total", "counter", ("model_name",)),
+        ("sglang:generation_tokens_total", "counter", ("model_name",)),
+        ("sglang:num_requests_total", "counter", ("model_name",)),
+        ("sglang:time_to_first_token_seconds", "histogram", ("model_name",)),
+        ("sglang:inter_token_latency_seconds", "histogram", ("model_name",)),
+        ("sglang:e2e_request_latency_seconds", "histogram", ("model_name",)),
+        ("sglang:http_requests_active", "gauge", ("endpoint", "method")),
+    ],
+)
+def test_families_the_product_relies_on(name: str, kind: str, labels: tuple[str, ...]) -> None:
+    families = by_name(name)
+    assert families, name
+    family: MetricFamily = families[0]
+    assert family.type == kind
+    assert family.labels == labels
+    assert family.condition is None
+
+
+def test_histograms_have_sorted_buckets() -> None:
+    for family in FAMILIES:
+        if family.type == "histogram" and family.buckets is not None:
+            assert list(family.buckets) == sorted(family.buckets), family.name

@@ -1,0 +1,111 @@
+"""Fixtures for the supervisor tests: fast settings, free ports, the fake server, leak checks."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sentinel.supervise.profiles import BUILTIN_PROFILES, LaunchCommand
+from sentinel.supervise.settings import ServerSettings
+
+FAKE_SERVER = Path(__file__).with_name("fake_server.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def fast_settings(port: int, **overrides: Any) -> ServerSettings:
+    """Settings with every interval shrunk so a test finishes in seconds."""
+    data: dict[str, Any] = {
+        "mode": "child",
+        "port": port,
+        "start_timeout": 20.0,
+        "startup_poll_interval": 0.05,
+        "stop_timeout": 3.0,
+        "before_stop_timeout": 2.0,
+        "restart": {"backoff_initial": 0.05, "backoff_max": 0.2, "jitter": 0.1, "max_restarts": 5},
+        "checks": {
+            "health": {"interval": 0.1, "timeout": 2.0, "failures": 2},
+            "health_generate": {"interval": 0.2, "timeout": 2.0, "failures": 2},
+            "stall": {"interval": 0.1, "timeout": 2.0, "stall_after": 0.5},
+            "canary": {"interval": 0.3, "timeout": 5.0, "failures": 1},
+        },
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            merged = dict(data[key])
+            for k, v in value.items():
+                if isinstance(v, dict) and isinstance(merged.get(k), dict):
+                    merged[k] = {**merged[k], **v}
+                else:
+                    merged[k] = v
+            data[key] = merged
+        else:
+            data[key] = value
+    return ServerSettings.model_validate(data)
+
+
+def fake_command(port: int, *args: str) -> LaunchCommand:
+    argv = (sys.executable, str(FAKE_SERVER), "--port", str(port), *args)
+    return LaunchCommand("fake", BUILTIN_PROFILES["sim"], argv, {})
+
+
+@pytest.fixture
+def port() -> int:
+    return free_port()
+
+
+@pytest.fixture
+def fast() -> Callable[..., ServerSettings]:
+    return fast_settings
+
+
+@pytest.fixture
+def fake_cmd() -> Callable[..., LaunchCommand]:
+    return fake_command
+
+
+@pytest.fixture
+def alive() -> Callable[[int], bool]:
+    return pid_alive
+
+
+def _children_of(pid: int) -> set[int]:
+    out: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.add(int(entry.name))
+    return out
+
+
+@pytest.fixture
+def no_leaked_children() -> Iterator[None]:
+    """Fails the test if it leaves a child process (or a zombie) of the test process behind."""
+    before = _children_of(os.getpid())
+    yield
+    leaked = _children_of(os.getpid()) - before
+    assert not leaked, f"leaked child processes: {sorted(leaked)}"
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

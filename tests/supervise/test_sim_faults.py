@@ -1,0 +1,228 @@
+"""Acceptance: the supervisor runs ``sentinel sim`` as its child and survives every sim fault.
+
+Each fault is detected, classified with the right reason and recovered from (or ends in the
+failed state for a crash loop) within a bounded time; the assertions are on the exported series.
+Faults meant to be recovered from are injected at run time through the sim's control API, so the
+relaunched simulator is healthy; faults that must repeat on every launch are given on its
+command line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+
+from sentinel.supervise import ServerState, Supervisor
+from sentinel.supervise.settings import ServerSettings
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_leaked_children")]
+
+Fast = Callable[..., ServerSettings]
+SPEED = 100.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class SimRig:
+    """A supervisor whose child is the simulator, plus the sim's control API."""
+
+    def __init__(self, fast: Fast, *faults: str, **overrides: Any) -> None:
+        self.port = free_port()
+        self.control_port = free_port()
+        profile = {
+            "kind": "sim",
+            "sim_speed": SPEED,
+            "sim_faults": list(faults),
+            # --lifetime: a safety net so no simulator outlives a broken test run.
+            "extra_args": ["--control-port", str(self.control_port), "--lifetime", "300"],
+        }
+        self.settings = fast(self.port, profile="simtest", profiles={"simtest": profile}, **overrides)
+        self.sup = Supervisor(self.settings)
+
+    async def fault(self, spec: str) -> None:
+        async with httpx.AsyncClient() as client:
+            resp = await client.post(
+                f"http://127.0.0.1:{self.control_port}/faults", json={"spec": spec}, timeout=5.0
+            )
+            assert resp.status_code == 201, resp.text
+
+    def value(self, name: str, **labels: str) -> float | None:
+        reg = CollectorRegistry()
+        reg.register(self.sup.collector())
+        return reg.get_sample_value(name, labels)
+
+    async def __aenter__(self) -> SimRig:
+        await self.sup.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.sup.stop()
+
+
+async def ready(rig: SimRig, timeout_s: float = 20.0) -> None:
+    await rig.sup.wait_for_state(ServerState.READY, timeout_s=timeout_s)
+
+
+async def restarted_and_ready(rig: SimRig) -> None:
+    await rig.sup.wait_for_state(ServerState.RESTARTING, timeout_s=20)
+    await ready(rig)
+
+
+async def test_sigkill_restart_ready_and_no_orphans(fast: Fast) -> None:
+    async with SimRig(fast) as rig:
+        await ready(rig)
+        pid = rig.sup._runner.pid if rig.sup._runner else None
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        await restarted_and_ready(rig)
+        assert rig.value("sentinel_server_restarts_total", reason="killed") == 1
+        assert rig.value("sentinel_server_up") == 1
+        new_pid = rig.sup._runner.pid if rig.sup._runner else None
+    assert new_pid is not None and new_pid != pid
+    with pytest.raises(ProcessLookupError):
+        os.kill(new_pid, 0)
+    # (the no_leaked_children fixture also checks that no zombie or child is left)
+
+
+async def test_serving_crash_is_nan_in_sampler(fast: Fast) -> None:
+    async with SimRig(fast) as rig:
+        await ready(rig)
+        await rig.fault("crash")
+        await restarted_and_ready(rig)
+        assert rig.value("sentinel_server_restarts_total", reason="nan_in_sampler") == 1
+        assert rig.value("sentinel_server_crashes_total", reason="nan_in_sampler") == 1
+
+
+async def test_startup_crash_loop_ends_in_failed(fast: Fast) -> None:
+    async with SimRig(fast, "crash:phase=startup", restart={"max_restarts": 2}) as rig:
+        await rig.sup.wait_for_state(ServerState.FAILED, timeout_s=40)
+        assert rig.value("sentinel_server_state", state="failed") == 1
+        assert rig.value("sentinel_server_restarts_total", reason="unsupported_arch") == 2
+        assert rig.value("sentinel_server_crashes_total", reason="unsupported_arch") == 3
+        assert "ready_timestamp" not in str(rig.value("sentinel_server_ready_timestamp_seconds"))
+
+
+async def test_oom_is_cuda_oom(fast: Fast) -> None:
+    async with SimRig(fast) as rig:
+        await ready(rig)
+        # usage=0: the next forward step (a canary's) dies of OOM.
+        await rig.fault("oom:usage=0")
+        await restarted_and_ready(rig)
+        assert rig.value("sentinel_server_restarts_total", reason="cuda_oom") == 1
+
+
+async def test_hang_fails_health_and_restarts(fast: Fast) -> None:
+    async with SimRig(fast) as rig:
+        await ready(rig)
+        await rig.fault("hang:watchdog=0")
+        await restarted_and_ready(rig)
+        health = (rig.value("sentinel_server_restarts_total", reason="health") or 0) + (
+            rig.value("sentinel_server_restarts_total", reason="health_generate") or 0
+        )
+        assert health == 1
+        assert (rig.value("sentinel_probe_failures_total", probe="health", reason="http_503") or 0) + (
+            rig.value("sentinel_probe_failures_total", probe="health_generate", reason="http_503") or 0
+        ) >= 2
+
+
+async def test_hang_left_alone_is_killed_by_the_watchdog(fast: Fast) -> None:
+    alert_only = {"action": "alert"}
+    checks = {"health": alert_only, "health_generate": alert_only, "stall": alert_only, "canary": alert_only}
+    async with SimRig(fast, checks=checks) as rig:
+        await ready(rig)
+        await rig.fault("hang:watchdog=100")  # 1 s real at speed 100
+        await restarted_and_ready(rig)
+        assert rig.value("sentinel_server_restarts_total", reason="watchdog_timeout") == 1
+
+
+async def test_stall_with_requests_in_flight_is_detected(fast: Fast) -> None:
+    # Only the stall check may act, so the restart reason is unambiguous.
+    alert_only = {"action": "alert"}
+    checks = {"health": alert_only, "health_generate": alert_only, "canary": alert_only}
+    async with SimRig(fast, checks=checks) as rig:
+        await ready(rig)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{rig.port}") as client:
+            body = {"text": "Tell me a long story.", "sampling_params": {"max_new_tokens": 4000, "ignore_eos": True}}
+            load = [asyncio.create_task(client.post("/generate", json=body, timeout=30)) for _ in range(3)]
+            await asyncio.sleep(0.3)
+            await rig.fault("stall:duration=3000")  # 30 s real: far longer than stall_after
+            await restarted_and_ready(rig)
+            for t in load:
+                t.cancel()
+            await asyncio.gather(*load, return_exceptions=True)
+        assert rig.value("sentinel_server_restarts_total", reason="stall") == 1
+        assert (rig.value("sentinel_probe_failures_total", probe="stall", reason="stalled") or 0) >= 1
+
+
+@pytest.mark.parametrize(("style", "reason"), [("bang", "garbage_repeated"), ("nan", "garbage_repeated"),
+                                               ("random", "garbage_nonprintable")])
+async def test_garbage_fails_canaries_and_restarts(fast: Fast, style: str, reason: str) -> None:
+    async with SimRig(fast) as rig:
+        await ready(rig)
+        assert rig.value("sentinel_probe_success", probe="canary_arithmetic") in (None, 1)
+        await rig.fault(f"garbage:style={style}")
+        await restarted_and_ready(rig)
+        assert rig.value("sentinel_server_restarts_total", reason="canary") == 1
+        assert (rig.value("sentinel_probe_failures_total", probe="canary_arithmetic", reason=reason) or 0) + (
+            rig.value("sentinel_probe_failures_total", probe="canary_is_prime", reason=reason) or 0
+        ) >= 1
+        # /health never noticed: that is why the canaries exist.
+        assert (rig.value("sentinel_probe_failures_total", probe="health", reason="http_503") or 0) == 0
+
+
+async def test_503_storm_fails_canaries_and_restarts(fast: Fast) -> None:
+    async with SimRig(fast) as rig:
+        await ready(rig)
+        await rig.fault("http_503")
+        await restarted_and_ready(rig)
+        assert rig.value("sentinel_server_restarts_total", reason="canary") == 1
+        assert (rig.value("sentinel_probe_failures_total", probe="canary_arithmetic", reason="http_503") or 0) >= 1
+
+
+async def test_slow_start_goes_through_starting_and_warming(fast: Fast) -> None:
+    rig = SimRig(fast, "slow_start:refuse=100,warmup=100")  # 1 s + 1 s real
+    seen: list[str] = []
+    rig.sup.subscribe_state(lambda c: seen.append(c.new.value))
+    async with rig:
+        await ready(rig)
+        assert seen.index("starting") < seen.index("warming") < seen.index("ready")
+        duration = rig.value("sentinel_server_start_duration_seconds")
+        assert duration is not None and duration >= 2.0
+        assert rig.value("sentinel_server_restarts_total", reason="startup_timeout") == 0
+
+
+async def test_slow_start_beyond_start_timeout_is_startup_timeout(fast: Fast) -> None:
+    rig = SimRig(fast, "slow_start:refuse=1000,warmup=0", start_timeout=1.0, restart={"max_restarts": 1})
+    async with rig:
+        await rig.sup.wait_for_state(ServerState.FAILED, timeout_s=30)
+        assert rig.value("sentinel_server_crashes_total", reason="startup_timeout") == 2
+        assert rig.value("sentinel_server_restarts_total", reason="startup_timeout") == 1
+
+
+async def test_port_taken_is_port_in_use_then_recovers(fast: Fast) -> None:
+    rig = SimRig(fast)
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", rig.port))
+    blocker.listen()
+    try:
+        async with rig:
+            await rig.sup.wait_for_state(ServerState.RESTARTING, timeout_s=10)
+            assert rig.value("sentinel_server_crashes_total", reason="port_in_use") == 1
+            blocker.close()
+            await ready(rig)
+            assert rig.value("sentinel_server_restarts_total", reason="port_in_use") >= 1  # type: ignore[operator]
+    finally:
+        blocker.close()

@@ -1,0 +1,160 @@
+"""systemd mode (through a fake systemctl and a file-backed journal) and external mode."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from sentinel.supervise import ServerState, Supervisor
+from sentinel.supervise.profiles import LaunchCommand
+from sentinel.supervise.settings import ServerSettings
+
+FAKE_SYSTEMCTL = Path(__file__).with_name("fake_systemctl.py")
+
+Fast = Callable[..., ServerSettings]
+FakeCmd = Callable[..., LaunchCommand]
+
+
+def value(sup: Supervisor, name: str, **labels: str) -> float | None:
+    reg = CollectorRegistry()
+    reg.register(sup.collector())
+    return reg.get_sample_value(name, labels)
+
+
+@pytest.fixture
+def unit_dir(tmp_path: Path) -> Iterator[Path]:
+    d = tmp_path / "unit"
+    d.mkdir()
+    (d / "journal.log").write_text("")
+    yield d
+    # Whatever a failing test left running in the fake unit goes now.
+    pid_file = d / "pid"
+    if pid_file.exists():
+        try:
+            os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+
+
+def systemd_settings(fast: Fast, port: int, d: Path, **extra: object) -> ServerSettings:
+    options: dict[str, object] = {"stop_unit_on_exit": True, **extra}
+    return fast(
+        port,
+        mode="systemd",
+        systemd={
+            "unit": "sglang-test.service",
+            "systemctl": [sys.executable, str(FAKE_SYSTEMCTL), str(d)],
+            # -s: poll often where inotify is not available.
+            "journal": ["tail", "-s", "0.05", "-n", "0", "-F", str(d / "journal.log")],
+            "poll_interval": 0.1,
+            "settle": 0.5,
+        },
+        **options,
+    )
+
+
+def set_unit_command(d: Path, cmd: LaunchCommand) -> None:
+    (d / "cmd").write_text("\n".join(cmd.argv) + "\n")
+
+
+def calls(d: Path) -> list[str]:
+    """The systemctl verbs the supervisor (or the test) ran, in order."""
+    verbs = [line.split()[0] for line in (d / "calls").read_text().splitlines()]
+    return [v for v in verbs if v != "_manage"]
+
+
+async def test_systemd_crash_is_classified_from_the_journal_and_restarted(
+    fast: Fast, fake_cmd: FakeCmd, port: int, unit_dir: Path
+) -> None:
+    crash = [
+        "--crash-line=[2026-01-01 00:00:02 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        "--crash-line=RuntimeError: probability tensor contains either `inf`, `nan` or element < 0",
+    ]
+    set_unit_command(unit_dir, fake_cmd(port, "--crash-after", "0.3", *crash, "--once", str(unit_dir / "once")))
+    sup = Supervisor(systemd_settings(fast, port, unit_dir))
+    lines = sup.subscribe_lines()
+    await sup.start()
+    try:
+        await sup.wait_for_state(ServerState.READY, timeout_s=15)
+        await sup.wait_for_state(ServerState.RESTARTING, timeout_s=10)
+        await sup.wait_for_state(ServerState.READY, timeout_s=15)
+        assert value(sup, "sentinel_server_restarts_total", reason="nan_in_sampler") == 1
+        assert sup.last_crash is not None and "signal 9" in sup.last_crash.detail
+        assert calls(unit_dir).count("start") == 2
+    finally:
+        await sup.stop()
+    assert "stop" in calls(unit_dir)
+    got = []
+    async for line in lines:
+        got.append(line)
+    assert any("probability tensor" in line.text and line.source == "journal" for line in got)
+
+
+async def test_systemd_check_failure_restarts_through_systemctl(
+    fast: Fast, fake_cmd: FakeCmd, port: int, unit_dir: Path
+) -> None:
+    set_unit_command(unit_dir, fake_cmd(port, "--garbage", "--once", str(unit_dir / "once")))
+    sup = Supervisor(systemd_settings(fast, port, unit_dir))
+    await sup.start()
+    try:
+        await sup.wait_for_state(ServerState.RESTARTING, timeout_s=15)
+        await sup.wait_for_state(ServerState.READY, timeout_s=15)
+        assert value(sup, "sentinel_server_restarts_total", reason="canary") == 1
+        assert calls(unit_dir)[:1] == ["show"]
+        assert ["start", "stop", "start"] == [c for c in calls(unit_dir) if c != "show"]
+    finally:
+        await sup.stop()
+
+
+async def test_systemd_attaches_to_a_running_unit_without_restarting_it(
+    fast: Fast, fake_cmd: FakeCmd, port: int, unit_dir: Path
+) -> None:
+    set_unit_command(unit_dir, fake_cmd(port))
+    subprocess.run([sys.executable, str(FAKE_SYSTEMCTL), str(unit_dir), "start", "x"], check=True)
+    settings = systemd_settings(fast, port, unit_dir, stop_unit_on_exit=False)
+    sup = Supervisor(settings)
+    await sup.start()
+    try:
+        await sup.wait_for_state(ServerState.READY, timeout_s=15)
+    finally:
+        await sup.stop()
+    assert [c for c in calls(unit_dir) if c != "show"] == ["start"]  # only ours, from the test
+    # stop_unit_on_exit=false: the server outlives sentinel.
+    pid = int((unit_dir / "pid").read_text())
+    os.kill(pid, 0)
+
+
+async def test_external_mode_observes_but_never_restarts(
+    fast: Fast, fake_cmd: FakeCmd, port: int, no_leaked_children: None
+) -> None:
+    settings = fast(port, mode="external")
+    sup = Supervisor(settings)
+    await sup.start()
+    proc: asyncio.subprocess.Process | None = None
+    try:
+        await asyncio.sleep(0.2)
+        assert sup.state is ServerState.STOPPED
+        proc = await asyncio.create_subprocess_exec(*fake_cmd(port, "--warm", "0.3", "--garbage").argv)
+        await sup.wait_for_state(ServerState.WARMING, timeout_s=10)
+        await sup.wait_for_state(ServerState.READY, timeout_s=10)
+        await sup.wait_for_state(ServerState.UNHEALTHY, timeout_s=10)
+        assert value(sup, "sentinel_probe_success", probe="canary_arithmetic") == 0
+        assert value(sup, "sentinel_server_up") == 1
+        proc.kill()
+        await proc.wait()
+        await sup.wait_for_state(ServerState.STOPPED, timeout_s=10)
+        assert value(sup, "sentinel_server_up") == 0
+        assert sum(v for v in sup.restarts.values()) == 0
+    finally:
+        if proc is not None and proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await sup.stop()
