@@ -103,21 +103,29 @@ def _best(steps: list[StepMeasurement]) -> StepMeasurement:
     return max((s for s in steps if not s.client_bound), key=lambda s: s.throughput)
 
 
-async def sweep(url: str, cfg: CalibrationSettings, previous: CalibrationResult | None = None) -> CalibrationResult:
+async def sweep(
+    url: str, cfg: CalibrationSettings, previous: CalibrationResult | None = None
+) -> CalibrationResult:
     def show(step: Any, _p: Any) -> None:
         m = step.measurement
-        print(f"  {step.phase:<11} c={m.concurrency:<4} n={m.sent:<4} {m.throughput:8.1f} tok/s", file=sys.stderr)
+        print(
+            f"  {step.phase:<11} c={m.concurrency:<4} n={m.sent:<4} {m.throughput:8.1f} tok/s",
+            file=sys.stderr,
+        )
 
     return await calibrate(cfg, base_url=url, previous=previous, on_step=show)
 
 
-def _sim_args(speed: float, scale: float | None, help_text: str) -> list[str]:
+def _sim_args(speed: float, scale: float | None, help_text: str) -> tuple[list[str], str]:
     args = ["--speed", str(speed)]
-    if scale is not None:
-        if "--capacity-scale" not in help_text:
-            raise SystemExit("this simulator has no --capacity-scale; see /work/notes/sim-compat.md")
-        args += ["--capacity-scale", str(scale)]
-    return args
+    if scale is None:
+        return args, "default profile"
+    if "--capacity-scale" in help_text:
+        return [*args, "--capacity-scale", str(scale)], f"--capacity-scale {scale:g}"
+    # Without a performance scale, cap the running batch: the server's capacity at the top of the
+    # range then drops by about as much (a smaller KV pool or max_running_requests does this).
+    running = max(1, round(64 * scale))
+    return [*args, "--max-running-requests", str(running)], f"--max-running-requests {running}"
 
 
 def main() -> int:
@@ -129,10 +137,11 @@ def main() -> int:
     help_text = subprocess.run(
         [sys.executable, "-m", "sentinel", "sim", "--help"], capture_output=True, text=True, check=False
     ).stdout
-    cfg = CalibrationSettings(metrics_interval=max(0.02, 1.0 / a.speed))
+    cfg = CalibrationSettings(metrics_interval=max(0.1, 2.0 / a.speed))
     rows: list[tuple[str, str, str, str]] = []
 
-    sim = Sim(_sim_args(a.speed, None, help_text), lifetime=1800)
+    sim_args, _ = _sim_args(a.speed, None, help_text)
+    sim = Sim(sim_args, lifetime=1800)
     try:
         print("brute force, default profile", file=sys.stderr)
         bf = asyncio.run(brute_force(sim.base_url, cfg))
@@ -144,13 +153,20 @@ def main() -> int:
     bf_requests = PROMPTS * len(BRUTE)
     bf_run = max(s.output_throughput for s in bf)
     sat = full.saturation_output_throughput.value or 0.0
-    rows.append(("brute force (1..128 x 64)", f"{bf_best.throughput:.1f}", str(bf_requests), f"c={bf_best.concurrency}"))
-    rows.append(("  bench_serving whole-run max", f"{bf_run:.1f}", "", ""))
+    rows.append(
+        (
+            "brute force (1..128 x 64)",
+            f"{bf_best.throughput / a.speed:.1f}",
+            str(bf_requests),
+            f"c={bf_best.concurrency}",
+        )
+    )
+    rows.append(("  bench_serving whole-run max", f"{bf_run / a.speed:.1f}", "", ""))
     err = abs(sat - bf_best.throughput) / bf_best.throughput
     rows.append(
         (
             "adaptive full sweep",
-            f"{sat:.1f}",
+            f"{sat / a.speed:.1f}",
             str(full.requests_spent),
             f"err {err:.1%}, {full.requests_spent / bf_requests:.0%} of brute force, "
             f"knee c={full.knee_concurrency.value}, stop={full.stop_reason}",
@@ -158,9 +174,10 @@ def main() -> int:
     )
 
     if not a.skip_incremental:
-        sim = Sim(_sim_args(a.speed, a.scale, help_text), lifetime=1800)
+        sim_args, changed = _sim_args(a.speed, a.scale, help_text)
+        sim = Sim(sim_args, lifetime=1800)
         try:
-            print(f"brute force, capacity x{a.scale}", file=sys.stderr)
+            print(f"brute force, {changed}", file=sys.stderr)
             bf2 = asyncio.run(brute_force(sim.base_url, cfg))
             print("incremental re-calibration", file=sys.stderr)
             inc = asyncio.run(sweep(sim.base_url, cfg, previous=full))
@@ -171,11 +188,11 @@ def main() -> int:
         truth2 = _best(bf2)
         s_inc = inc.saturation_output_throughput.value or 0.0
         s_full2 = full2.saturation_output_throughput.value or 0.0
-        rows.append((f"brute force, capacity x{a.scale}", f"{truth2.throughput:.1f}", str(bf_requests), ""))
+        rows.append((f"brute force, {changed}", f"{truth2.throughput / a.speed:.1f}", str(bf_requests), ""))
         rows.append(
             (
                 "  incremental re-calibration",
-                f"{s_inc:.1f}",
+                f"{s_inc / a.speed:.1f}",
                 str(inc.requests_spent),
                 f"err {abs(s_inc - truth2.throughput) / truth2.throughput:.1%}, "
                 f"{inc.requests_spent / full.requests_spent:.0%} of the full sweep's requests",
@@ -184,14 +201,17 @@ def main() -> int:
         rows.append(
             (
                 "  full sweep (reference)",
-                f"{s_full2:.1f}",
+                f"{s_full2 / a.speed:.1f}",
                 str(full2.requests_spent),
                 f"err {abs(s_full2 - truth2.throughput) / truth2.throughput:.1%}",
             )
         )
 
     print()
-    print(f"sentinel sim default profile, --speed {a.speed:g}; saturation output throughput (tok/s, server time x speed)")
+    print(
+        f"sentinel sim, --speed {a.speed:g}; saturation output throughput in the server's own time "
+        "(measured tok/s / speed)"
+    )
     w = max(len(r[0]) for r in rows)
     print(f"{'run':<{w}}  {'sat tok/s':>10}  {'requests':>8}  notes")
     for name, val, req, note in rows:

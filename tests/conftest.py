@@ -177,3 +177,24 @@ def sim_factory(tmp_path: Path) -> Iterator[Callable[..., SimProcess]]:
     yield start
     for sim in started:
         sim.kill()
+
+
+# --- opt-in peer tests (helper PEER): `pytest --run-peer` runs tests marked `peer` -----------------
+# pytest_addoption only works in the rootdir conftest or a plugin, hence this small block here.
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--run-peer",
+        action="store_true",
+        default=False,
+        help="run tests marked `peer` (SGLang's bench_serving against the simulator; needs "
+        "benchmarks/peer_setup.sh)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--run-peer"):
+        return
+    skip = pytest.mark.skip(reason="peer test: opt in with --run-peer")
+    for item in items:
+        if "peer" in item.keywords:
+            item.add_marker(skip)

@@ -26,6 +26,8 @@ COMMANDS: tuple[str, ...] = (
     "sentinel.supervise.command",
     "sentinel.load.command",
     "sentinel.calibrate.command",
+    "sentinel.run",
+    "sentinel.status",
 )
 
 

@@ -146,7 +146,7 @@ async def test_incremental_tracks_capacity_change_in_a_third(synthetic: Any, sca
 
 async def test_incremental_after_capacity_grew_past_the_old_saturation_point(synthetic: Any) -> None:
     base = synthetic(ceiling=200.0, max_running=24)
-    cfg = settings(incremental_budget_ratio=1.0)
+    cfg = settings(incremental_budget_ratio=2.0)
     full = await run_search(base, cfg, WORKLOAD)
     grown = synthetic(ceiling=400.0, max_running=48)
     inc = await run_search(grown, cfg, WORKLOAD, previous=full)

@@ -55,18 +55,20 @@ def main() -> None:
     print("[2026-01-01 00:00:00] server_args=ServerArgs(model_path='fake')", flush=True)
     time.sleep(a.refuse)
     t_listen = time.monotonic()
-    start = {"ready": None}
+    ready_at: list[float] = []
     decode = {"n": 0.0}
+    warm: float = a.warm
 
     def ready() -> bool:
-        return time.monotonic() - t_listen >= a.warm
+        return time.monotonic() - t_listen >= warm
+
+    def storm() -> bool:
+        after: float | None = a.health_503_after
+        return faulty and after is not None and bool(ready_at) and time.monotonic() - ready_at[0] >= after
 
     async def health(request: web.Request) -> web.Response:
-        if not ready():
+        if not ready() or storm():
             return web.Response(status=503)
-        if faulty and a.health_503_after is not None and start["ready"] is not None:
-            if time.monotonic() - start["ready"] >= a.health_503_after:
-                return web.Response(status=503)
         return web.Response(status=200)
 
     async def chat(request: web.Request) -> web.Response:
@@ -83,7 +85,11 @@ def main() -> None:
         if not (faulty and a.stall):
             decode["n"] += 10
         return web.json_response(
-            {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
+            {
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                ]
+            }
         )
 
     async def metrics(request: web.Request) -> web.Response:
@@ -103,9 +109,8 @@ def main() -> None:
         return web.json_response({"aggregate": {"total_running_reqs": 1 if (faulty and a.stall) else 0}})
 
     async def lifecycle() -> None:
-        while not ready():
-            await asyncio.sleep(0.02)
-        start["ready"] = time.monotonic()
+        await asyncio.sleep(max(0.0, t_listen + warm - time.monotonic()))
+        ready_at.append(time.monotonic())
         print("[2026-01-01 00:00:01] The server is fired up and ready to roll!", flush=True)
         if faulty and a.crash_after is not None:
             await asyncio.sleep(a.crash_after)

@@ -81,29 +81,32 @@ async def restarted_and_ready(rig: SimRig) -> None:
     await ready(rig)
 
 
-async def test_sigkill_restart_ready_and_no_orphans(fast: Fast) -> None:
+async def test_crashes_are_classified_and_recovered_and_nothing_is_left(fast: Fast) -> None:
     async with SimRig(fast) as rig:
         await ready(rig)
         pid = rig.sup._runner.pid if rig.sup._runner else None
         assert pid is not None
+        # Killed from outside: SIGKILL with no crash signature in the log.
         os.kill(pid, signal.SIGKILL)
         await restarted_and_ready(rig)
         assert rig.value("sentinel_server_restarts_total", reason="killed") == 1
         assert rig.value("sentinel_server_up") == 1
-        new_pid = rig.sup._runner.pid if rig.sup._runner else None
-    assert new_pid is not None and new_pid != pid
-    with pytest.raises(ProcessLookupError):
-        os.kill(new_pid, 0)
-    # (the no_leaked_children fixture also checks that no zombie or child is left)
-
-
-async def test_serving_crash_is_nan_in_sampler(fast: Fast) -> None:
-    async with SimRig(fast) as rig:
-        await ready(rig)
+        # SGLang's own death by NaN in the sampler: also SIGKILL, the log tail tells.
         await rig.fault("crash")
         await restarted_and_ready(rig)
         assert rig.value("sentinel_server_restarts_total", reason="nan_in_sampler") == 1
-        assert rig.value("sentinel_server_crashes_total", reason="nan_in_sampler") == 1
+        # usage=0: the next forward step (a canary's) dies of CUDA OOM.
+        await rig.fault("oom:usage=0")
+        await restarted_and_ready(rig)
+        assert rig.value("sentinel_server_restarts_total", reason="cuda_oom") == 1
+        assert rig.value("sentinel_server_crashes_total", reason="cuda_oom") == 1
+        assert rig.value("sentinel_server_restarts_total", reason="unknown") == 0
+        new_pid = rig.sup._runner.pid if rig.sup._runner else None
+    assert new_pid is not None
+    assert new_pid != pid
+    with pytest.raises(ProcessLookupError):
+        os.kill(new_pid, 0)
+    # (the no_leaked_children fixture also checks that no zombie or child is left)
 
 
 async def test_startup_crash_loop_ends_in_failed(fast: Fast) -> None:
@@ -112,16 +115,10 @@ async def test_startup_crash_loop_ends_in_failed(fast: Fast) -> None:
         assert rig.value("sentinel_server_state", state="failed") == 1
         assert rig.value("sentinel_server_restarts_total", reason="unsupported_arch") == 2
         assert rig.value("sentinel_server_crashes_total", reason="unsupported_arch") == 3
-        assert "ready_timestamp" not in str(rig.value("sentinel_server_ready_timestamp_seconds"))
-
-
-async def test_oom_is_cuda_oom(fast: Fast) -> None:
-    async with SimRig(fast) as rig:
-        await ready(rig)
-        # usage=0: the next forward step (a canary's) dies of OOM.
-        await rig.fault("oom:usage=0")
-        await restarted_and_ready(rig)
-        assert rig.value("sentinel_server_restarts_total", reason="cuda_oom") == 1
+        # Never became ready: the series are absent, not 0.
+        assert rig.value("sentinel_server_ready_timestamp_seconds") is None
+        assert rig.value("sentinel_server_start_duration_seconds") is None
+        assert rig.value("sentinel_server_up") == 0
 
 
 async def test_hang_fails_health_and_restarts(fast: Fast) -> None:
@@ -155,7 +152,10 @@ async def test_stall_with_requests_in_flight_is_detected(fast: Fast) -> None:
     async with SimRig(fast, checks=checks) as rig:
         await ready(rig)
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{rig.port}") as client:
-            body = {"text": "Tell me a long story.", "sampling_params": {"max_new_tokens": 4000, "ignore_eos": True}}
+            body = {
+                "text": "Tell me a long story.",
+                "sampling_params": {"max_new_tokens": 4000, "ignore_eos": True},
+            }
             load = [asyncio.create_task(client.post("/generate", json=body, timeout=30)) for _ in range(3)]
             await asyncio.sleep(0.3)
             await rig.fault("stall:duration=3000")  # 30 s real: far longer than stall_after
@@ -167,29 +167,29 @@ async def test_stall_with_requests_in_flight_is_detected(fast: Fast) -> None:
         assert (rig.value("sentinel_probe_failures_total", probe="stall", reason="stalled") or 0) >= 1
 
 
-@pytest.mark.parametrize(("style", "reason"), [("bang", "garbage_repeated"), ("nan", "garbage_repeated"),
-                                               ("random", "garbage_nonprintable")])
-async def test_garbage_fails_canaries_and_restarts(fast: Fast, style: str, reason: str) -> None:
+async def test_garbage_and_503_storm_fail_canaries_and_restart(fast: Fast) -> None:
+    # The other garbage styles (nan, random) are checked against the sim's exact strings in
+    # test_probes.py.
     async with SimRig(fast) as rig:
         await ready(rig)
-        assert rig.value("sentinel_probe_success", probe="canary_arithmetic") in (None, 1)
-        await rig.fault(f"garbage:style={style}")
+        await rig.fault("garbage:style=bang")
         await restarted_and_ready(rig)
         assert rig.value("sentinel_server_restarts_total", reason="canary") == 1
-        assert (rig.value("sentinel_probe_failures_total", probe="canary_arithmetic", reason=reason) or 0) + (
-            rig.value("sentinel_probe_failures_total", probe="canary_is_prime", reason=reason) or 0
-        ) >= 1
+        garbage = sum(
+            rig.value("sentinel_probe_failures_total", probe=p, reason="garbage_repeated") or 0
+            for p in ("canary_arithmetic", "canary_is_prime")
+        )
+        assert garbage >= 1
         # /health never noticed: that is why the canaries exist.
         assert (rig.value("sentinel_probe_failures_total", probe="health", reason="http_503") or 0) == 0
-
-
-async def test_503_storm_fails_canaries_and_restarts(fast: Fast) -> None:
-    async with SimRig(fast) as rig:
-        await ready(rig)
         await rig.fault("http_503")
         await restarted_and_ready(rig)
-        assert rig.value("sentinel_server_restarts_total", reason="canary") == 1
-        assert (rig.value("sentinel_probe_failures_total", probe="canary_arithmetic", reason="http_503") or 0) >= 1
+        assert rig.value("sentinel_server_restarts_total", reason="canary") == 2
+        storm = sum(
+            rig.value("sentinel_probe_failures_total", probe=p, reason="http_503") or 0
+            for p in ("canary_arithmetic", "canary_is_prime")
+        )
+        assert storm >= 1
 
 
 async def test_slow_start_goes_through_starting_and_warming(fast: Fast) -> None:
@@ -200,7 +200,8 @@ async def test_slow_start_goes_through_starting_and_warming(fast: Fast) -> None:
         await ready(rig)
         assert seen.index("starting") < seen.index("warming") < seen.index("ready")
         duration = rig.value("sentinel_server_start_duration_seconds")
-        assert duration is not None and duration >= 2.0
+        assert duration is not None
+        assert duration >= 2.0
         assert rig.value("sentinel_server_restarts_total", reason="startup_timeout") == 0
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -38,10 +38,8 @@ def unit_dir(tmp_path: Path) -> Iterator[Path]:
     # Whatever a failing test left running in the fake unit goes now.
     pid_file = d / "pid"
     if pid_file.exists():
-        try:
+        with contextlib.suppress(ProcessLookupError, ValueError):
             os.killpg(int(pid_file.read_text()), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass
 
 
 def systemd_settings(fast: Fast, port: int, d: Path, **extra: object) -> ServerSettings:
@@ -54,7 +52,7 @@ def systemd_settings(fast: Fast, port: int, d: Path, **extra: object) -> ServerS
             "systemctl": [sys.executable, str(FAKE_SYSTEMCTL), str(d)],
             # -s: poll often where inotify is not available.
             "journal": ["tail", "-s", "0.05", "-n", "0", "-F", str(d / "journal.log")],
-            "poll_interval": 0.1,
+            "poll_interval": 0.3,
             "settle": 0.5,
         },
         **options,
@@ -75,10 +73,12 @@ async def test_systemd_crash_is_classified_from_the_journal_and_restarted(
     fast: Fast, fake_cmd: FakeCmd, port: int, unit_dir: Path
 ) -> None:
     crash = [
-        "--crash-line=[2026-01-01 00:00:02 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        "--crash-line=[2026-01-01 00:00:02 TP0] Scheduler hit an exception: Traceback (most recent call):",
         "--crash-line=RuntimeError: probability tensor contains either `inf`, `nan` or element < 0",
     ]
-    set_unit_command(unit_dir, fake_cmd(port, "--crash-after", "0.3", *crash, "--once", str(unit_dir / "once")))
+    set_unit_command(
+        unit_dir, fake_cmd(port, "--crash-after", "0.3", *crash, "--once", str(unit_dir / "once"))
+    )
     sup = Supervisor(systemd_settings(fast, port, unit_dir))
     lines = sup.subscribe_lines()
     await sup.start()
@@ -87,7 +87,8 @@ async def test_systemd_crash_is_classified_from_the_journal_and_restarted(
         await sup.wait_for_state(ServerState.RESTARTING, timeout_s=10)
         await sup.wait_for_state(ServerState.READY, timeout_s=15)
         assert value(sup, "sentinel_server_restarts_total", reason="nan_in_sampler") == 1
-        assert sup.last_crash is not None and "signal 9" in sup.last_crash.detail
+        assert sup.last_crash is not None
+        assert "signal 9" in sup.last_crash.detail
         assert calls(unit_dir).count("start") == 2
     finally:
         await sup.stop()
@@ -109,7 +110,7 @@ async def test_systemd_check_failure_restarts_through_systemctl(
         await sup.wait_for_state(ServerState.READY, timeout_s=15)
         assert value(sup, "sentinel_server_restarts_total", reason="canary") == 1
         assert calls(unit_dir)[:1] == ["show"]
-        assert ["start", "stop", "start"] == [c for c in calls(unit_dir) if c != "show"]
+        assert [c for c in calls(unit_dir) if c != "show"] == ["start", "stop", "start"]
     finally:
         await sup.stop()
 
@@ -118,7 +119,10 @@ async def test_systemd_attaches_to_a_running_unit_without_restarting_it(
     fast: Fast, fake_cmd: FakeCmd, port: int, unit_dir: Path
 ) -> None:
     set_unit_command(unit_dir, fake_cmd(port))
-    subprocess.run([sys.executable, str(FAKE_SYSTEMCTL), str(unit_dir), "start", "x"], check=True)
+    starter = await asyncio.create_subprocess_exec(
+        sys.executable, str(FAKE_SYSTEMCTL), str(unit_dir), "start", "x"
+    )
+    assert await starter.wait() == 0
     settings = systemd_settings(fast, port, unit_dir, stop_unit_on_exit=False)
     sup = Supervisor(settings)
     await sup.start()
@@ -142,7 +146,7 @@ async def test_external_mode_observes_but_never_restarts(
     try:
         await asyncio.sleep(0.2)
         assert sup.state is ServerState.STOPPED
-        proc = await asyncio.create_subprocess_exec(*fake_cmd(port, "--warm", "0.3", "--garbage").argv)
+        proc = await asyncio.create_subprocess_exec(*fake_cmd(port, "--warm", "1.5", "--garbage").argv)
         await sup.wait_for_state(ServerState.WARMING, timeout_s=10)
         await sup.wait_for_state(ServerState.READY, timeout_s=10)
         await sup.wait_for_state(ServerState.UNHEALTHY, timeout_s=10)

@@ -83,6 +83,7 @@ async def recalibrate(
     on_step: StepCallback | None = None,
     cancel: asyncio.Event | None = None,
     runner: StepRunner | None = None,
+    on_plan: PlanCallback | None = None,
 ) -> CalibrationResult:
     """The daemon's periodic job: incremental from the stored latest result (full without one, or
     with ``full``), compared with that baseline, saved. A result that cannot be saved is still
@@ -96,6 +97,7 @@ async def recalibrate(
         api_key=api_key,
         previous=previous,
         on_step=on_step,
+        on_plan=on_plan,
         cancel=cancel,
         runner=runner,
     )

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from sentinel.calibrate.model import Step, StepMeasurement
 from sentinel.calibrate.settings import CalibrationSettings, SloSettings
 
-__all__ = ["judge_saturation", "judge_slo", "scaling_efficiency", "trusted"]
+__all__ = ["client_limited", "judge_saturation", "judge_slo", "scaling_efficiency", "trusted"]
 
 # A step with fewer successful requests than this fraction of those sent is not judged.
 _MIN_SUCCESS_RATIO = 0.5
@@ -48,8 +48,17 @@ def judge_slo(m: StepMeasurement, slo: SloSettings) -> tuple[bool, tuple[str, ..
     return not violations, tuple(violations)
 
 
-def trusted(m: StepMeasurement) -> bool:
-    return not m.client_bound and m.sent > 0 and m.completed >= _MIN_SUCCESS_RATIO * m.sent
+def client_limited(m: StepMeasurement, settings: CalibrationSettings) -> bool:
+    """The client, not the server, bounded this step's throughput."""
+    if not m.client_bound:
+        return False
+    if m.schedule_lag_p99 is None or m.e2e is None or m.e2e.mean <= 0:
+        return True
+    return m.schedule_lag_p99 / m.e2e.mean > settings.client_lag_tolerance
+
+
+def trusted(m: StepMeasurement, settings: CalibrationSettings) -> bool:
+    return not client_limited(m, settings) and m.sent > 0 and m.completed >= _MIN_SUCCESS_RATIO * m.sent
 
 
 def scaling_efficiency(low: StepMeasurement, high: StepMeasurement) -> float | None:

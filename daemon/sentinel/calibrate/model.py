@@ -109,8 +109,12 @@ class StepMeasurement(_Frozen):
     e2e: Latency | None = None
     # Successful requests meeting every latency limit of the SLO (None: no per-request data).
     slo_met: int | None = None
+    # The load engine's verdict on itself (sentinel.load: p99 schedule or event-loop lag above its
+    # thresholds), with its reasons and the lags behind it (seconds).
     client_bound: bool = False
     client_notes: tuple[str, ...] = ()
+    schedule_lag_p99: float | None = None
+    loop_lag_p99: float | None = None
     server: ServerSignals | None = None
 
     @property

@@ -49,7 +49,10 @@ def measurement_from_run(
     measured = result.measured
     sent = sum(1 for r in measured if r.dispatched)
     ok = [r for r in measured if r.success]
+    # A window too short to hold a token reads as 0 tok/s: that is "no steady state", not a figure.
     steady_out = m.steady_state.output_throughput if m.steady_state else None
+    if steady_out is not None and steady_out <= 0:
+        steady_out = None
     steady_total = None
     if steady_out is not None and m.output_throughput > 0:
         # Input tokens are not streamed, so they have no arrival times to window; the run's own
@@ -75,6 +78,8 @@ def measurement_from_run(
         slo_met=sum(1 for r in ok if _meets_slo(r, slo)),
         client_bound=m.client_bound,
         client_notes=tuple(m.client_bound_reasons),
+        schedule_lag_p99=m.schedule_lag.p99 if m.schedule_lag.count else None,
+        loop_lag_p99=m.loop_lag.p99 if m.loop_lag.count else None,
         server=server,
     )
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
-from sentinel.calibrate.judge import judge_saturation, judge_slo, trusted
+from sentinel.calibrate.judge import client_limited, judge_saturation, judge_slo, trusted
 from sentinel.calibrate.model import (
     CalibrationResult,
     Figure,
@@ -148,7 +148,7 @@ class _Search:
         m = task.result()
         self.spent += max(m.sent, 0)
         slo_ok, violations = judge_slo(m, self.settings.slo)
-        ok = trusted(m)
+        ok = trusted(m, self.settings)
         saturated, reasons = judge_saturation(m, self.steps, self.settings) if ok else (False, ())
         step = Step(
             index=len(self.steps),
@@ -176,7 +176,7 @@ class _Search:
             except _OutOfTime:
                 return "budget-time"
             m = step.measurement
-            if m.client_bound:
+            if client_limited(m, s):
                 self.warnings.append(
                     f"the load generator was the bottleneck at concurrency {c} "
                     f"({'; '.join(m.client_notes) or 'schedule or event-loop lag'}): "
@@ -423,9 +423,50 @@ async def run_search(
 def _carry_over(
     figures: dict[str, Figure], steps: Sequence[Step], prev: CalibrationResult, settings: CalibrationSettings
 ) -> None:
-    """Keep the previous knee / SLO figures where a frugal re-probe could not bracket them again."""
+    """Fill in what a frugal re-probe did not measure again, from the previous result.
+
+    The ceiling: when this run stayed below the concurrency of the previous ceiling and saw no
+    saturation, the previous ceiling is scaled by how throughput changed at a concurrency both
+    runs measured (the knee): a capacity change moves the whole curve, and the knee is where it
+    is cheapest to read. Knee and SLO figures not bracketed again are carried over. Every such
+    figure says so in its note.
+    """
     ok = [st for st in steps if st.trusted]
     when = prev.started_at.isoformat(timespec="seconds")
+    prev_ok = [st for st in prev.steps if st.trusted]
+    best_idx = prev.saturation_output_throughput.steps
+    prev_best = next((prev.steps[i] for i in best_idx if prev.steps[i].trusted), None)
+    prev_sat = prev.saturation_output_throughput.value
+    prev_tot = prev.saturation_total_throughput.value
+    if (
+        ok
+        and prev_best is not None
+        and prev_sat is not None
+        and not any(st.saturated for st in ok)
+        and max(st.concurrency for st in ok) < prev_best.concurrency
+    ):
+        pairs = []
+        for st in ok:
+            before = [p for p in prev_ok if p.concurrency == st.concurrency]
+            if before and before[-1].measurement.throughput > 0:
+                pairs.append((st, before[-1]))
+        measured = max(st.measurement.throughput for st in ok)
+        if pairs:
+            now, then = max(pairs, key=lambda pair: pair[0].concurrency)
+            ratio = now.measurement.throughput / then.measurement.throughput
+        if pairs and prev_sat * ratio > measured:
+            note = (
+                f"estimated: the ceiling of {when} ({prev_sat:.1f} tok/s at concurrency "
+                f"{prev_best.concurrency}) scaled by {ratio:.3f}, the change measured at concurrency "
+                f"{now.concurrency} ({then.measurement.throughput:.1f} -> {now.measurement.throughput:.1f} tok/s)"
+            )
+            figures["saturation_output_throughput"] = Figure(
+                value=prev_sat * ratio, steps=(now.index,), note=note
+            )
+            if prev_tot is not None:
+                figures["saturation_total_throughput"] = Figure(
+                    value=prev_tot * ratio, steps=(now.index,), note=note
+                )
     knee = _knee_bracket(ok, settings.knee_fraction)
     prev_knee = prev.knee_concurrency.value
     if knee is not None and knee[0] is None and prev_knee is not None and knee[1].concurrency >= prev_knee:
@@ -448,37 +489,34 @@ def _carry_over(
 
 
 async def _incremental(search: _Search, prev: CalibrationResult, c_sat: int) -> StopReason:
+    """Re-probe the previous knee, then the previous ceiling if the budget allows, then refine."""
     s = search.settings
-    if not search.affordable(c_sat):
-        search.warnings.append(
-            f"incremental budget ({search.budget} requests) cannot afford a step at concurrency {c_sat}"
-        )
-        return "budget-requests"
-    try:
-        first = await search.probe(c_sat, "reprobe")
-    except _OutOfTime:
-        return "budget-time"
-    m = first.measurement
-    if m.client_bound:
-        return "client-bound"
-    if m.error_ratio > s.slo.max_error_ratio or not first.trusted:
-        return "errors"
-    stop: StopReason
-    if first.saturated:
-        stop = "saturated"
-    elif prev.stop_reason == "saturated" and c_sat < s.max_concurrency:
-        # The server used to saturate here and no longer does: capacity grew, climb from here.
-        stop = await search.escalate(search.next_up(c_sat))
-    else:
-        stop = prev.stop_reason if prev.stop_reason != "saturated" else "max-concurrency"
     knee = prev.knee_concurrency.value
-    if knee is not None:
-        k = int(knee)
-        probed = {st.concurrency for st in search.steps}
-        if k not in probed and search.affordable(k):
-            try:
-                await search.probe(k, "reprobe")
-            except _OutOfTime:
-                return stop
+    k = min(int(knee) if knee is not None else c_sat, c_sat, s.max_concurrency)
+    stop: StopReason = prev.stop_reason if prev.stop_reason != "saturated" else "max-concurrency"
+    for c in dict.fromkeys((k, c_sat)):
+        if not search.affordable(c):
+            if not search.steps:
+                search.warnings.append(
+                    f"incremental budget ({search.budget} requests) cannot afford a step at concurrency {c}"
+                )
+                return "budget-requests"
+            break
+        try:
+            step = await search.probe(c, "reprobe")
+        except _OutOfTime:
+            return "budget-time"
+        m = step.measurement
+        if client_limited(m, s):
+            return "client-bound"
+        if m.error_ratio > s.slo.max_error_ratio or not step.trusted:
+            return "errors"
+        if step.saturated:
+            stop = "saturated"
+            break
+        if c == c_sat and prev.stop_reason == "saturated" and c_sat < s.max_concurrency:
+            # The server used to saturate here and no longer does: capacity grew, climb from here.
+            stop = await search.escalate(search.next_up(c_sat))
+            break
     await search.refine()
     return stop

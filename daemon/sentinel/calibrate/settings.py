@@ -46,16 +46,20 @@ class CalibrationSettings(Section):
 
     # --- search shape ---
     start_concurrency: int = Field(default=1, ge=1)
-    max_concurrency: int = Field(default=128, ge=1)
+    # The seed deployment was measured up to 64 in flight (and a 1..128 sweep at 64 prompts per
+    # step never holds more than 64): raise it for larger deployments.
+    max_concurrency: int = Field(default=64, ge=1)
     # Escalation multiplies concurrency by this until the server saturates.
     growth_factor: float = Field(default=2.0, gt=1, le=16)
     # Requests of a step at concurrency c: max(step_min_requests, ceil(c * step_requests_per_slot)).
-    # Each slot serves its first request plus about half another, so in-flight stays at c for a
-    # while after the opening burst; that window is what the steady-state throughput comes from.
+    # One request per slot fills the server to c at once; the steady-state window (in-flight at
+    # >= 90% of c) then lasts until a tenth of them finish, which on a continuous-batching server
+    # is already a stable decode rate. More per slot adds refills (prefill mixed into decode, as
+    # under real traffic) at a proportional cost in requests.
     step_min_requests: int = Field(default=6, ge=1)
-    step_requests_per_slot: float = Field(default=1.5, ge=1)
+    step_requests_per_slot: float = Field(default=1.0, ge=1)
     # Bisection stops when the bracket's upper/lower concurrency ratio is at most this.
-    resolution: float = Field(default=1.3, gt=1)
+    resolution: float = Field(default=1.5, gt=1)
     # The knee: the lowest concurrency that reaches this fraction of the saturation throughput.
     knee_fraction: float = Field(default=0.9, gt=0, lt=1)
     # A plateau: going from c1 to c2 gained less than this fraction of the linear-scaling gain.
@@ -70,12 +74,16 @@ class CalibrationSettings(Section):
     kv_usage_high: float = Field(default=0.95, gt=0, le=1)
     # A step's median TTFT this many times the lowest step's: requests are waiting (client view).
     ttft_growth: float = Field(default=4.0, gt=1)
+    # A step the load engine marked client-bound still counts when its p99 schedule lag is at
+    # most this fraction of the mean E2E latency: the slots then sat idle too briefly to bend the
+    # throughput (the engine's thresholds are about TTFT accuracy, a far stricter matter).
+    client_lag_tolerance: float = Field(default=0.02, ge=0, le=1)
 
     # --- budget ---
     max_requests: int = Field(default=2000, ge=1)
     max_duration: float = Field(default=3600.0, gt=0)
     # Incremental re-calibration spends at most this fraction of the previous result's requests.
-    incremental_budget_ratio: float = Field(default=1 / 3, gt=0, le=1)
+    incremental_budget_ratio: float = Field(default=1 / 3, gt=0, le=4)
     request_timeout: float = Field(default=600.0, gt=0)
 
     # --- results ---

@@ -102,6 +102,11 @@ class CollectorSet:
         if self._started and isinstance(source, Background):
             source.start()
 
+    @property
+    def failing(self) -> dict[str, str]:
+        """Collectors whose latest collection failed, with the reason (for the status page)."""
+        return dict(self._failing)
+
     def get(self, name: str) -> Source | None:
         return self._sources.get(name)
 

@@ -52,6 +52,9 @@ class _Rank:
     prefill_new_tokens: int = 0
     prefill_cached_tokens: int = 0
     prefill_sequences: int = 0
+    # Which kind came last (line order, not clock: two lines can share a timestamp).
+    decode_seq: int = 0
+    prefill_seq: int = 0
 
 
 class SGLangLogCollector:
@@ -78,10 +81,12 @@ class SGLangLogCollector:
                 rank = self._rank(event.ranks.dp)
                 rank.decode, rank.decode_at = event, now
                 rank.decode_lines += 1
+                rank.decode_seq = self._lines
             elif isinstance(event, PrefillBatch):
                 rank = self._rank(event.ranks.dp)
                 rank.prefill, rank.prefill_at = event, now
                 rank.prefill_lines += 1
+                rank.prefill_seq = self._lines
                 rank.prefill_new_tokens += event.new_token
                 rank.prefill_cached_tokens += event.cached_token
                 rank.prefill_sequences += event.new_seq
@@ -206,7 +211,7 @@ class SGLangLogCollector:
             )
             # The newest fresh line of either kind says how many requests run and wait.
             latest: DecodeBatch | PrefillBatch | None = None
-            if decode_fresh and (not prefill_fresh or (r.decode_at or 0) >= (r.prefill_at or 0)):
+            if decode_fresh and (not prefill_fresh or r.decode_seq > r.prefill_seq):
                 latest = r.decode
             elif prefill_fresh:
                 latest = r.prefill

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import html
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.openmetrics import exposition as openmetrics
 
 import sentinel
 from sentinel.export.auth import BasicAuth, ExporterConfigError, load_users, tls_context
@@ -33,6 +36,20 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 HealthCheck = Callable[[], tuple[bool, str]]
 
 _UNAUTHENTICATED = frozenset({"/healthz"})
+
+
+class _Only:
+    """``?name[]=`` filtering. CollectorRegistry.restricted_registry relies on describe(), which
+    our collectors leave empty (describing would mean collecting, i.e. fetching from SGLang)."""
+
+    def __init__(self, registry: CollectorRegistry, names: frozenset[str]) -> None:
+        self._registry = registry
+        self._names = names
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._registry.collect():
+            if metric.name in self._names or any(s.name in self._names for s in metric.samples):
+                yield metric
 
 
 class Exporter:
@@ -132,7 +149,15 @@ class Exporter:
 
     def _render(self, accept: str, names: list[str]) -> tuple[bytes, str]:
         encoder, content_type = choose_encoder(accept)
-        registry = self.registry.restricted_registry(names) if names else self.registry
+        registry: Collector = _Only(self.registry, frozenset(names)) if names else self.registry
+        if content_type.startswith("application/openmetrics-text"):
+            # prometheus_client 0.26's "underscores" escaping keeps the colon of ``sglang:x`` in
+            # HELP/TYPE but turns it into ``sglang_x`` on sample lines, so Prometheus (which asks
+            # for OpenMetrics by default) would see orphaned metadata and untyped series
+            # (prometheus/client_python#1177, open). Every name we serve is a valid classic
+            # name, which needs no escaping under any scheme, so rendering without escaping is
+            # exactly what a correct "underscores" rendering would be.
+            return openmetrics.generate_latest(registry, escaping=openmetrics.ALLOWUTF8), content_type
         return encoder(registry), content_type
 
     async def _metrics(self, request: web.Request) -> web.StreamResponse:

@@ -88,29 +88,24 @@ class ResponseParser:
     def __init__(self, rec: RequestRecord, keep_text: bool) -> None:
         self.rec = rec
         self.keep_text = keep_text
-        self.last_time = 0.0
         self.tokens_seen = 0  # server's running completion count at the last chunk
         self.finished = False  # a finish_reason was seen
         self.usage_completion: int | None = None
         self.texts: list[str] = []
 
     def _chunk(self, now: float, n: int, *, reasoning: bool = False, content: bool = True) -> None:
-        """Record a token-bearing chunk of `n` tokens that arrived at `now` (relative to send)."""
+        """Record a token-bearing chunk of `n` tokens that arrived at `now` (relative to send).
+
+        Per-event work is kept to appends; TTFT and ITL are derived once in `finish`."""
         rec = self.rec
-        if rec.ttft is None:
-            rec.ttft = now
-        else:
-            gap = (now - self.last_time) / n
-            rec.itl.extend([gap] * n)
-        if content and not reasoning and rec.ttfc is None:
-            rec.ttfc = now
+        rec.chunk_times.append(now)
+        rec.chunk_tokens.append(n)
         if reasoning:
             rec.reasoning_tokens += n
         else:
             rec.content_tokens += n
-        rec.chunk_times.append(now)
-        rec.chunk_tokens.append(n)
-        self.last_time = now
+            if content and rec.ttfc is None:
+                rec.ttfc = now
 
     def feed(self, obj: Any, now: float) -> None:
         raise NotImplementedError
@@ -124,18 +119,29 @@ class ResponseParser:
         self.feed(obj, now)
 
     def finish(self) -> None:
-        """Called once the body has ended; final counts and checks."""
+        """Called once the body has ended: TTFT, ITL and final counts."""
         rec = self.rec
-        counted = sum(rec.chunk_tokens)
+        times = rec.chunk_times
+        tokens = rec.chunk_tokens
+        if times:
+            rec.ttft = times[0]
+            itl = rec.itl
+            prev = times[0]
+            for t, n in zip(times[1:], tokens[1:], strict=True):
+                if n == 1:
+                    itl.append(t - prev)
+                else:
+                    itl.extend([(t - prev) / n] * n)
+                prev = t
+        counted = sum(tokens)
         rec.output_len = self.usage_completion if self.usage_completion is not None else counted
         if self.keep_text:
             rec.text = "".join(self.texts)
 
 
 # Fast path for native events in the middle of a stream; see NativeParser.feed_bytes.
-_COMPLETION_TOKENS = re.compile(rb'"completion_tokens":\s*(\d+)')
-_FINISH_NULL = re.compile(rb'"finish_reason":\s*null')
-_TEXT = re.compile(rb'"text":\s*"(.)', re.DOTALL)
+_WS_DIGITS = re.compile(rb"\s*(\d+)")
+_WS_QUOTE_CHAR = re.compile(rb'\s*"(.)', re.DOTALL)
 
 
 class NativeParser(ResponseParser):
@@ -144,27 +150,41 @@ class NativeParser(ResponseParser):
     def __init__(self, rec: RequestRecord, keep_text: bool) -> None:
         super().__init__(rec, keep_text)
         self.prev_text = ""
+        self.unparsed: tuple[bytes, float] | None = None  # last event, read by the fast path only
+
+    def finish(self) -> None:
+        # The last event carries finish_reason (and abort details): decode it in full.
+        if self.unparsed is not None:
+            payload, now = self.unparsed
+            self.unparsed = None
+            ResponseParser.feed_bytes(self, payload, now)
+        super().finish()
 
     def feed_bytes(self, payload: bytes, now: float) -> None:
         """Native events carry the whole text so far (v0.5.9 default), so decoding every event
         costs O(length) each and O(length^2) per request: it was the client's largest CPU cost
         (benchmarks/load_efficiency.py). Between the first token and the finish, all we need
         is `completion_tokens` and whether `text` is non-empty, so such events are read with
-        three anchored byte searches instead. A key pattern cannot match inside a JSON string
-        (quotes there are escaped). The first event, the finishing one, errors and anything
+        two byte searches instead. A key pattern cannot match inside a JSON string (quotes
+        there are escaped). The first event, the last one (in `finish`), errors and anything
         that does not match are decoded in full, so prompt/cached tokens, finish reasons and
         malformed events are still handled exactly."""
-        if self.rec.ttft is not None and not self.keep_text and payload[:1] == b"{" and payload[-1:] == b"}":
-            ct = _COMPLETION_TOKENS.search(payload)
-            if ct is not None and _FINISH_NULL.search(payload) is not None:
-                text = _TEXT.search(payload)
-                if text is not None:
-                    total = int(ct.group(1))
-                    self.usage_completion = total
-                    if text.group(1) != b'"' and total > self.tokens_seen:
-                        self._chunk(now, total - self.tokens_seen)
-                        self.tokens_seen = total
+        if self.rec.chunk_times and not self.keep_text and payload[:1] == b"{" and payload[-1:] == b"}":
+            # text comes first and meta_info last in SGLang's events: find/rfind stop early.
+            i = payload.rfind(b'"completion_tokens":')
+            t = payload.find(b'"text":')
+            if i >= 0 and t >= 0:
+                total = _WS_DIGITS.match(payload, i + 20)
+                text = _WS_QUOTE_CHAR.match(payload, t + 7)
+                if total is not None and text is not None:
+                    n = int(total.group(1))
+                    self.usage_completion = n
+                    if text.group(1) != b'"' and n > self.tokens_seen:
+                        self._chunk(now, n - self.tokens_seen)
+                        self.tokens_seen = n
+                    self.unparsed = (payload, now)
                     return
+        self.unparsed = None
         super().feed_bytes(payload, now)
 
     def feed(self, obj: Any, now: float) -> None:

@@ -169,6 +169,12 @@ class _Run:
     def now(self) -> float:
         return time.perf_counter() - self.t0
 
+    def prepare(self, index: int, offset: float, prompt: Prompt) -> tuple[RequestRecord, bytes]:
+        """A measured request's record and serialised body."""
+        rec = RequestRecord(index=index, warmup=False, planned=offset, prompt_len=prompt.prompt_len)
+        rec.planned_output_len = prompt.output_len
+        return rec, self.body(rec, prompt, prompt.output_len)
+
     def body(self, rec: RequestRecord, prompt: Prompt, output_len: int) -> bytes:
         rec.rid = f"sentinel-{self.run_id}-{'w' if rec.warmup else ''}{rec.index}"
         return build_body(self.spec, prompt, model=self.model, rid=rec.rid, output_len=output_len)
@@ -252,6 +258,15 @@ class _Run:
         except (ConnectionLost, OSError) as exc:
             rec.failure = FailureReason.DISCONNECTED
             rec.error = str(exc)[:1000] or type(exc).__name__
+            rec.latency = perf() - sent
+            return
+        except Exception as exc:
+            # Our own bug must cost one request, not the run (and never its other results).
+            from sentinel.log import get_logger
+
+            get_logger(__name__).exception("load.request_client_error", index=rec.index)
+            rec.failure = FailureReason.CLIENT_ERROR
+            rec.error = f"{type(exc).__name__}: {exc}"[:1000]
             rec.latency = perf() - sent
             return
         done = sink.done
@@ -377,18 +392,28 @@ async def _run(
 
     # ---- measured phase ----
     run = _Run(spec, client, counters, on_record, model)
-    started_at = time.time()
     counters.planned = spec.num_requests
     lag = LoopLagMonitor()
     inflight: set[asyncio.Task[None]] = set()
     cancelled = cancel_task.done()
+    prepared: list[tuple[RequestRecord, bytes]] = []
+    if not warmup_failed and not cancelled:
+        # Connections are opened before the clock starts, so no request's TTFT carries a TCP
+        # (or TLS) handshake that a long-lived client would not pay.
+        await _wait(asyncio.ensure_future(client.prewarm(_prewarm_count(spec))), 60.0, cancel_task)
+        if spec.arrival is ArrivalProcess.BURST and spec.num_requests is not None:
+            # Everything is due at t=0: serialise all bodies first, or the last would wait.
+            prepared = [run.prepare(i, 0.0, next(source)) for i in range(spec.num_requests)]
+    started_at = time.time()
+    run.t0 = time.perf_counter()
+    cancelled = cancelled or cancel_task.done()
     if not warmup_failed and not cancelled:
         if spec.max_concurrency is not None:
             run.slots = asyncio.Queue()
             for _ in range(spec.max_concurrency):
                 run.slots.put_nowait(0.0)
         lag.start()
-        cancelled = await _dispatch(spec, run, source, records, inflight, cancel_task)
+        cancelled = await _dispatch(spec, run, source, prepared, records, inflight, cancel_task)
         if not cancelled and inflight:
             drain = asyncio.gather(*inflight, return_exceptions=True)
             cancelled = await _wait(drain, spec.drain_timeout_s, cancel_task)
@@ -421,10 +446,18 @@ async def _run(
     )
 
 
+def _prewarm_count(spec: LoadSpec) -> int:
+    target = spec.target_concurrency
+    if target is None:  # open loop without a cap: enough for the first moments
+        target = min(spec.num_requests or 64, 64)
+    return min(target, 1024)
+
+
 async def _dispatch(
     spec: LoadSpec,
     run: _Run,
     source: PromptSource,
+    prepared: list[tuple[RequestRecord, bytes]],
     records: list[RequestRecord],
     inflight: set[asyncio.Task[None]],
     cancel_task: asyncio.Task[Any],
@@ -441,10 +474,7 @@ async def _dispatch(
             break
         if deadline is not None and (offset >= deadline or (closed and run.now() >= deadline)):
             break
-        prompt = next(source)
-        rec = RequestRecord(index=i, warmup=False, planned=offset, prompt_len=prompt.prompt_len)
-        rec.planned_output_len = prompt.output_len
-        body = run.body(rec, prompt, prompt.output_len)
+        rec, body = prepared[i] if i < len(prepared) else run.prepare(i, offset, next(source))
         delay = t0 + offset - perf()
         if delay > 0 and await _wait(None, delay, cancel_task):
             return True

@@ -24,6 +24,7 @@ class FailureReason:
     SHORT_OUTPUT = "short_output"  # fewer tokens than max_new_tokens although ignore_eos was set
     NO_OUTPUT = "no_output"  # a 200 response that carried no token at all
     CANCELLED = "cancelled"  # the run was cancelled while the request was in flight
+    CLIENT_ERROR = "client_error"  # a bug on our side while handling the request (logged)
 
     @staticmethod
     def http(status: int) -> str:

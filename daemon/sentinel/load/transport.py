@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from typing import Protocol
+from typing import Protocol, cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -75,8 +75,8 @@ class _Connection(asyncio.Protocol):
 
     # -- asyncio.Protocol --
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # Not an isinstance check: uvloop's transports do not subclass asyncio.Transport.
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         now = time.perf_counter()
@@ -180,6 +180,23 @@ class HttpClient:
             conn.close()
             self._all.discard(conn)
         return None
+
+    async def prewarm(self, n: int) -> int:
+        """Open connections until `n` are idle in the pool (at most 64 handshakes at a time).
+
+        Returns how many are idle; failures are left for the requests to report."""
+        missing = n - sum(1 for c in self._idle if not c.closed)
+        gate = asyncio.Semaphore(64)
+
+        async def one() -> None:
+            async with gate:
+                conn = await self._connect()
+                conn.idle_since = time.monotonic()
+                self._idle.append(conn)
+
+        if missing > 0:
+            await asyncio.gather(*(one() for _ in range(missing)), return_exceptions=True)
+        return len(self._idle)
 
     async def post(self, path: str, body: bytes, sink: BodySink) -> int:
         """Send one POST and deliver its response to `sink`; returns the HTTP status.

@@ -53,7 +53,7 @@ from sentinel.schedule.polite import LoadReadError, ServerLoad, decide, too_busy
 from sentinel.schedule.settings import LoadProfileSettings, ScheduleSettings
 from sentinel.schedule.state import StateDir
 
-__all__ = ["GpuView", "LoadReader", "LoadScheduler", "ServerView"]
+__all__ = ["ExclusiveRun", "GpuView", "LoadReader", "LoadScheduler", "ServerView"]
 
 _log = get_logger(__name__)
 
@@ -81,6 +81,16 @@ class GpuView(Protocol):
 
 class LoadReader(Protocol):
     async def read(self) -> ServerLoad: ...
+
+
+@dataclass
+class ExclusiveRun:
+    """Handed to exclusive work (calibration): live counters, the budget charge so far, a stop flag."""
+
+    counters: LoadCounters
+    cancel: asyncio.Event
+    # Upper bound of the tokens spent so far; what the budget is charged when the work ends.
+    charged: int = 0
 
 
 @dataclass
@@ -126,6 +136,8 @@ class LoadScheduler:
         self._restarts: deque[dict[str, Any]] = deque(maxlen=50)
         self._stopping = False
         self.last_tick = time.monotonic()
+        # Completed runs of this daemon life (any profile); the daemon's calibrate-when-missing waits for one.
+        self.completed_runs = 0
 
     # -- life cycle -----------------------------------------------------------------------------
 
@@ -482,6 +494,8 @@ class LoadScheduler:
         profile = plan.profile
         m = self.metrics
         m.runs.labels(profile, outcome).inc()
+        if outcome == "completed":
+            self.completed_runs += 1
         if abort_reason is not None:
             m.aborts.labels(profile, abort_reason).inc()
         if report is not None:
@@ -538,12 +552,13 @@ class LoadScheduler:
     # -- exclusive non-profile work (calibration) -----------------------------------------------
 
     async def run_exclusive(
-        self, kind: str, max_tokens: int, work: Callable[[LoadCounters], Coroutine[Any, Any, int]]
+        self, kind: str, max_tokens: int, work: Callable[[ExclusiveRun], Coroutine[Any, Any, None]]
     ) -> str:
         """Run other load (calibration) in the load slot and under the budget.
 
-        ``work`` returns the tokens it really spent. It is skipped (and counted under ``kind`` as
-        the profile label) when the slot is taken, the server is not ready, or the budget is short.
+        ``work`` keeps ``run.charged`` at an upper bound of the tokens spent so far and stops soon
+        after ``run.cancel`` is set. It is skipped (and counted under ``kind`` as the profile label)
+        when the slot is taken, the server is not ready or warming up, or the budget is short.
         """
         if self._current is not None:
             return self._skip(kind, "busy", running=self._current.profile)
@@ -560,20 +575,23 @@ class LoadScheduler:
                 return self._skip(kind, "budget", needed=max_tokens, remaining=self.budget.remaining())
             self._update_budget_gauges()
             started = self._clock()
-            spent = max_tokens
-            task = asyncio.ensure_future(work(current.counters))
+            run = ExclusiveRun(current.counters, asyncio.Event())
+            task = asyncio.ensure_future(work(run))
             current.task = asyncio.current_task()
             outcome = "completed"
             try:
-                spent = await task
+                await task
             except asyncio.CancelledError:
-                task.cancel()
                 outcome = "cancelled"
+                run.cancel.set()
+                with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
+                    await asyncio.wait_for(asyncio.shield(task), _CANCEL_GRACE_SECONDS)
+                task.cancel()
             except Exception as exc:
                 _log.error("exclusive_run_failed", kind=kind, error=repr(exc))
                 outcome = "failed"
             finally:
-                self.budget.settle(reservation, spent)
+                self.budget.settle(reservation, run.charged)
                 self._update_budget_gauges()
             record = {
                 "kind": kind,
@@ -584,13 +602,23 @@ class LoadScheduler:
                 "started_at_iso": _iso(started),
                 "server_epoch": epoch,
                 "launch_hash": self.server.launch_hash(),
-                "budget_tokens": min(spent, max_tokens),
+                "budget_tokens": min(run.charged, max_tokens),
             }
             self._recent.append(record)
             self.state.append(RUNS_FILE, record, self.settings.history_runs)
             return outcome
         finally:
             self._current = None
+
+    def hourly_profile_tokens(self) -> int:
+        """Upper bound of the tokens the scheduled profiles will spend in an hour (cron: one run)."""
+        total = 0
+        for name, profile in self.settings.profiles.items():
+            runs = 1.0
+            if profile.cron is None and profile.interval_seconds is not None:
+                runs = max(1.0, 3600.0 / profile.interval_seconds)
+            total += int(runs * plan_run(name, profile, 1.0).max_tokens)
+        return total
 
     # -- views ----------------------------------------------------------------------------------
 

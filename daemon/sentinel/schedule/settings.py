@@ -24,8 +24,9 @@ __all__ = [
 
 
 def _check_cron(value: str | None) -> str | None:
-    if value is None:
-        return value
+    # TOML has no null: an empty string switches a cron schedule off.
+    if value is None or not value.strip():
+        return None
     try:
         CronTrigger.from_crontab(value)
     except ValueError as exc:

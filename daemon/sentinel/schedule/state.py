@@ -119,8 +119,12 @@ class StateDir:
         line = (json.dumps(record, sort_keys=True, default=str, separators=(",", ":")) + "\n").encode()
         try:
             # O_APPEND: one write per line, so concurrent readers never see two records interleaved.
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
             try:
+                size = os.fstat(fd).st_size
+                # A crash mid-append left a torn last line: end it, so this record stays whole.
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    line = b"\n" + line
                 os.write(fd, line)
                 os.fsync(fd)
             finally:

@@ -491,9 +491,9 @@ class SglangApi:
         if final:
             meta["e2e_latency"] = max(0.0, req.finished_at - req.arrival)
             if self.profile.mtp_accept_length > 1.0:
-                steps = max(1, n - 1)
+                steps = max(1, req.spec_steps)
                 meta["spec_verify_ct"] = steps
-                meta["spec_accept_length"] = n / steps if steps else 1.0
+                meta["spec_accept_length"] = n / steps
         return meta
 
     def _native_body(self, req: Request, text: str, ids: list[int]) -> dict[str, Any]:
@@ -511,31 +511,54 @@ class SglangApi:
         resp = await self._start_stream(request)
         fault_name, fault_at = self._fault_plan(True)
         status: str | None = None
+        # Cumulative text and ids are kept JSON-encoded and only extended per chunk, so a chunk
+        # costs O(new tokens) encoding plus one bytes join, not a re-encoding of the whole text.
         text = ""
-        ids: list[int] = []
+        text_json = ""
+        ids_json = ""
         seen = 0
         interval = gp.stream_interval
+        rid_json = json.dumps(req.rid)
+        head_tail = f',"prompt_tokens":{req.prompt_tokens},"weight_version":"default","total_retractions":'
         try:
             while True:
-                await req.wait_progress(seen, interval)
+                # SGLang streams the first token at once, then every `interval` tokens.
+                await req.wait_progress(seen, 1 if seen == 0 else interval)
                 n = req.generated
                 done = req.done
                 if req.state == RequestState.ABORTED:
                     await resp.write(b"data: " + _dumps({"error": {"message": req.finish_message}}) + b"\n\n")
                     status = "aborted"
                     break
-                if not done and n - seen < interval:
+                if not done and seen > 0 and n - seen < interval:
                     continue
                 if n > seen:
-                    text += self._pieces_text(req, seen, n)
-                    ids.extend(self._ids(req, seen, n))
-                if done and req.stop_text:
-                    cut = text.find(req.stop_text)
-                    if cut >= 0:
-                        text = text[:cut]
+                    piece = self._pieces_text(req, seen, n)
+                    text += piece
+                    text_json += json.dumps(piece, ensure_ascii=False)[1:-1]
+                    new_ids = ",".join(map(str, self._ids(req, seen, n)))
+                    ids_json = new_ids if not ids_json else ids_json + "," + new_ids
                 if n > seen or done:
-                    chunk = {"text": text, "output_ids": ids, "meta_info": self._meta(req, n, done)}
-                    await resp.write(b"data: " + _dumps(chunk) + b"\n\n")
+                    if done:
+                        final_text = text
+                        if req.stop_text:
+                            cut = final_text.find(req.stop_text)
+                            if cut >= 0:
+                                final_text = final_text[:cut]
+                        chunk = _dumps(
+                            {
+                                "text": final_text,
+                                "output_ids": json.loads(f"[{ids_json}]"),
+                                "meta_info": self._meta(req, n, True),
+                            }
+                        )
+                    else:
+                        chunk = (
+                            f'{{"text":"{text_json}","output_ids":[{ids_json}],"meta_info":{{"id":{rid_json},'
+                            f'"finish_reason":null{head_tail}{req.retractions},"completion_tokens":{n},'
+                            f'"cached_tokens":{req.cached_tokens}}}}}'
+                        ).encode()
+                    await resp.write(b"data: " + chunk + b"\n\n")
                     self._observe_chunk(clock, n, time.monotonic(), req.log_metrics)
                 seen = n
                 if fault_name is not None and n >= fault_at and not done:
@@ -687,7 +710,7 @@ class SglangApi:
 
         try:
             while True:
-                await req.wait_progress(seen, interval)
+                await req.wait_progress(seen, 1 if seen == 0 else interval)
                 n = req.generated
                 done = req.done
                 if req.state == RequestState.ABORTED:
@@ -696,7 +719,7 @@ class SglangApi:
                     )
                     status = "aborted"
                     break
-                if not done and n - seen < interval:
+                if not done and seen > 0 and n - seen < interval:
                     continue
                 if n > seen or done:
                     if first:
@@ -839,7 +862,7 @@ class SglangApi:
         echo_pending = gp.echo
         try:
             while True:
-                await req.wait_progress(seen, interval)
+                await req.wait_progress(seen, 1 if seen == 0 else interval)
                 n = req.generated
                 done = req.done
                 if req.state == RequestState.ABORTED:
@@ -848,7 +871,7 @@ class SglangApi:
                     )
                     status = "aborted"
                     break
-                if not done and n - seen < interval:
+                if not done and seen > 0 and n - seen < interval:
                     continue
                 if n > seen or done:
                     delta = self._pieces_text(req, seen, n)

@@ -31,7 +31,10 @@ from sentinel.sim.text import EOS_TOKEN_ID, Script
 __all__ = ["Engine", "EngineHooks", "EngineStats", "Request", "RequestState"]
 
 # Real seconds the engine may run behind its schedule before it gives up catching up.
-MAX_LAG_S: Final = 0.25
+MAX_LAG_S: Final = 2.0
+# Behind schedule by less than this, the engine still yields after every step so that each
+# step's chunks go out separately; further behind, it lets several steps coalesce.
+_YIELD_LAG_S: Final = 0.02
 # SGLang defaults (SGLANG_INIT_NEW_TOKEN_RATIO 0.7, min ratio factor 0.14, decay over 600 steps,
 # SGLANG_RETRACT_DECODE_STEPS 20).
 INIT_NEW_TOKEN_RATIO: Final = 0.7
@@ -72,6 +75,7 @@ class Request:
         "rid",
         "scheduled_at",
         "script",
+        "spec_steps",
         "state",
         "stop_at",
         "stop_text",
@@ -124,6 +128,7 @@ class Request:
         self.last_token_at = 0.0
         self.finished_at = 0.0
         self.scheduled_at = 0.0
+        self.spec_steps = 0
         self.waiter: asyncio.Future[None] | None = None
         self.wake_at = 1
 
@@ -355,7 +360,7 @@ class Engine:
         clock = self.clock
         sched = clock()  # real time at which the next forward may start
         last_idle_refresh = sched
-        yield_every = 0
+        behind = 0
         while True:
             if not self._resume.is_set():
                 await self._wait_frozen()
@@ -382,7 +387,6 @@ class Engine:
             now = clock()
             if end > now:
                 await asyncio.sleep(end - now)
-                yield_every = 0
             else:
                 lag = now - end
                 if lag > self.stats.max_lag_s:
@@ -390,9 +394,11 @@ class Engine:
                 if lag > MAX_LAG_S:
                     self.stats.slipped_s += lag
                     end = now
-                yield_every += 1
-                if yield_every >= 8:
-                    yield_every = 0
+                # Slightly behind: still let the handlers write this step's chunks before the next
+                # step. Far behind: run several steps per yield so streams coalesce and catch up.
+                behind += 1
+                if lag < _YIELD_LAG_S or behind >= 8:
+                    behind = 0
                     await asyncio.sleep(0)
             if not self._resume.is_set():
                 # Frozen mid-forward: the forward "completes" only after the freeze ends.
@@ -434,8 +440,10 @@ class Engine:
         b = len(self.running)
         if b == 0:
             return 0.0
-        kv = self.kv_used
-        return p.decode_base_s + p.decode_per_req_s * b + p.decode_per_kv_token_s * kv
+        cost = p.decode_base_s + p.decode_per_req_s * b + p.decode_per_kv_token_s * self.kv_used
+        if p.decode_per_max_seq_s:
+            cost += p.decode_per_max_seq_s * max(r.prompt_tokens + r.generated for r in self.running)
+        return cost
 
     def _reserved_decode_tokens(self) -> int:
         ratio = self.new_token_ratio
@@ -625,7 +633,11 @@ class Engine:
             if req.state != RequestState.RUNNING:
                 finished = True
                 continue
-            k = self._accepted() if mtp else 1
+            if mtp:
+                k = self._accepted()
+                req.spec_steps += 1
+            else:
+                k = 1
             left = req.target - req.generated
             if k > left:
                 k = left

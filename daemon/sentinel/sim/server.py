@@ -293,14 +293,20 @@ class SimServer:
         self._ready = asyncio.Event()
         self._api_sock = _bind(self.host, self.config.port)
         self.port = self._api_sock.getsockname()[1]
-        control = web.AppRunner(build_control_app(self), handle_signals=False, access_log=None)
+        control = web.AppRunner(
+            build_control_app(self), handle_signals=False, access_log=None, shutdown_timeout=0.1
+        )
         await control.setup()
-        site = web.TCPSite(control, "127.0.0.1", self.config.control_port, shutdown_timeout=0.1)
+        site = web.TCPSite(control, "127.0.0.1", self.config.control_port)
         await site.start()
         self._control_runner = control
         self.control_port = _bound_port(site)
         self._api_runner = web.AppRunner(
-            build_api_app(self), handle_signals=False, access_log=None, keepalive_timeout=5.0
+            build_api_app(self),
+            handle_signals=False,
+            access_log=None,
+            keepalive_timeout=5.0,
+            shutdown_timeout=0.1,
         )
         await self._api_runner.setup()
         self.engine.start()
@@ -546,7 +552,7 @@ class SimServer:
         )
         if self._api_runner is None or self._api_sock is None:
             return  # stopped during start-up
-        site = web.SockSite(self._api_runner, self._api_sock, shutdown_timeout=0.1)
+        site = web.SockSite(self._api_runner, self._api_sock)
         await site.start()
         pid = os.getpid()
         log.main(f"INFO:     Started server process [{pid}]")

@@ -57,6 +57,17 @@ def _signame(sig: int) -> str:
         return f"signal {sig}"
 
 
+def _alive(pid: int) -> bool:
+    """Not exited: a zombie has exited, asyncio's child watcher just has not reaped it yet."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # no /proc: trust the returncode
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
+
+
 class Runner(Protocol):
     @property
     def pid(self) -> int | None: ...
@@ -143,14 +154,7 @@ class ChildRunner:
     async def is_running(self) -> bool:
         if self._proc is None or self._proc.returncode is not None:
             return False
-        try:
-            # A zombie has exited; asyncio's watcher just has not reaped it yet.
-            stat = Path(f"/proc/{self._proc.pid}/stat").read_text()
-        except FileNotFoundError:
-            return False
-        except OSError:
-            return True
-        return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
+        return _alive(self._proc.pid)
 
     async def terminate(self, timeout_s: float) -> ExitInfo | None:
         if self._proc is None or self._proc.returncode is not None:

@@ -140,7 +140,8 @@ class GpuCollector:
         if snap.visible_devices < snap.most_devices_seen:
             problems.append(f"{snap.visible_devices} of {snap.most_devices_seen} GPUs visible")
         if snap.cycle_timestamp and now - snap.cycle_timestamp > self.max_age_seconds:
-            problems.append(f"no gpu cycle for {now - snap.cycle_timestamp:.0f} s")
+            # No number that grows each scrape: the reason is logged when it changes.
+            problems.append(f"no gpu cycle in the last {self.max_age_seconds:g} s")
 
         fresh: list[tuple[DeviceIdentity, DeviceReading]] = []
         for state in snap.devices:

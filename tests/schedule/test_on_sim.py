@@ -1,0 +1,134 @@
+"""Scheduled runs through the real load engine against the simulator (high --speed)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from sentinel.load import ArrivalProcess, LoadSpec, RandomDataset, run_load
+from sentinel.schedule.executor import LoadEngineExecutor
+from sentinel.schedule.metrics import ScheduleMetrics
+from sentinel.schedule.polite import ServerLoadReader
+from sentinel.schedule.scheduler import LoadScheduler
+from sentinel.schedule.settings import ScheduleSettings
+from sentinel.schedule.state import StateDir
+
+
+class ReadyServer:
+    def __init__(self) -> None:
+        self.epoch = time.time() - 600
+
+    def ready_epoch(self) -> float | None:
+        return self.epoch
+
+    def launch_hash(self) -> str | None:
+        return "sim"
+
+
+def _scheduler(tmp_path: Path, base_url: str, **schedule: Any) -> tuple[LoadScheduler, ServerLoadReader]:
+    base: dict[str, Any] = {
+        "warmup_seconds": 0,
+        "reference_exclusion_seconds": 0,
+        "profiles": {
+            "ref": {
+                "num_prompts": 48,
+                "request_rate": 16,
+                "input_len": 64,
+                "output_len": 64,
+                "run_on_ready": False,
+            }
+        },
+        "polite": {"check_interval_seconds": 0.1, "skip_above": 12, "shrink_above": 3},
+        "breaker": {"check_interval_seconds": 0.1, "min_requests": 6},
+    }
+    base.update(schedule)
+    settings = ScheduleSettings(**base)
+    reader = ServerLoadReader(base_url, "metrics", 2.0)
+    sched = LoadScheduler(
+        settings,
+        server=ReadyServer(),
+        executor=LoadEngineExecutor(base_url),
+        metrics=ScheduleMetrics(),
+        state=StateDir(tmp_path),
+        load_reader=reader,
+    )
+    return sched, reader
+
+
+def _value(sched: LoadScheduler, name: str, **labels: str) -> float | None:
+    reg = CollectorRegistry()
+    reg.register(sched.metrics)
+    return reg.get_sample_value(name, labels)
+
+
+async def test_reference_run_on_the_sim(tmp_path: Path, sim_factory: Callable[..., Any]) -> None:
+    sim = sim_factory("--enable-metrics", "--speed", "50")
+    sched, reader = _scheduler(tmp_path, sim.base_url)
+    try:
+        assert await sched.fire("ref") == "completed"
+    finally:
+        await reader.aclose()
+    assert _value(sched, "sentinel_load_requests_total", profile="ref", outcome="success") == 48
+    assert (_value(sched, "sentinel_load_output_throughput_tokens_per_second", profile="ref") or 0) > 0
+    assert _value(sched, "sentinel_request_e2e_seconds_count", profile="ref") == 48
+    record = StateDir(tmp_path).history("runs.jsonl")[-1]
+    # The budget was charged what the run spent, warm-up included, never more than reserved.
+    assert 0 < record["budget_tokens"] <= 49 * 128
+    assert record["summary"]["ttft_p99"] > 0
+
+
+async def test_breaker_aborts_on_injected_errors(tmp_path: Path, sim_factory: Callable[..., Any]) -> None:
+    sim = sim_factory("--enable-metrics", "--speed", "20", "--fault", "http_503:rate=0.5")
+    sched, reader = _scheduler(tmp_path, sim.base_url)
+    try:
+        assert await asyncio.wait_for(sched.fire("ref"), 30) == "aborted:error_ratio"
+    finally:
+        await reader.aclose()
+    assert _value(sched, "sentinel_load_aborts_total", profile="ref", reason="error_ratio") == 1
+    assert (_value(sched, "sentinel_load_requests_total", profile="ref", outcome="http_503") or 0) >= 3
+    # Aborted early: not every prompt was sent.
+    record = StateDir(tmp_path).history("runs.jsonl")[-1]
+    assert sum(record["requests"].values()) < 48
+
+
+async def test_foreign_traffic_skips_or_shrinks(tmp_path: Path, sim_factory: Callable[..., Any]) -> None:
+    sim = sim_factory("--enable-metrics", "--speed", "30", "--decode-log-interval", "1")
+    sched, reader = _scheduler(tmp_path, sim.base_url)
+
+    async def foreign(concurrency: int, stop: asyncio.Event) -> None:
+        spec = LoadSpec(
+            base_url=sim.base_url,
+            dataset=RandomDataset(input_len=32, output_len=4096, range_ratio=1.0),
+            arrival=ArrivalProcess.CLOSED,
+            max_concurrency=concurrency,
+            num_requests=None,
+            duration_s=60.0,
+            warmup_requests=0,
+        )
+        await run_load(spec, cancel=stop)
+
+    try:
+        stop = asyncio.Event()
+        busy = asyncio.create_task(foreign(20, stop))
+        await asyncio.sleep(1.0)
+        assert await sched.fire("ref") == "skipped:foreign_traffic"
+        stop.set()
+        await busy
+        stop = asyncio.Event()
+        some = asyncio.create_task(foreign(6, stop))
+        await asyncio.sleep(1.0)
+        assert await sched.fire("ref") in ("completed", "aborted:foreign_traffic")
+        stop.set()
+        await some
+    finally:
+        await reader.aclose()
+    assert _value(sched, "sentinel_load_skipped_total", profile="ref", reason="foreign_traffic") == 1
+    assert _value(sched, "sentinel_load_shrunk_total", profile="ref", reason="foreign_traffic") == 1
+    run = StateDir(tmp_path).history("runs.jsonl")[-1]
+    assert run["num_prompts"] < 48
+    assert run["reference"] is False

@@ -1,0 +1,109 @@
+"""The scheduler in virtual time: batching, chunked prefill, KV pressure, MTP."""
+
+from __future__ import annotations
+
+from sentinel.sim.engine import Engine, EngineHooks, Request
+from sentinel.sim.profiles import get_profile
+from sentinel.sim.text import Script
+from sentinel.sim.virtual import simulate
+
+GLM = get_profile("glm5-nvfp4-8x-rtxpro6000")
+
+
+def test_single_request_timing_follows_the_model() -> None:
+    (r,) = simulate(GLM, [(0.0, 100, 10)])
+    prefill = GLM.prefill_base_s + 100 / GLM.prefill_tokens_per_s
+    assert abs(r.ttft - prefill) < 1e-9
+    # 9 decode steps with 1 running and 101..109 KV tokens
+    steps = sum(
+        GLM.decode_base_s + GLM.decode_per_req_s + GLM.decode_per_kv_token_s * (101 + k) for k in range(9)
+    )
+    assert abs(r.e2e - (prefill + steps)) < 1e-9
+    assert r.output_tokens == 10
+
+
+def test_batching_shares_steps() -> None:
+    alone = simulate(GLM, [(0.0, 50, 100)])[0].e2e
+    together = simulate(GLM, [(0.0, 50, 100)] * 8)
+    assert all(r.output_tokens == 100 for r in together)
+    # 8 streams take far less than 8x one stream: they share decode steps.
+    assert max(r.e2e for r in together) < 1.3 * alone
+
+
+def test_chunked_prefill_splits_long_prompts() -> None:
+    profile = GLM.with_overrides(chunked_prefill_size=1000)
+    (r,) = simulate(profile, [(0.0, 3500, 2)])
+    prefill = 4 * profile.prefill_base_s + 3500 / profile.prefill_tokens_per_s
+    assert abs(r.ttft - prefill) < 1e-9
+
+
+class _Recorder(EngineHooks):
+    def __init__(self) -> None:
+        self.retractions: list[tuple[int, float, float]] = []
+        self.prefills: list[int] = []
+
+    def on_retract(self, engine: Engine, retracted: list[Request], old: float, new: float) -> None:
+        self.retractions.append((len(retracted), old, new))
+
+    def on_prefill_batch(
+        self, engine: Engine, new_seqs: list[Request], new_tokens: int, cached: int, done: list[Request]
+    ) -> None:
+        self.prefills.append(new_tokens)
+
+
+def _drive(engine: Engine, reqs: list[Request]) -> float:
+    t = 0.0
+    for req in reqs:
+        engine.submit(req)
+    while engine.busy:
+        t += engine._plan_and_cost()
+        engine._apply(t)
+    return t
+
+
+def test_kv_pressure_queues_and_retracts_but_everything_finishes() -> None:
+    profile = get_profile("tiny-llama-1x-h200").with_overrides(max_total_num_tokens=3000)
+    hooks = _Recorder()
+    engine = Engine(profile, hooks=hooks, clock=lambda: 0.0)
+    reqs = [Request(f"r{i}", 200, 400, Script([], 0, 1), ignore_eos=True) for i in range(12)]
+    _drive(engine, reqs)
+    assert all(r.generated == 400 for r in reqs)
+    assert hooks.retractions, "a 3000-token pool cannot hold 12 x 600 tokens without retracting"
+    assert sum(r.retractions for r in reqs) == engine.stats.retracted_reqs
+    n, old, new = hooks.retractions[0]
+    assert n >= 1
+    assert new > old  # the ratio jumps after a retraction
+    assert engine.kv_used == 0
+
+
+def test_prompt_larger_than_pool_is_aborted_not_stuck() -> None:
+    profile = get_profile("tiny-llama-1x-h200").with_overrides(max_total_num_tokens=100)
+    engine = Engine(profile, clock=lambda: 0.0)
+    req = Request("big", 500, 10, Script([], 0, 1), ignore_eos=True)
+    _drive(engine, [req])
+    assert req.finish_reason() is not None
+    assert req.finish_reason()["type"] == "abort"  # type: ignore[index]
+
+
+def test_mtp_emits_several_tokens_per_step_with_the_profile_accept_length() -> None:
+    mtp = get_profile("glm5-nvfp4-8x-rtxpro6000-mtp")
+    engine = Engine(mtp, clock=lambda: 0.0, seed=3)
+    req = Request("m", 10, 2000, Script([], 0, 1), ignore_eos=True)
+    _drive(engine, [req])
+    assert req.generated == 2000
+    accept = (req.generated - 1) / req.spec_steps
+    assert abs(accept - mtp.mtp_accept_length) < 0.1
+
+
+def test_prefix_cache_hits_repeated_prompts() -> None:
+    engine = Engine(GLM, clock=lambda: 0.0)
+    first = Request("a", 300, 5, Script([], 0, 1), prompt_key="same", ignore_eos=True)
+    _drive(engine, [first])
+    second = Request("b", 300, 5, Script([], 0, 1), prompt_key="same", ignore_eos=True)
+    _drive(engine, [second])
+    assert first.cached_tokens == 0
+    assert second.cached_tokens == 299
+    assert engine.flush_cache()
+    third = Request("c", 300, 5, Script([], 0, 1), prompt_key="same", ignore_eos=True)
+    _drive(engine, [third])
+    assert third.cached_tokens == 0

@@ -1,0 +1,163 @@
+"""Backoff, crash loop, crash classification, state machine, log bus."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import pytest
+
+from sentinel.supervise.backoff import RestartPolicy
+from sentinel.supervise.classify import classify_exit
+from sentinel.supervise.logbus import LogBus, pump_lines
+from sentinel.supervise.runners import ExitInfo
+from sentinel.supervise.settings import RestartSettings
+from sentinel.supervise.state import ServerState, StateChange, StateMachine
+
+
+def test_backoff_grows_caps_and_jitters() -> None:
+    s = RestartSettings(backoff_initial=5, backoff_max=60, backoff_multiplier=2, jitter=0.2, max_restarts=100)
+    p = RestartPolicy(s, random.Random(1))
+    delays = [p.next_delay(float(i)) for i in range(7)]
+    bases = [5, 10, 20, 40, 60, 60, 60]
+    for d, b in zip(delays, bases, strict=True):
+        assert d is not None
+        assert 0.8 * b <= d <= 1.2 * b
+    assert len({round(d or 0, 6) for d in delays[4:]}) > 1  # jitter actually varies
+    p.mark_stable()
+    first = p.next_delay(10.0)
+    assert first is not None
+    assert first <= 6
+
+
+def test_crash_loop_limit_is_per_window() -> None:
+    p = RestartPolicy(RestartSettings(max_restarts=3, window=100, jitter=0), random.Random(0))
+    assert all(p.next_delay(t) is not None for t in (0, 1, 2))
+    assert p.next_delay(3) is None  # a 4th restart within 100 s: crash loop
+    assert p.next_delay(101) is not None  # the first one has left the window
+    p.reset()
+    assert p.restarts_in_window(101) == 0
+
+
+OOM_TAIL = [
+    "[2026-11-30 01:00:00 TP3] Scheduler hit an exception: Traceback (most recent call last):",
+    '  File "/x/sglang/srt/managers/scheduler.py", line 3170, in run_scheduler_process',
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.76 GiB.",
+    "[2026-11-30 01:00:00] SIGQUIT received. signum=None, frame=None. It usually means one child failed.",
+]
+
+
+@pytest.mark.parametrize(
+    ("exit_info", "tail", "reason"),
+    [
+        (ExitInfo(None, 9, "killed by signal 9"), OOM_TAIL, "cuda_oom"),
+        (
+            ExitInfo(None, 9, "killed by signal 9"),
+            ["[x] Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)"],
+            "watchdog_timeout",
+        ),
+        (
+            ExitInfo(None, 9, "killed by signal 9"),
+            ["Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1)"],
+            "nccl_timeout",
+        ),
+        (
+            ExitInfo(None, 9, "killed by signal 9"),
+            ["RuntimeError: NCCL error in: ../x.cpp:1, unhandled system error"],
+            "nccl_error",
+        ),
+        (
+            ExitInfo(None, 9, "killed by signal 9"),
+            ["RuntimeError: CUDA error: an illegal memory access was encountered"],
+            "cuda_error",
+        ),
+        (
+            ExitInfo(1, None, "exited with status 1"),
+            ["OSError: [Errno 98] Address already in use"],
+            "port_in_use",
+        ),
+        (
+            ExitInfo(None, 9, "killed by signal 9"),
+            ["[x] Scheduler hit an exception: Traceback", "ValueError: odd"],
+            "unknown",
+        ),
+        (ExitInfo(None, 9, "killed by signal 9"), ["[x] Decode batch, #running-req: 1"], "killed"),
+        (ExitInfo(None, 15, "killed by signal 15"), [], "killed"),
+        (ExitInfo(1, None, "exited with status 1"), ["Traceback", "ImportError: no module"], "unknown"),
+        (ExitInfo(0, None, "exited with status 0"), [], "exited"),
+    ],
+)
+def test_classify_exit(exit_info: ExitInfo, tail: list[str], reason: str) -> None:
+    crash = classify_exit(exit_info, tail, 0.0)
+    assert crash.reason == reason
+    assert exit_info.description in crash.detail
+
+
+async def test_state_machine_counts_notifies_and_waits() -> None:
+    m = StateMachine()
+    got: list[StateChange] = []
+    m.subscribe(got.append)
+
+    def broken(_: StateChange) -> None:
+        raise RuntimeError("listener bug")
+
+    m.subscribe(broken)  # a failing listener must not break the others
+    waiter = asyncio.create_task(m.wait_for(ServerState.READY, timeout_s=2))
+    m.set(ServerState.STARTING, "launch")
+    m.set(ServerState.STARTING, "again")  # no-op
+    m.set(ServerState.READY, "up")
+    assert await waiter is ServerState.READY
+    assert [(c.old, c.new) for c in got] == [
+        (ServerState.STOPPED, ServerState.STARTING),
+        (ServerState.STARTING, ServerState.READY),
+    ]
+    assert m.transitions[("stopped", "starting")] == 1
+    with pytest.raises(TimeoutError):
+        await m.wait_for(ServerState.FAILED, timeout_s=0.05)
+
+
+async def test_log_bus_rotates_tails_and_drops_for_slow_subscribers(tmp_path: Path) -> None:
+    path = tmp_path / "logs" / "server.log"
+    bus = LogBus(path, max_bytes=4096, backups=2, tail_lines=10)
+    slow = bus.subscribe(maxsize=5)
+    seen: list[str] = []
+    bus.add_listener(lambda line: seen.append(line.text))
+    for i in range(200):
+        bus.publish(f"line {i:04d} " + "x" * 50, "child")
+    assert bus.lines_total == 200
+    assert len(seen) == 200
+    assert bus.tail()[-1].startswith("line 0199")
+    assert len(bus.tail()) == 10
+    assert slow.dropped == 195
+    assert bus.dropped_total == 195
+    assert path.exists()
+    assert (tmp_path / "logs" / "server.log.1").exists()
+    assert not (tmp_path / "logs" / "server.log.3").exists()
+    assert path.stat().st_size <= 4096
+    first = await slow.__anext__()
+    assert first.text.startswith("line 0000")
+    assert first.source == "child"
+    bus.close()
+    rest = [line async for line in slow]
+    assert len(rest) <= 4
+
+
+async def test_pump_splits_overlong_lines_without_dying() -> None:
+    bus = LogBus(None, max_bytes=4096, backups=0, tail_lines=100)
+    reader = asyncio.StreamReader(limit=64)
+    reader.feed_data(b"short\n" + b"y" * 300 + b"\nlast line without newline")
+    reader.feed_eof()
+    await pump_lines(reader, bus, "child")
+    tail = bus.tail()
+    assert tail[0] == "short"
+    assert "".join(tail[1:-1]) == "y" * 300
+    assert tail[-1] == "last line without newline"
+
+
+def test_log_bus_survives_an_unwritable_file(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    bus = LogBus(blocker / "server.log", max_bytes=4096, backups=1, tail_lines=5)
+    bus.publish("still delivered", "child")
+    assert bus.tail() == ["still delivered"]

@@ -1,0 +1,100 @@
+"""Preflight checks with a fake GPU reader fed with real-looking NVML figures."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from sentinel.supervise.preflight import (
+    GpuInfo,
+    check_gpus,
+    check_known_bad,
+    check_model_path,
+    check_port,
+    run_preflight,
+)
+from sentinel.supervise.profiles import LaunchCommand, render_command
+from sentinel.supervise.settings import ServerSettings
+
+GIB = 1 << 30
+# RTX PRO 6000 Blackwell: 96 GB class (reported 97887 MiB), compute capability 12.0.
+RTX_TOTAL = 97887 * (1 << 20)
+
+
+def rtx(n: int, free: int = RTX_TOTAL - 600 * (1 << 20), cc: tuple[int, int] = (12, 0)) -> list[GpuInfo]:
+    return [GpuInfo(i, "NVIDIA RTX PRO 6000 Blackwell Server Edition", RTX_TOTAL, free, cc) for i in range(n)]
+
+
+def glm_cmd(**profile: object) -> LaunchCommand:
+    s = ServerSettings.model_validate(
+        {
+            "profile": "g",
+            "profiles": {"g": {"model_path": "/m", "tp_size": 8, "mem_fraction_static": 0.85, **profile}},
+        }
+    )
+    return render_command(s, detected_version=(0, 5, 9))
+
+
+def test_gpu_count_and_free_memory() -> None:
+    cmd = glm_cmd()
+    assert check_gpus(cmd, lambda: rtx(8))[0].status == "ok"
+    few = check_gpus(cmd, lambda: rtx(4))[0]
+    assert few.status == "fail"
+    assert "needs 8 GPU(s), 4 present" in few.message
+    # A previous server still holds 40 GiB: 0.85 of total is not free.
+    busy = check_gpus(cmd, lambda: rtx(8, free=RTX_TOTAL - 40 * GIB))[0]
+    assert busy.status == "fail"
+    assert "GPU0" in busy.message
+    assert "free" in busy.message
+
+
+def test_nvml_absent() -> None:
+    def broken() -> list[GpuInfo]:
+        raise RuntimeError("NVML Shared Library Not Found")
+
+    r = check_gpus(glm_cmd(), broken)[0]
+    assert r.status == "fail"
+    assert "NVML Shared Library Not Found" in r.message
+    sim = render_command(ServerSettings())
+    assert check_gpus(sim, broken)[0].status == "skip"
+
+
+def test_port_in_use_has_its_own_reason() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        r = check_port("127.0.0.1", s.getsockname()[1])
+    assert r.status == "fail"
+    assert r.reason == "port_in_use"
+    assert check_port("127.0.0.1", 0).status == "ok"
+
+
+def test_model_path(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    assert check_model_path(glm_cmd(model_path=str(tmp_path))).status == "ok"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert check_model_path(glm_cmd(model_path=str(empty))).status == "fail"
+    assert check_model_path(glm_cmd(model_path="/no/such")).status == "fail"
+    assert check_model_path(glm_cmd(model_path="zai-org/GLM-5")).status == "warn"
+
+
+def test_known_bad_on_sm120() -> None:
+    warns = check_known_bad(glm_cmd(dsa_decode_backend="trtllm", kv_cache_dtype="bf16"), rtx(8))
+    assert [r.status for r in warns] == ["warn"]
+    assert "Unsupported architecture" in warns[0].message
+    fp8 = check_known_bad(glm_cmd(dsa_decode_backend="flashmla_kv"), rtx(8))
+    assert any("kv_cache_dtype unset" in r.message for r in fp8)
+    h200 = check_known_bad(glm_cmd(dsa_decode_backend="trtllm", kv_cache_dtype="bf16"), rtx(8, cc=(9, 0)))
+    assert [r.status for r in h200] == ["ok"]
+    fp4 = check_known_bad(glm_cmd(quantization="modelopt_fp4", kv_cache_dtype="bf16"), rtx(8))
+    assert any("NaN race" in r.message for r in fp4)
+
+
+async def test_run_preflight_collects_everything() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    s = ServerSettings(port=port)
+    results = await run_preflight(render_command(s), s, gpu_reader=lambda: rtx(1))
+    assert {r.name: r.status for r in results} == {"gpus": "ok", "port": "ok", "model_path": "skip"}

@@ -1,0 +1,139 @@
+"""Launch profiles rendered to argv, per SGLang version."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from sentinel.supervise.profiles import (
+    ProfileError,
+    detect_sglang_version,
+    parse_version,
+    render_command,
+)
+from sentinel.supervise.settings import ServerSettings
+
+GLM = "glm5-nvfp4-rtxpro6000"
+
+
+def glm(**server: object) -> ServerSettings:
+    return ServerSettings.model_validate({"profile": GLM, **server})
+
+
+def flag(argv: tuple[str, ...], name: str) -> str | None:
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
+@pytest.mark.parametrize(
+    ("version", "prefix"),
+    [
+        ((0, 5, 9), "--nsa"),
+        ((0, 5, 12), "--nsa"),
+        ((0, 5, 15), "--dsa"),
+        ((0, 5, 19), "--dsa"),
+        ((0, 5, 23), "--dsa"),
+    ],
+)
+def test_dsa_flags_follow_the_rename(version: tuple[int, int, int], prefix: str) -> None:
+    cmd = render_command(glm(), detected_version=version)
+    other = "--dsa" if prefix == "--nsa" else "--nsa"
+    assert flag(cmd.argv, f"{prefix}-prefill-backend") == "trtllm"
+    assert flag(cmd.argv, f"{prefix}-decode-backend") == "trtllm"
+    assert not any(a.startswith(other) for a in cmd.argv)
+    assert cmd.sglang_version == version
+    assert cmd.version_source == "detected"
+
+
+def test_glm_profile_renders_the_deployment() -> None:
+    cmd = render_command(glm(port=31000), detected_version=(0, 5, 9))
+    a = cmd.argv
+    assert a[1:3] == ("-m", "sglang.launch_server")
+    assert flag(a, "--model-path") == "/models/GLM-5-NVFP4"
+    assert flag(a, "--tp-size") == "8"
+    assert flag(a, "--kv-cache-dtype") == "bf16"  # explicit: auto picks fp8 on SM120 (garbled output)
+    assert flag(a, "--mem-fraction-static") == "0.85"
+    assert flag(a, "--reasoning-parser") == "glm45"
+    assert flag(a, "--host") == "127.0.0.1"
+    assert flag(a, "--port") == "31000"
+    assert "--enable-metrics" in a
+    assert "--disable-cuda-graph" in a
+    assert cmd.env["NCCL_P2P_LEVEL"] == "SYS"
+
+
+def test_unknown_version_renders_for_newest_and_says_so() -> None:
+    cmd = render_command(glm(), detect_message="sglang is not importable")
+    assert "--dsa-prefill-backend" in cmd.argv
+    assert cmd.sglang_version is None
+    assert "not importable" in cmd.version_source
+    assert "0.5.23" in cmd.version_source
+
+
+def test_pinned_version_wins_and_bad_pin_is_an_error() -> None:
+    pinned = ServerSettings.model_validate(
+        {
+            "profile": "mine",
+            "profiles": {
+                "mine": {"model_path": "/m", "dsa_decode_backend": "fa3", "sglang_version": "0.5.9"}
+            },
+        }
+    )
+    cmd = render_command(pinned, detected_version=(0, 5, 23))
+    assert flag(cmd.argv, "--nsa-decode-backend") == "fa3"
+    assert cmd.version_source == "pinned in the profile"
+    bad = ServerSettings.model_validate(
+        {"profile": "b", "profiles": {"b": {"model_path": "/m", "sglang_version": "x"}}}
+    )
+    with pytest.raises(ProfileError, match="not a version"):
+        render_command(bad)
+
+
+def test_sim_profile_is_the_default_and_on_loopback() -> None:
+    cmd = render_command(ServerSettings())
+    assert cmd.argv[:4] == (sys.executable, "-m", "sentinel", "sim")
+    assert flag(cmd.argv, "--host") == "127.0.0.1"
+    assert flag(cmd.argv, "--port") == "30000"
+    assert cmd.profile.required_gpus == 0
+
+
+def test_config_hash_tracks_argv_and_env() -> None:
+    base = render_command(glm(), detected_version=(0, 5, 9))
+    assert base.config_hash == render_command(glm(), detected_version=(0, 5, 9)).config_hash
+    assert base.config_hash != render_command(glm(port=31001), detected_version=(0, 5, 9)).config_hash
+    assert base.config_hash != render_command(glm(), detected_version=(0, 5, 23)).config_hash
+
+
+def test_api_key_is_passed_but_never_displayed() -> None:
+    cmd = render_command(glm(api_key="s3cret"), detected_version=(0, 5, 9))
+    assert flag(cmd.argv, "--api-key") == "s3cret"
+    assert "s3cret" not in cmd.display()
+    assert "s3cret" not in cmd.redacted_argv()
+
+
+def test_unknown_profile_lists_the_known_ones() -> None:
+    with pytest.raises(
+        ProfileError, match=r"unknown launch profile 'nope' \(known: glm5-nvfp4-rtxpro6000, sim\)"
+    ):
+        render_command(ServerSettings(profile="nope"))
+
+
+def test_profile_without_model_path_is_an_error() -> None:
+    s = ServerSettings.model_validate({"profile": "x", "profiles": {"x": {"kind": "sglang"}}})
+    with pytest.raises(ProfileError, match="no model_path"):
+        render_command(s, detected_version=(0, 5, 9))
+
+
+@pytest.mark.parametrize(
+    ("text", "want"), [("0.5.9", (0, 5, 9)), ("v0.5.23rc1", (0, 5, 23)), ("0.6", (0, 6, 0)), ("dev", None)]
+)
+def test_parse_version(text: str, want: tuple[int, int, int] | None) -> None:
+    assert parse_version(text) == want
+
+
+def test_detect_version_reports_missing_sglang_and_missing_interpreter() -> None:
+    version, msg = detect_sglang_version(sys.executable, timeout=30)
+    assert version is None
+    assert "not importable" in msg
+    version, msg = detect_sglang_version("/nonexistent/python3")
+    assert version is None
+    assert "not found" in msg
