@@ -289,6 +289,9 @@ def main() -> int:
     ap.add_argument("--cycles", type=int, default=5)
     ap.add_argument("--load-seconds", type=float, default=40.0)
     ap.add_argument("--rounds", type=int, default=8, help="parallelism rounds")
+    ap.add_argument(
+        "--soak", type=float, default=10.0, help="seconds of background-mode collection under load"
+    )
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -371,32 +374,50 @@ def main() -> int:
             env={**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get("LOAD_GPU", "0")},
         )
         time.sleep(8)  # model of a steady state: clocks and power settle
-    # Background mode for a while: the way the daemon runs it.
-    energy0 = {st.identity.index: st.reading.energy_joules for st in poller.snapshot.devices if st.reading}
-    bg_t0 = time.time()
+    # Background mode for a while (--soak seconds, 1 s interval): the way the daemon runs it.
     poller.start()
-    samples = []
+    time.sleep(1.5)
+    first = {st.identity.index: st.reading for st in poller.snapshot.devices if st.reading}
+    cycles: dict[float, float] = {}
+    reads: dict[int, dict[float, float]] = {}
     power: dict[int, list[float]] = {}
-    for _ in range(10):
-        time.sleep(1.0)
+    soak_end = time.monotonic() + args.soak
+    while time.monotonic() < soak_end:
+        time.sleep(0.5)
         s = poller.snapshot
-        samples.append(s.cycle_duration_seconds or 0.0)
+        if s.cycle_duration_seconds is not None:
+            cycles[s.cycle_timestamp] = s.cycle_duration_seconds
         for st in s.devices:
-            if st.reading and st.reading.power_watts is not None:
-                power.setdefault(st.identity.index, []).append(st.reading.power_watts)
+            if st.reading is not None:
+                reads.setdefault(st.identity.index, {})[st.reading.timestamp] = st.reading.duration_seconds
+                if st.reading.power_watts is not None:
+                    power.setdefault(st.identity.index, []).append(st.reading.power_watts)
+    last = {st.identity.index: st.reading for st in poller.snapshot.devices if st.reading}
+    report["xid_watcher_registered"] = list(poller._xid.registered) if poller._xid else []
     poller.stop(5.0)
-    bg_elapsed = time.time() - bg_t0
-    energy1 = {st.identity.index: st.reading.energy_joules for st in poller.snapshot.devices if st.reading}
+    cyc = list(cycles.values())
+    energy_rate = {}
+    for k, r1 in last.items():
+        r0 = first.get(k)
+        if r0 is not None and r0.energy_joules is not None and r1.energy_joules is not None:
+            energy_rate[k] = (r1.energy_joules - r0.energy_joules) / max(1e-9, r1.timestamp - r0.timestamp)
     report["background"] = {
-        "cycle_ms_samples": [x * 1e3 for x in samples],
-        "mean_power_w": {k: statistics.mean(v) for k, v in power.items()},
-        "energy_rate_w": {
-            k: ((energy1[k] or 0) - (energy0.get(k) or 0)) / bg_elapsed
-            for k in energy1
-            if energy0.get(k) is not None
+        "soak_seconds": args.soak,
+        "cycles": len(cyc),
+        "cycle_ms": {"p50": pct(cyc, 0.5) * 1e3, "p99": pct(cyc, 0.99) * 1e3, "max": max(cyc) * 1e3},
+        "per_gpu_read_ms": {
+            k: {
+                "p50": pct(list(v.values()), 0.5) * 1e3,
+                "p99": pct(list(v.values()), 0.99) * 1e3,
+                "max": max(v.values()) * 1e3,
+            }
+            for k, v in reads.items()
         },
+        "mean_power_w": {k: statistics.mean(v) for k, v in power.items()},
+        "energy_counter_rate_w": energy_rate,
+        "failures": {f"{k}": v for k, v in poller.snapshot.read_failures_total.items()},
     }
-    print("background:", report["background"], flush=True)
+    print("background:", json.dumps(report["background"], default=str), flush=True)
     # Collector-side render cost from the real snapshot.
     renders = []
     reg = CollectorRegistry()
@@ -460,8 +481,23 @@ def main() -> int:
                 f"{p['per_gpu_read_ms_alone_median']:.1f} ms, "
                 f"concurrent {p['per_gpu_read_ms_concurrent_median']:.1f} ms) |"
             )
+    bg = report["background"]
     summary.append(
-        f"| /metrics render of GPU series p50 / p99 | {report['render_ms']['p50']:.2f} / "
+        f"| background soak {bg['soak_seconds']:g} s under load: {bg['cycles']} cycles p50 / p99 / max | "
+        f"{bg['cycle_ms']['p50']:.1f} / {bg['cycle_ms']['p99']:.1f} / {bg['cycle_ms']['max']:.1f} ms |"
+    )
+    for k, v in bg["per_gpu_read_ms"].items():
+        summary.append(
+            f"| soak: GPU {k} read p50 / p99 / max | {v['p50']:.1f} / {v['p99']:.1f} / {v['max']:.1f} ms |"
+        )
+    for k, v in bg["energy_counter_rate_w"].items():
+        summary.append(
+            f"| soak: GPU {k} energy counter rate vs mean power | "
+            f"{v:.1f} W vs {bg['mean_power_w'].get(k, 0):.1f} W |"
+        )
+    summary.append(
+        f"| GPU series, uncached prometheus_client render, p50 / p99 | "
+        f"{report['render_ms']['p50']:.2f} / "
         f"{report['render_ms']['p99']:.2f} ms |"
     )
     md.insert(0, "\n".join(summary))

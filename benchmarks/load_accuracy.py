@@ -181,7 +181,9 @@ def main() -> None:
             if name == "ttft-256":
                 rows.append(scenario_ttft(base, control, args.speed))
             elif name == "poisson":
-                rows.append(scenario_poisson(base, control, args.speed, args.poisson_requests, args.poisson_rate))
+                rows.append(
+                    scenario_poisson(base, control, args.speed, args.poisson_requests, args.poisson_rate)
+                )
             elif name in ("tput-low", "tput-sat"):
                 rows.append(scenario_tput(base, control, args.speed, name == "tput-sat"))
             else:

@@ -5,7 +5,8 @@ ids, fixed lengths, ignore_eos), alternating, `--repeat` times. CPU = user + sys
 the benchmark phase: for bench_serving the `asyncio.run(benchmark(...))` call (warm-up, run,
 its metrics; imports, tokenizer load and dataset building excluded: `peer_shim.py`); for us
 `run_load` (warm-up, connection pre-warm, run, metrics). The figure is streamed output tokens
-per CPU-second (higher is better); the ratio is ours / bench_serving's within the same round.
+per CPU-second (higher is better); the ratio is ours / bench_serving's within the same round
+(ours on uvloop, as `sentinel bench` runs; the last column is ours on asyncio's default loop).
 
 Needs the peer: `bash benchmarks/peer_setup.sh` (builds benchmarks/.peer/).
 Usage: .venv/bin/python benchmarks/load_efficiency.py [--speed 20] [--num-prompts 256]
@@ -32,7 +33,7 @@ from sentinel.load import ArrivalProcess, LoadSpec, RandomDataset, run_load  # n
 from sentinel.load.stats import summarize  # noqa: E402
 
 
-def ours(base_url: str, args: argparse.Namespace) -> tuple[int, float, float, int]:
+def ours(base_url: str, args: argparse.Namespace, use_uvloop: bool) -> tuple[int, float, float, int]:
     spec = LoadSpec(
         base_url=base_url,
         dataset=RandomDataset(args.input_len, args.output_len, 1.0),
@@ -44,7 +45,12 @@ def ours(base_url: str, args: argparse.Namespace) -> tuple[int, float, float, in
     )
     r0 = resource.getrusage(resource.RUSAGE_SELF)
     w0 = time.perf_counter()
-    res = asyncio.run(run_load(spec))
+    if use_uvloop:
+        import uvloop
+
+        res = uvloop.run(run_load(spec))
+    else:
+        res = asyncio.run(run_load(spec))
     r1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     return res.metrics.total_output_tokens, cpu, time.perf_counter() - w0, res.metrics.completed
@@ -78,7 +84,8 @@ def main() -> None:
                 raise SystemExit(f"{exc}") from None
             if not peer.benchmark_cpu_s or not peer.completed:
                 raise SystemExit(f"bench_serving failed (rc {peer.returncode}):\n{peer.stderr[-2000:]}")
-            tokens, cpu, wall, done = ours(info["base_url"], args)
+            tokens, cpu, wall, done = ours(info["base_url"], args, use_uvloop=True)
+            a_tokens, a_cpu, _, _ = ours(info["base_url"], args, use_uvloop=False)
             row = {
                 "round": i + 1,
                 "peer_tokens": peer.output_tokens,
@@ -90,6 +97,7 @@ def main() -> None:
                 "our_wall": wall,
                 "our_tps": tokens / cpu,
                 "completed": f"{peer.completed}/{done}",
+                "asyncio_tps": a_tokens / a_cpu,
             }
             row["ratio"] = row["our_tps"] / row["peer_tps"]
             rows.append(row)
@@ -102,15 +110,18 @@ def main() -> None:
         f"{args.input_len}/{args.output_len}, max concurrency {args.max_concurrency}, sim speed {args.speed:g}"
     )
     hdr = f"{'round':>5} {'done b/s':>9} {'bench_serving tok':>17} {'CPU s':>7} {'tok/CPU-s':>10} "
-    hdr += f"{'sentinel tok':>12} {'CPU s':>7} {'tok/CPU-s':>10} {'ratio':>6}"
+    hdr += f"{'sentinel tok':>12} {'CPU s':>7} {'tok/CPU-s':>10} {'ratio':>6} {'asyncio loop':>13}"
     print(hdr)
     for r in rows:
         print(
             f"{r['round']:>5} {r['completed']:>9} {r['peer_tokens']:>17} {r['peer_cpu']:>7.2f} {r['peer_tps']:>10,.0f} "
             f"{r['our_tokens']:>12} {r['our_cpu']:>7.2f} {r['our_tps']:>10,.0f} {r['ratio']:>5.2f}x"
+            f" {r['asyncio_tps'] / r['peer_tps']:>12.2f}x"
         )
     ratios = summarize([r["ratio"] for r in rows])
-    print(f"ratio median {ratios.median:.2f}x (min {min(r['ratio'] for r in rows):.2f}x, max {ratios.max:.2f}x)")
+    print(
+        f"ratio median {ratios.median:.2f}x (min {min(r['ratio'] for r in rows):.2f}x, max {ratios.max:.2f}x)"
+    )
 
 
 if __name__ == "__main__":

@@ -44,7 +44,13 @@ def _serve(port_q: Any, tokens: int) -> None:
         text = ""
         for i in range(1, tokens + 1):
             text += " tok"
-            meta = {"id": "x", "finish_reason": None, "prompt_tokens": 16, "completion_tokens": i, "cached_tokens": 0}
+            meta = {
+                "id": "x",
+                "finish_reason": None,
+                "prompt_tokens": 16,
+                "completion_tokens": i,
+                "cached_tokens": 0,
+            }
             ev = {"text": text, "output_ids": [], "meta_info": meta}
             await resp.write(b"data: " + json.dumps(ev).encode() + b"\n\n")
             if i % 8 == 0:
@@ -175,12 +181,18 @@ def main() -> None:
                     best = (cpu, wall, counter[0])
             assert best is not None
             rows.append((name, *best))
-        print(f"\n{args.requests} requests x {args.tokens} events, concurrency {args.concurrency} (best of {args.repeat})")
-        print(f"{'client':<44} {'events':>8} {'CPU s':>7} {'wall s':>7} {'CPU us/event':>13} {'events/CPU-s':>13}")
+        print(
+            f"\n{args.requests} requests x {args.tokens} events, concurrency {args.concurrency} (best of {args.repeat})"
+        )
+        print(
+            f"{'client':<44} {'events':>8} {'CPU s':>7} {'wall s':>7} {'CPU us/event':>13} {'events/CPU-s':>13}"
+        )
         base = rows[-1][1] / max(rows[-1][3], 1)
         for name, cpu, wall, events in rows:
             per = cpu / max(events, 1)
-            print(f"{name:<44} {events:>8} {cpu:>7.2f} {wall:>7.2f} {per * 1e6:>13.1f} {1 / per:>13,.0f}  ({base / per:.2f}x bench_serving)")
+            print(
+                f"{name:<44} {events:>8} {cpu:>7.2f} {wall:>7.2f} {per * 1e6:>13.1f} {1 / per:>13,.0f}  ({base / per:.2f}x bench_serving)"
+            )
     finally:
         server.terminate()
         server.join(5)

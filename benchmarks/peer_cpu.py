@@ -11,15 +11,17 @@ API::
                             input_len=256, output_len=256, request_rate=float("inf"))
     run.completed, run.failures            # successful requests; error strings of failed ones
     run.output_tokens                      # Σ output tokens bench_serving counted
-    run.benchmark_cpu_s                    # CPU s of the benchmark phase (warm-up + run + metrics)
-    run.process_cpu_s                      # CPU s of the whole child (imports, tokenizer, dataset)
-    run.tokens_per_benchmark_cpu_s         # output tokens ÷ benchmark_cpu_s
+    run.run_cpu_s                          # CPU s of the run itself: first send → last request done
+    run.tokens_per_run_cpu_s               # output tokens ÷ run_cpu_s  (the efficiency figure)
+    run.benchmark_cpu_s                    # + warm-up, /get_server_info, metrics, retokenising, dump
+    run.process_cpu_s                      # the whole child (also imports, tokenizer, dataset)
     run.result                             # bench_serving's JSONL object (its own keys, + details)
 
 The child is ``benchmarks/.peer/venv/bin/python benchmarks/peer_shim.py <bench_serving args>``;
 ``peer_setup.sh`` builds that venv. Process CPU comes from ``os.wait4`` (the child's own rusage),
-the benchmark-phase CPU from the shim. Import this module by path (``sys.path`` must contain
-``benchmarks/``): the benchmarks directory is not a package.
+the run and benchmark-phase CPU from the shim (see its docstring for the exact boundaries).
+Import this module by path (``sys.path`` must contain ``benchmarks/``): the benchmarks directory
+is not a package.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ import json
 import math
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +91,8 @@ class BenchServingRun:
     process_cpu_s: float
     benchmark_cpu_s: float | None
     benchmark_wall_s: float | None
-    extra: dict[str, Any] = field(default_factory=dict)
+    run_cpu_s: float | None
+    run_wall_s: float | None
 
     @property
     def completed(self) -> int:
@@ -106,10 +110,11 @@ class BenchServingRun:
         return int(self.result["total_output_tokens"]) if self.result else 0
 
     @property
-    def tokens_per_benchmark_cpu_s(self) -> float | None:
-        if not self.benchmark_cpu_s:
+    def tokens_per_run_cpu_s(self) -> float | None:
+        """Output tokens bench_serving consumed per CPU-second of its run (None if not measured)."""
+        if not self.run_cpu_s:
             return None
-        return self.output_tokens / self.benchmark_cpu_s
+        return self.output_tokens / self.run_cpu_s
 
 
 def run_bench_serving(
@@ -183,9 +188,12 @@ def run_bench_serving(
             if lines:
                 result = json.loads(lines[-1])
         cpu = json.loads(cpu_file.read_text()) if cpu_file.is_file() else {}
-    bench_cpu = None
-    if cpu:
-        bench_cpu = float(cpu["benchmark_cpu_user_s"]) + float(cpu["benchmark_cpu_system_s"])
+
+    def cpu_of(prefix: str) -> float | None:
+        if f"{prefix}_cpu_user_s" not in cpu:
+            return None
+        return float(cpu[f"{prefix}_cpu_user_s"]) + float(cpu[f"{prefix}_cpu_system_s"])
+
     return BenchServingRun(
         backend=backend,
         argv=tuple(argv),
@@ -196,8 +204,10 @@ def run_bench_serving(
         started_at=started,
         wall_s=wall,
         process_cpu_s=rusage.ru_utime + rusage.ru_stime,
-        benchmark_cpu_s=bench_cpu,
+        benchmark_cpu_s=cpu_of("benchmark"),
         benchmark_wall_s=cpu.get("benchmark_wall_s"),
+        run_cpu_s=cpu_of("run"),
+        run_wall_s=cpu.get("run_wall_s"),
     )
 
 
@@ -210,3 +220,57 @@ def _wait4(pid: int, deadline: float) -> tuple[int | None, Any]:
         if time.monotonic() >= deadline:
             return None, None
         time.sleep(0.02)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python benchmarks/peer_cpu.py --base-url URL [...]``: print bench_serving's client cost."""
+    import argparse
+
+    p = argparse.ArgumentParser(description="bench_serving's client CPU cost against a running server")
+    p.add_argument("--base-url", required=True)
+    p.add_argument("--backend", default="sglang")
+    p.add_argument("--num-prompts", type=int, default=256)
+    p.add_argument("--random-input-len", type=int, default=256)
+    p.add_argument("--random-output-len", type=int, default=256)
+    p.add_argument("--random-range-ratio", type=float, default=0.0)
+    p.add_argument("--request-rate", type=float, default=math.inf)
+    p.add_argument("--max-concurrency", type=int, default=None)
+    args = p.parse_args(argv)
+    try:
+        run = run_bench_serving(
+            args.base_url,
+            backend=args.backend,
+            num_prompts=args.num_prompts,
+            input_len=args.random_input_len,
+            output_len=args.random_output_len,
+            range_ratio=args.random_range_ratio,
+            request_rate=args.request_rate,
+            max_concurrency=args.max_concurrency,
+            tokenize_prompt=args.backend == "sglang",
+        )
+    except PeerNotReady as exc:
+        print(f"peer_cpu: {exc}", file=sys.stderr)
+        return 2
+    rows = [
+        ("completed / failed", f"{run.completed} / {len(run.failures)}"),
+        ("output tokens", str(run.output_tokens)),
+        ("run CPU s (first send → last done)", _f(run.run_cpu_s)),
+        ("run wall s", _f(run.run_wall_s)),
+        ("output tokens per run CPU-s", _f(run.tokens_per_run_cpu_s, 0)),
+        ("benchmark-phase CPU s", _f(run.benchmark_cpu_s)),
+        ("whole-process CPU s", _f(run.process_cpu_s)),
+    ]
+    print(f"bench_serving 0.5.9 --backend {args.backend} against {args.base_url}")
+    for name, value in rows:
+        print(f"{name:<38} {value:>12}")
+    if run.returncode != 0:
+        print(run.stderr[-2000:], file=sys.stderr)
+    return 0 if run.returncode == 0 and not run.failures else 1
+
+
+def _f(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -196,10 +196,15 @@ def overview() -> dict[str, Any]:
     )
     b.panel(
         "stat",
-        "Restarts (24 h)",
-        "Restarts performed by sentinel in the last day, all reasons.",
+        "Restarts in range",
+        "Restarts performed by sentinel over the dashboard's time range, all reasons.",
         "none",
-        [(f"sum by (instance) (increase(sentinel_server_restarts_total{{{INST}}}[1d]))", "{{instance}}")],
+        [
+            (
+                f"sum by (instance) (increase(sentinel_server_restarts_total{{{INST}}}[$__range]))",
+                "{{instance}}",
+            )
+        ],
         w=5,
     )
     b.panel(

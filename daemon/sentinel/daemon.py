@@ -237,6 +237,9 @@ class Daemon:
         try:
             await self.exporter.start()
         except ExporterConfigError as exc:
+            self.exporter = None
+            await self._shutdown()
+            # A busy port may free up (exit 1, systemd retries); bad TLS/auth files will not (exit 2).
             raise DaemonError(str(exc), 2 if "cannot listen" not in str(exc) else 1) from None
         await collectors.start()
         try:

@@ -115,11 +115,10 @@ def _probes(probes: Sequence[Mapping[str, Any]]) -> str:
                 _td(_e(p.get("name"))),
                 _td(badge),
                 _td(_e(_ms(p.get("duration_seconds"))), num=True),
-                _td(_e(_ts(p.get("last_at")))),
                 _td(_e(p.get("detail") or "")),
             ]
         )
-    table = _table(["Probe", "Result", "Duration", "Last", "Detail"], rows, "No probe has run yet.")
+    table = _table(["Probe", "Result", "Duration", "Detail"], rows, "No probe has run yet.")
     return f"<section><h2>Probes and canaries</h2>{table}</section>"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import shutil
 import subprocess
@@ -23,7 +24,9 @@ FLAGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-WORKLOAD = Workload(base_url="http://127.0.0.1:1", backend="sglang", input_len=256, output_len=256, range_ratio=0)
+WORKLOAD = Workload(
+    base_url="http://127.0.0.1:1", backend="sglang", input_len=256, output_len=256, range_ratio=0
+)
 
 # Appended to a copy of the page: once everything has loaded, record each image's state in the DOM.
 _PROBE = """<script>
@@ -89,8 +92,13 @@ async def test_report_renders_in_headless_chromium(tmp_path: Path, synthetic: An
     probe.write_text(page.read_text().replace("</body>", _PROBE + "</body>"))
     profile = tmp_path / "chromium-profile"
     base = [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=5000"]
-    dom = subprocess.run(
-        [*base, "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=90, check=False
+    dom = await asyncio.to_thread(
+        subprocess.run,
+        [*base, "--dump-dom", probe.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
     )
     assert dom.returncode == 0, dom.stderr[-2000:]
     m = re.search(r'data-images="(\d+)" data-loaded="(\d+)"', dom.stdout)
@@ -99,7 +107,8 @@ async def test_report_renders_in_headless_chromium(tmp_path: Path, synthetic: An
     assert m.group(2) == m.group(1)
 
     shot = tmp_path / "screenshot.png"
-    run = subprocess.run(
+    run = await asyncio.to_thread(
+        subprocess.run,
         [*base, "--window-size=1280,2000", f"--screenshot={shot}", page.as_uri()],
         capture_output=True,
         text=True,

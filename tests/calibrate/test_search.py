@@ -164,3 +164,66 @@ def test_step_sizes() -> None:
 def test_settings_reject_inverted_range() -> None:
     with pytest.raises(ValueError, match="exceeds max_concurrency"):
         CalibrationSettings(start_concurrency=64, max_concurrency=8)
+
+
+@pytest.mark.parametrize("scale", [0.82, 1.15])
+async def test_incremental_estimates_a_ceiling_it_cannot_afford_to_reprobe(
+    synthetic: Any, scale: float
+) -> None:
+    # A server that never saturates within max_concurrency: the ceiling is the top step, which a
+    # third of the full sweep's requests cannot buy again; the incremental run probes as high as it
+    # can and scales the old ceiling by the change it measured there.
+    base = synthetic(ceiling=600.0, max_running=None, per_stream=12.5, metrics=True)
+    cfg = settings()
+    full = await run_search(base, cfg, WORKLOAD)
+    assert full.stop_reason == "max-concurrency"
+    changed = synthetic(ceiling=600.0 * scale, per_stream=12.5 * scale, max_running=None, seed=3)
+    inc = await run_search(changed, cfg, WORKLOAD, previous=full)
+    assert inc.requests_spent <= full.requests_spent / 3
+    truth = changed.throughput(64)
+    got = inc.saturation_output_throughput.value
+    assert got is not None
+    assert abs(got - truth) / truth < 0.05
+    assert inc.saturation_output_throughput.note.startswith("estimated")
+
+
+async def test_incremental_measures_a_new_running_cap_directly(synthetic: Any) -> None:
+    base = synthetic(ceiling=600.0, max_running=None)
+    cfg = settings()
+    full = await run_search(base, cfg, WORKLOAD)
+    capped = synthetic(ceiling=600.0, max_running=50)
+    inc = await run_search(capped, cfg, WORKLOAD, previous=full)
+    assert inc.stop_reason == "saturated"
+    assert any("server queue" in r for s in inc.steps for r in s.saturation_reasons)
+    truth = capped.throughput(64)
+    got = inc.saturation_output_throughput.value
+    assert got is not None
+    assert abs(got - truth) / truth < 0.05
+    assert not inc.saturation_output_throughput.note.startswith("estimated")
+
+
+def test_interpolation_on_log_log_axes() -> None:
+    from datetime import UTC, datetime
+
+    from sentinel.calibrate.model import Step, StepMeasurement
+    from sentinel.calibrate.search import _interpolate
+
+    def step(c: int, thr: float) -> Step:
+        m = StepMeasurement(
+            concurrency=c,
+            started_at=datetime.now(UTC),
+            duration=1,
+            sent=c,
+            completed=c,
+            failed=0,
+            output_throughput=thr,
+            total_throughput=thr,
+            request_throughput=1,
+            mean_concurrency=c,
+        )
+        return Step(index=0, phase="escalate", measurement=m, slo_ok=True, saturated=False)
+
+    steps = [step(16, 100.0), step(64, 400.0)]
+    assert _interpolate(steps, 32) == pytest.approx(200.0)  # a power law is a line on log-log axes
+    assert _interpolate(steps, 16) == 100.0
+    assert _interpolate(steps, 128) is None

@@ -12,21 +12,23 @@ SAMPLES = Path("/work/shared/reference/samples")
 # The reference samples live beside the repository in the shared folder; CI carries a copy.
 REAL = SAMPLES / "sglang-metrics-docs-production-metrics.txt"
 
-V059 = """\
+_L = 'engine_type="unified",model_name="glm-5",pp_rank="0",moe_ep_rank="0",tp_rank='
+V059_TEMPLATE = """\
 # HELP sglang:num_queue_reqs The number of requests in the waiting queue
 # TYPE sglang:num_queue_reqs gauge
-sglang:num_queue_reqs{{engine_type="unified",model_name="glm-5",tp_rank="0",pp_rank="0",moe_ep_rank="0"}} {q}
-sglang:num_queue_reqs{{engine_type="unified",model_name="glm-5",tp_rank="1",pp_rank="0",moe_ep_rank="0"}} 99.0
+sglang:num_queue_reqs{{{L0}}} {q}
+sglang:num_queue_reqs{{{L1}}} 99.0
 # HELP sglang:num_running_reqs The number of running requests
 # TYPE sglang:num_running_reqs gauge
-sglang:num_running_reqs{{engine_type="unified",model_name="glm-5",tp_rank="0",pp_rank="0",moe_ep_rank="0"}} {r}
+sglang:num_running_reqs{{{L0}}} {r}
 # HELP sglang:token_usage The token usage
 # TYPE sglang:token_usage gauge
-sglang:token_usage{{engine_type="unified",model_name="glm-5",tp_rank="0",pp_rank="0",moe_ep_rank="0"}} {u}
+sglang:token_usage{{{L0}}} {u}
 # HELP sglang:num_retracted_requests_total Retracted requests
 # TYPE sglang:num_retracted_requests_total counter
-sglang:num_retracted_requests_total{{engine_type="unified",model_name="glm-5",tp_rank="0",pp_rank="0",moe_ep_rank="0"}} {x}
+sglang:num_retracted_requests_total{{{L0}}} {x}
 """
+V059 = V059_TEMPLATE.replace("{L0}", _L + '"0"').replace("{L1}", _L + '"1"')
 
 
 @pytest.mark.skipif(not REAL.is_file(), reason="shared reference samples not present")
@@ -46,7 +48,7 @@ def test_parse_prefers_tp_rank_zero() -> None:
 
 
 def test_parse_rejects_garbage() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="malformed"):
         parse_sample("sglang:num_queue_reqs{ 1 2 3\n")
 
 
@@ -58,21 +60,20 @@ async def test_sampler_summarises_a_step() -> None:
     )
 
     calls = 0
+    fourth = asyncio.Event()
 
     def handler(request: httpx.Request) -> httpx.Response:
         nonlocal calls
         calls += 1
+        if calls >= 4:
+            fourth.set()
         q, r, u, x = next(seq)
         return httpx.Response(200, text=V059.format(q=q, r=r, u=u, x=x))
-
-    async def served(n: int) -> None:
-        while calls < n:
-            await asyncio.sleep(0.002)
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
         sampler = ServerSampler(client, "http://127.0.0.1:1/metrics", interval=0.005)
         async with sampler:
-            await asyncio.wait_for(served(4), timeout=10)
+            await asyncio.wait_for(fourth.wait(), timeout=10)
         s = sampler.summary()
     assert s is not None
     # Three samples during the step (a fourth may slip in before the exit on a loaded machine).

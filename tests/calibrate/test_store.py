@@ -10,7 +10,9 @@ from sentinel.calibrate import CalibrationSettings, ResultStore, Workload, compa
 from sentinel.calibrate.api import recalibrate
 from sentinel.calibrate.model import CalibrationResult
 
-WORKLOAD = Workload(base_url="http://127.0.0.1:1", backend="sglang", input_len=256, output_len=256, range_ratio=0)
+WORKLOAD = Workload(
+    base_url="http://127.0.0.1:1", backend="sglang", input_len=256, output_len=256, range_ratio=0
+)
 
 
 async def _result(server: Any, **kw: Any) -> CalibrationResult:
@@ -68,7 +70,9 @@ async def test_recalibrate_keeps_the_result_when_the_store_cannot_be_written(
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
     store = ResultStore(blocker / "calibration")
-    result = await recalibrate(CalibrationSettings(), store, base_url="http://127.0.0.1:1", runner=synthetic())
+    result = await recalibrate(
+        CalibrationSettings(), store, base_url="http://127.0.0.1:1", runner=synthetic()
+    )
     assert result.saturation_output_throughput.value is not None
     assert any("not saved" in w for w in result.warnings)
 

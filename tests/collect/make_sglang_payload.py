@@ -15,7 +15,14 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 
 from sentinel.sglang.metricnames import FAMILIES
 
@@ -61,7 +68,9 @@ def main() -> None:
             extras = [label for label in fam.labels if label in EXTRA]
             combos: list[dict[str, str]] = [{}]
             for label in extras:
-                combos = [{**c, label: v} for c in combos for v in EXTRA[label][:2 if label == "mode" else 4]]
+                combos = [
+                    {**c, label: v} for c in combos for v in EXTRA[label][: 2 if label == "mode" else 4]
+                ]
             for combo in combos:
                 labels = {k: v for k, v in {**base, **combo}.items() if k in fam.labels}
                 child = metric.labels(**labels) if fam.labels else metric

@@ -37,7 +37,9 @@ def scrape(collector: GpuCollector) -> tuple[dict[tuple[str, frozenset[tuple[str
     return samples, failure
 
 
-def value(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, gpu: str = "0", **labels: str) -> float:
+def value(
+    samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, gpu: str = "0", **labels: str
+) -> float:
     for (n, lab), v in samples.items():
         d = dict(lab)
         if n == name and d.get("gpu") == gpu and all(d.get(k) == w for k, w in labels.items()):

@@ -84,7 +84,9 @@ def test_cuda_graph_off_and_old_format(clock: Clock) -> None:
         c.feed(line)
     s = scrape(c)
     assert ("sentinel_sglang_log_cuda_graph", (("dp_rank", "0"),)) not in s
-    assert get(s, "sentinel_sglang_log_gen_throughput_tokens_per_second", dp_rank="0") == pytest.approx(184.38)
+    assert get(s, "sentinel_sglang_log_gen_throughput_tokens_per_second", dp_rank="0") == pytest.approx(
+        184.38
+    )
 
 
 def test_dp_ranks_are_kept_apart(clock: Clock) -> None:

@@ -106,8 +106,8 @@ def test_garbage_html_is_a_parse_failure() -> None:
     "body",
     [
         b"\xff\xfe\x00garbage",  # not UTF-8
-        b"sglang:num_running_reqs{model_name=\"m\"} not-a-number\n",
-        b"sglang:num_running_reqs{model_name=\"m\" 1\n",  # unterminated labels
+        b'sglang:num_running_reqs{model_name="m"} not-a-number\n',
+        b'sglang:num_running_reqs{model_name="m" 1\n',  # unterminated labels
         payload().encode()[: len(payload()) // 2] + b"{{{\n",  # truncated mid-line
     ],
 )
@@ -123,7 +123,9 @@ def test_empty_and_foreign_payloads() -> None:
     _, failure = collect(c)
     assert failure is not None and "no sglang metrics" in failure
     # The URL pointing at something else (sentinel itself, node_exporter): nothing re-exposed.
-    c = collector(lambda r: httpx.Response(200, text="# TYPE sentinel_x gauge\nsentinel_x 1\nprocess_open_fds 3\n"))
+    c = collector(
+        lambda r: httpx.Response(200, text="# TYPE sentinel_x gauge\nsentinel_x 1\nprocess_open_fds 3\n")
+    )
     samples, failure = collect(c)
     assert failure is not None
     assert not any(k.startswith(("sentinel_x", "process_")) for k in samples)

@@ -5,63 +5,24 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import socket
-import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sentinel.systemd import Notifier, clean_child_env, run_watchdog, watchdog_interval
 
 
-class Receiver:
-    """A service manager stand-in: records every datagram with its arrival time."""
-
-    def __init__(self, address: str | bytes) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(address)
-        self.sock.settimeout(0.1)
-        self.messages: list[tuple[float, str]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                data = self.sock.recv(4096)
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self.messages.append((time.monotonic(), data.decode()))
-
-    def wait_for(self, text: str, timeout: float = 5.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any(text in m for _, m in self.messages):
-                return
-            time.sleep(0.01)
-        raise AssertionError(f"{text!r} not received; got {self.messages}")
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(2)
-        self.sock.close()
-
-
 @pytest.fixture
-def receiver(tmp_path: Path) -> Iterator[tuple[str, Receiver]]:
+def receiver(tmp_path: Path, notify_receiver: Callable[[str | bytes], Any]) -> tuple[str, Any]:
     path = str(tmp_path / "notify.sock")
-    r = Receiver(path)
-    yield path, r
-    r.close()
+    return path, notify_receiver(path)
 
 
-def test_messages_reach_a_path_socket(receiver: tuple[str, Receiver]) -> None:
+def test_messages_reach_a_path_socket(receiver: tuple[str, Any]) -> None:
     path, r = receiver
     n = Notifier(path)
     assert n.enabled
@@ -78,15 +39,12 @@ def test_messages_reach_a_path_socket(receiver: tuple[str, Receiver]) -> None:
     n.close()
 
 
-def test_abstract_namespace_socket() -> None:
+def test_abstract_namespace_socket(notify_receiver: Callable[[str | bytes], Any]) -> None:
     name = f"sentinel-test-{uuid.uuid4().hex}"
-    r = Receiver(b"\0" + name.encode())
-    try:
-        n = Notifier.from_env({"NOTIFY_SOCKET": "@" + name})
-        assert n.ready()
-        r.wait_for("READY=1")
-    finally:
-        r.close()
+    r = notify_receiver(b"\0" + name.encode())
+    n = Notifier.from_env({"NOTIFY_SOCKET": "@" + name})
+    assert n.ready()
+    r.wait_for("READY=1")
 
 
 def test_no_socket_is_a_no_op(tmp_path: Path) -> None:
@@ -114,7 +72,7 @@ def test_clean_child_env() -> None:
     assert clean_child_env(env) == {"PATH": "/bin"}
 
 
-async def test_watchdog_ping_stops_when_the_loop_is_blocked(receiver: tuple[str, Receiver]) -> None:
+async def test_watchdog_ping_stops_when_the_loop_is_blocked(receiver: tuple[str, Any]) -> None:
     path, r = receiver
     n = Notifier(path)
     task = asyncio.create_task(run_watchdog(n, 0.05))
@@ -133,7 +91,7 @@ async def test_watchdog_ping_stops_when_the_loop_is_blocked(receiver: tuple[str,
     n.close()
 
 
-async def test_watchdog_withholds_pings_when_unhealthy(receiver: tuple[str, Receiver]) -> None:
+async def test_watchdog_withholds_pings_when_unhealthy(receiver: tuple[str, Any]) -> None:
     path, r = receiver
     n = Notifier(path)
     healthy = True

@@ -20,7 +20,8 @@ def fake_collectors(gpus: int = 2, sglang_sample: str = "sglang-0.5.9-tp8-synthe
     """Every built-in collector on fakes, with a fixed clock where the values would be volatile."""
     text = (SAMPLES / sglang_sample).read_text()
     sglang = SGLangMetricsCollector(
-        "http://127.0.0.1:30000/metrics", transport=httpx.MockTransport(lambda r: httpx.Response(200, text=text))
+        "http://127.0.0.1:30000/metrics",
+        transport=httpx.MockTransport(lambda r: httpx.Response(200, text=text)),
     )
     log = SGLangLogCollector(clock=lambda: FIXED_TIME)
     for line in (SAMPLES / "sglang-mixed-log-pr22166.txt").read_text().splitlines():

@@ -21,7 +21,9 @@ from sentinel.collect import CollectorSet
 GOLDEN = Path(__file__).resolve().parent / "golden" / "metrics.txt"
 VOLATILE_NAME = re.compile(r"^(sentinel_\w*(_timestamp_seconds|_duration_seconds))(\{.*\})? (.*)$")
 # Labels whose values depend on the machine running the test, not on sentinel.
-VOLATILE_LABELS = re.compile(r'(python_version|prometheus_client_version|nvidia_ml_py_version|version)="[^"]*"')
+VOLATILE_LABELS = re.compile(
+    r'(python_version|prometheus_client_version|nvidia_ml_py_version|version)="[^"]*"'
+)
 
 
 def sentinel_part(text: str) -> str:
@@ -66,7 +68,9 @@ async def test_promtool_check_metrics(collectors: CollectorSet, exporter_factory
         pytest.skip("promtool not installed (scripts/test installs Debian's prometheus package)")
     text = sentinel_part(await scrape(collectors, exporter_factory))
     assert "sentinel_gpu_power_watts" in text and "sentinel_sglang_log_lines_total" in text
-    result = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+    )
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
 
 

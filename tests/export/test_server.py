@@ -76,7 +76,9 @@ async def test_healthz_index_and_custom_routes(collectors: CollectorSet, exporte
 
 async def test_health_hook(collectors: CollectorSet, exporter_factory: Any) -> None:
     state = [True]
-    exporter = await exporter_factory(collectors, health=lambda: (state[0], "ready" if state[0] else "server down"))
+    exporter = await exporter_factory(
+        collectors, health=lambda: (state[0], "ready" if state[0] else "server down")
+    )
     assert (await get(exporter.url + "/healthz")).status_code == 200
     state[0] = False
     r = await get(exporter.url + "/healthz")
@@ -195,10 +197,14 @@ async def test_mutual_tls_requires_a_client_certificate(
     assert (await get(exporter.url + "/metrics", verify=with_cert)).status_code == 200
 
 
-async def test_bad_tls_files_and_busy_port(collectors: CollectorSet, exporter_factory: Any, tmp_path: Path) -> None:
+async def test_bad_tls_files_and_busy_port(
+    collectors: CollectorSet, exporter_factory: Any, tmp_path: Path
+) -> None:
     from sentinel.export import Exporter
 
-    missing = ExporterSettings(port=0, tls=TlsSettings(cert_file=tmp_path / "c.pem", key_file=tmp_path / "k.pem"))
+    missing = ExporterSettings(
+        port=0, tls=TlsSettings(cert_file=tmp_path / "c.pem", key_file=tmp_path / "k.pem")
+    )
     with pytest.raises(ExporterConfigError, match="TLS: .*c.pem"):
         await Exporter(collectors.registry(), missing).start()
     (tmp_path / "c.pem").write_text("not a certificate")

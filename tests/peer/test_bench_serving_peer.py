@@ -26,10 +26,10 @@ from peer_cpu import PeerNotReady, peer_python, peer_tokenizer  # noqa: E402
 
 pytestmark = [pytest.mark.peer, pytest.mark.slow]
 
-SPEED = 4.0
+SPEED = 2.0
 NUM_PROMPTS = 24
 LEN = 128
-RATE = 32.0  # req/s real = 8 req/s of server time
+RATE = 16.0  # req/s real = 8 req/s of server time
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_bench_serving_agrees_with_ground_truth(
     assert within(row(result, "concurrency"), 0.05), info
     assert within(row(result, "mean E2E (ms)"), 0.05, 20.0), info
     if case.comparable_ttft:
-        assert within(row(result, "mean TTFT (ms)"), 0.10, 20.0), info
+        assert within(row(result, "mean TTFT (ms)"), 0.10, 25.0), info
         assert within(row(result, "mean decode span E2E-TTFT (ms)"), 0.05, 5.0), info
         assert within(row(result, "mean TPOT (ms)"), 0.10, 1.0), info
     if case.exact_input:

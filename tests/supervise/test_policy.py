@@ -161,3 +161,26 @@ def test_log_bus_survives_an_unwritable_file(tmp_path: Path) -> None:
     bus = LogBus(blocker / "server.log", max_bytes=4096, backups=1, tail_lines=5)
     bus.publish("still delivered", "child")
     assert bus.tail() == ["still delivered"]
+
+
+async def test_log_file_is_flushed_soon_without_closing(tmp_path: Path) -> None:
+    path = tmp_path / "server.log"
+    bus = LogBus(path, max_bytes=1 << 20, backups=1, tail_lines=5, flush_interval=0.05)
+    bus.publish("Scheduler hit an exception: boom", "child")
+    for _ in range(100):
+        if path.read_text():
+            break
+        await asyncio.sleep(0.02)
+    assert path.read_text() == "Scheduler hit an exception: boom\n"
+    bus.close()
+
+
+def test_rotation_without_backups_starts_over(tmp_path: Path) -> None:
+    path = tmp_path / "server.log"
+    bus = LogBus(path, max_bytes=4096, backups=0, tail_lines=5)
+    for i in range(100):
+        bus.publish(f"{i:03d} " + "z" * 60, "child")
+    bus.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["server.log"]
+    assert path.stat().st_size <= 4096
+    assert path.read_text().splitlines()[-1].startswith("099 ")

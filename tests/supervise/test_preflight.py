@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import socket
+import sys
 from pathlib import Path
+
+import pytest
 
 from sentinel.supervise.preflight import (
     GpuInfo,
@@ -98,3 +101,39 @@ async def test_run_preflight_collects_everything() -> None:
     s = ServerSettings(port=port)
     results = await run_preflight(render_command(s), s, gpu_reader=lambda: rtx(1))
     assert {r.name: r.status for r in results} == {"gpus": "ok", "port": "ok", "model_path": "skip"}
+
+
+def test_read_gpus_nvml_through_a_fake_pynvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    from sentinel.supervise.preflight import read_gpus_nvml
+
+    calls: list[str] = []
+
+    class NVMLError(Exception):
+        pass
+
+    def cc(handle: int) -> tuple[int, int]:
+        if handle == 1:
+            raise NVMLError("Not Supported")
+        return (12, 0)
+
+    fake = types.SimpleNamespace(
+        NVMLError=NVMLError,
+        nvmlInit=lambda: calls.append("init"),
+        nvmlShutdown=lambda: calls.append("shutdown"),
+        nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        # Real readings of an RTX PRO 6000 Blackwell (MiB → bytes); older bindings return bytes names.
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=102641958912, free=102076055552),
+        nvmlDeviceGetName=lambda h: (
+            b"NVIDIA RTX PRO 6000 Blackwell Server Edition" if h else "NVIDIA RTX PRO 6000"
+        ),
+        nvmlDeviceGetCudaComputeCapability=cc,
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    gpus = read_gpus_nvml()
+    assert calls == ["init", "shutdown"]
+    assert [g.compute_capability for g in gpus] == [(12, 0), None]
+    assert gpus[1].name == "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+    assert gpus[0].memory_free_bytes == 102076055552

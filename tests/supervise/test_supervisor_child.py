@@ -9,6 +9,7 @@ import asyncio
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -108,7 +109,8 @@ async def test_crash_loop_ends_in_failed_and_reset_restarts(fast: Fast, fake_cmd
 
 
 async def test_alert_only_policy_never_restarts(fast: Fast, fake_cmd: FakeCmd, port: int) -> None:
-    settings = fast(port, checks={"canary": {"action": "alert"}})
+    # interval 60 s, retry 0.1 s: the repeated failures below come from the retry interval.
+    settings = fast(port, checks={"canary": {"action": "alert", "interval": 60, "retry_interval": 0.1}})
     sup = Supervisor(settings, command=fake_cmd(port, "--garbage"))
     await sup.start()
     try:
@@ -205,3 +207,29 @@ async def test_hanging_hook_does_not_block_stop(fast: Fast, fake_cmd: FakeCmd, p
     await sup.wait_for_state(ServerState.READY, timeout_s=15)
     await asyncio.wait_for(sup.stop(), 10)
     assert sup.state is ServerState.STOPPED
+
+
+async def test_an_internal_error_does_not_kill_the_supervisor(
+    fast: Fast, fake_cmd: FakeCmd, port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sentinel.supervise.supervisor as module
+    from sentinel.supervise.preflight import run_preflight as real
+    calls = 0
+
+    async def flaky(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("bug in a check")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "run_preflight", flaky)
+    sup = Supervisor(fast(port), command=fake_cmd(port))
+    await sup.start()
+    try:
+        await sup.wait_for_state(ServerState.READY, timeout_s=15)
+        assert value(series(sup), "sentinel_server_crashes_total", reason="unknown") == 1
+        assert sup.last_crash is not None
+        assert "RuntimeError: bug in a check" in sup.last_crash.detail
+    finally:
+        await sup.stop()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sentinel.supervise import ServerState, Supervisor
+from sentinel.supervise import GpuInfo, ServerState, Supervisor
 from sentinel.supervise.profiles import LaunchCommand
 from sentinel.supervise.settings import ServerSettings
 
@@ -123,8 +123,13 @@ async def test_systemd_attaches_to_a_running_unit_without_restarting_it(
         sys.executable, str(FAKE_SYSTEMCTL), str(unit_dir), "start", "x"
     )
     assert await starter.wait() == 0
-    settings = systemd_settings(fast, port, unit_dir, stop_unit_on_exit=False)
-    sup = Supervisor(settings)
+    # The running server holds its GPUs: the free-memory preflight must not block attaching.
+    gpu_profile = {"model_path": "/m", "tp_size": 2, "mem_fraction_static": 0.85}
+    settings = systemd_settings(
+        fast, port, unit_dir, stop_unit_on_exit=False, profile="g", profiles={"g": gpu_profile}
+    )
+    busy = [GpuInfo(i, "GPU", 96 << 30, 2 << 30, (12, 0)) for i in range(2)]
+    sup = Supervisor(settings, gpu_reader=lambda: busy)
     await sup.start()
     try:
         await sup.wait_for_state(ServerState.READY, timeout_s=15)

@@ -75,8 +75,11 @@ def scaling_efficiency(low: StepMeasurement, high: StepMeasurement) -> float | N
 
 def judge_saturation(
     m: StepMeasurement, earlier: Sequence[Step], settings: CalibrationSettings
-) -> tuple[bool, tuple[str, ...]]:
-    """(saturated, reasons) for step ``m`` given the trusted steps measured before it."""
+) -> tuple[bool, bool, tuple[str, ...]]:
+    """(saturated, server_said_so, reasons) for step ``m`` given the steps measured before it.
+
+    ``server_said_so``: the verdict rests on the server's own gauges, not only on client figures.
+    """
     reasons: list[str] = []
     s = m.server
     if s is not None and s.samples > 0:
@@ -92,6 +95,7 @@ def judge_saturation(
             reasons.append(f"KV cache usage reached {s.token_usage_max:.2f}")
         if s.retractions is not None and s.retractions > 0:
             reasons.append(f"{s.retractions:.0f} requests retracted (KV full)")
+    server_side = bool(reasons)
     lower = [st for st in earlier if st.trusted and st.concurrency < m.concurrency]
     if lower:
         below = max(lower, key=lambda st: st.concurrency)
@@ -110,4 +114,4 @@ def judge_saturation(
             and eff < 2 * settings.plateau_efficiency
         ):
             reasons.append(f"median TTFT {m.ttft.p50 / min(ttfts):.1f}x the lowest step's at small gain")
-    return bool(reasons), tuple(reasons)
+    return bool(reasons), server_side, tuple(reasons)

@@ -145,6 +145,9 @@ class Step(_Frozen):
     slo_violations: tuple[str, ...] = ()
     saturated: bool
     saturation_reasons: tuple[str, ...] = ()
+    # The saturation verdict rests on the server's gauges (queue, KV, retractions), not only on
+    # client figures, which one noisy step can fake.
+    server_saturated: bool = False
     # False when the client was the bottleneck or too few requests succeeded to judge the server.
     trusted: bool = True
 

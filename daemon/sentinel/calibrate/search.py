@@ -149,7 +149,9 @@ class _Search:
         self.spent += max(m.sent, 0)
         slo_ok, violations = judge_slo(m, self.settings.slo)
         ok = trusted(m, self.settings)
-        saturated, reasons = judge_saturation(m, self.steps, self.settings) if ok else (False, ())
+        saturated, server_side, reasons = (
+            judge_saturation(m, self.steps, self.settings) if ok else (False, False, ())
+        )
         step = Step(
             index=len(self.steps),
             phase=phase,
@@ -158,6 +160,7 @@ class _Search:
             slo_violations=violations,
             saturated=saturated,
             saturation_reasons=reasons,
+            server_saturated=server_side,
             trusted=ok,
         )
         self.steps.append(step)
@@ -168,6 +171,9 @@ class _Search:
     # --- phases ---
     async def escalate(self, c: int, *, phase: Phase = "escalate") -> StopReason:
         s = self.settings
+        # A plateau seen only by the client is confirmed by one more step: a single noisy step
+        # must not end the climb. The server's own gauges need no confirmation.
+        pending_plateau = False
         while True:
             if not self.affordable(c):
                 return "budget-requests"
@@ -185,12 +191,13 @@ class _Search:
                 return "client-bound"
             if m.error_ratio > s.slo.max_error_ratio or not step.trusted:
                 return "errors"
-            if step.saturated:
+            if step.saturated and (step.server_saturated or pending_plateau):
                 return "saturated"
+            pending_plateau = step.saturated
             if not step.slo_ok and s.stop_at_slo:
                 return "slo"
             if c >= s.max_concurrency:
-                return "max-concurrency"
+                return "saturated" if pending_plateau else "max-concurrency"
             c = self.next_up(c)
             phase = "escalate"
 
@@ -420,6 +427,25 @@ async def run_search(
     )
 
 
+def _interpolate(steps: Sequence[Step], c: int) -> float | None:
+    """Throughput the given steps imply at concurrency ``c``: exact where probed, otherwise a
+    straight line on log-log axes between the nearest probed concurrencies on either side."""
+    by_c: dict[int, float] = {}
+    for st in steps:  # later steps win: they are the refinement of earlier ones
+        by_c[st.concurrency] = st.measurement.throughput
+    if c in by_c:
+        return by_c[c]
+    below = [x for x in by_c if x < c]
+    above = [x for x in by_c if x > c]
+    if not below or not above:
+        return None
+    lo, hi = max(below), min(above)
+    if by_c[lo] <= 0 or by_c[hi] <= 0:
+        return None
+    t = (math.log(c) - math.log(lo)) / (math.log(hi) - math.log(lo))
+    return math.exp(math.log(by_c[lo]) + t * (math.log(by_c[hi]) - math.log(by_c[lo])))
+
+
 def _carry_over(
     figures: dict[str, Figure], steps: Sequence[Step], prev: CalibrationResult, settings: CalibrationSettings
 ) -> None:
@@ -445,28 +471,24 @@ def _carry_over(
         and not any(st.saturated for st in ok)
         and max(st.concurrency for st in ok) < prev_best.concurrency
     ):
-        pairs = []
-        for st in ok:
-            before = [p for p in prev_ok if p.concurrency == st.concurrency]
-            if before and before[-1].measurement.throughput > 0:
-                pairs.append((st, before[-1]))
+        now = max(ok, key=lambda st: st.concurrency)
+        then = _interpolate(prev_ok, now.concurrency)
         measured = max(st.measurement.throughput for st in ok)
-        if pairs:
-            now, then = max(pairs, key=lambda pair: pair[0].concurrency)
-            ratio = now.measurement.throughput / then.measurement.throughput
-        if pairs and prev_sat * ratio > measured:
+        if then is not None and then > 0:
+            ratio = now.measurement.throughput / then
             note = (
                 f"estimated: the ceiling of {when} ({prev_sat:.1f} tok/s at concurrency "
                 f"{prev_best.concurrency}) scaled by {ratio:.3f}, the change measured at concurrency "
-                f"{now.concurrency} ({then.measurement.throughput:.1f} -> {now.measurement.throughput:.1f} tok/s)"
+                f"{now.concurrency} ({then:.1f} -> {now.measurement.throughput:.1f} tok/s)"
             )
-            figures["saturation_output_throughput"] = Figure(
-                value=prev_sat * ratio, steps=(now.index,), note=note
-            )
-            if prev_tot is not None:
-                figures["saturation_total_throughput"] = Figure(
-                    value=prev_tot * ratio, steps=(now.index,), note=note
+            if prev_sat * ratio > measured:
+                figures["saturation_output_throughput"] = Figure(
+                    value=prev_sat * ratio, steps=(now.index,), note=note
                 )
+                if prev_tot is not None:
+                    figures["saturation_total_throughput"] = Figure(
+                        value=prev_tot * ratio, steps=(now.index,), note=note
+                    )
     knee = _knee_bracket(ok, settings.knee_fraction)
     prev_knee = prev.knee_concurrency.value
     if knee is not None and knee[0] is None and prev_knee is not None and knee[1].concurrency >= prev_knee:
@@ -489,18 +511,20 @@ def _carry_over(
 
 
 async def _incremental(search: _Search, prev: CalibrationResult, c_sat: int) -> StopReason:
-    """Re-probe the previous knee, then the previous ceiling if the budget allows, then refine."""
+    """Re-probe as close to the previous ceiling as the budget allows, then the knee, then refine.
+
+    Below the old ceiling the ceiling is estimated by scaling (see ``_carry_over``); at or above
+    it, or wherever the server saturates, it is measured directly.
+    """
     s = search.settings
-    knee = prev.knee_concurrency.value
-    k = min(int(knee) if knee is not None else c_sat, c_sat, s.max_concurrency)
     stop: StopReason = prev.stop_reason if prev.stop_reason != "saturated" else "max-concurrency"
-    for c in dict.fromkeys((k, c_sat)):
-        if not search.affordable(c):
-            if not search.steps:
-                search.warnings.append(
-                    f"incremental budget ({search.budget} requests) cannot afford a step at concurrency {c}"
-                )
-                return "budget-requests"
+    c1 = next((c for c in range(c_sat, 0, -1) if search.affordable(c)), None)
+    if c1 is None:
+        search.warnings.append(f"incremental budget ({search.budget} requests) cannot afford a single step")
+        return "budget-requests"
+    knee = prev.knee_concurrency.value
+    for c in dict.fromkeys((c1, int(knee) if knee is not None else c1)):
+        if c > c1 or (search.steps and not search.affordable(c)):
             break
         try:
             step = await search.probe(c, "reprobe")
@@ -513,8 +537,7 @@ async def _incremental(search: _Search, prev: CalibrationResult, c_sat: int) -> 
             return "errors"
         if step.saturated:
             stop = "saturated"
-            break
-        if c == c_sat and prev.stop_reason == "saturated" and c_sat < s.max_concurrency:
+        elif c == c_sat and prev.stop_reason == "saturated" and c_sat < s.max_concurrency:
             # The server used to saturate here and no longer does: capacity grew, climb from here.
             stop = await search.escalate(search.next_up(c_sat))
             break

@@ -43,10 +43,14 @@ def parse_sample(text: str) -> dict[str, float]:
     """The wanted series' values from one exposition. Raises ValueError on a malformed line."""
     lines = [line for line in text.splitlines() if line.startswith(_LINE_PREFIXES)]
     found: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families("\n".join(lines) + "\n"):
-        for sample in family.samples:
-            if sample.name in _WANTED:
-                found.setdefault(sample.name, []).append((sample.labels, float(sample.value)))
+    try:
+        for family in text_string_to_metric_families("\n".join(lines) + "\n"):
+            for sample in family.samples:
+                if sample.name in _WANTED:
+                    found.setdefault(sample.name, []).append((sample.labels, float(sample.value)))
+    except (ValueError, TypeError, IndexError) as exc:
+        # prometheus_client's parser reports bad lines with assorted exception types.
+        raise ValueError(f"malformed metrics exposition: {exc}") from None
     out: dict[str, float] = {}
     for name, series in found.items():
         rank0 = [v for labels, v in series if labels.get("tp_rank") == "0"]

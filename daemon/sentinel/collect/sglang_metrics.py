@@ -9,6 +9,9 @@ no ``sglang:*`` series is served for that scrape — rather a gap than silently 
 the collector reports failure with the reason. Only families named ``sglang:*`` / ``sglang_*`` pass:
 anything else (a process collector, or the URL pointing at sentinel itself) could collide with
 sentinel's own names.
+
+Parsing uses prometheus_client's parser through a per-family-shape cache (``sglang_parse.py``):
+a full parse of a TP=8 payload costs about ten times the scrape budget.
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ from typing import TYPE_CHECKING
 import httpx
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
 
 from sentinel.collect.registry import register
+from sentinel.collect.sglang_parse import FamilyParser
 from sentinel.collect.source import CollectionFailed
 
 if TYPE_CHECKING:
@@ -66,6 +69,7 @@ class SGLangMetricsCollector:
         self._lock = threading.Lock()
         self._failures = dict.fromkeys(_REASONS, 0)
         self._last_success: float | None = None
+        self._parser = FamilyParser()
 
     def close(self) -> None:
         self._client.close()
@@ -107,7 +111,7 @@ class SGLangMetricsCollector:
         try:
             text = self._fetch()
             try:
-                families = list(text_string_to_metric_families(text))
+                families = self._parser.parse(text)
             except Exception as exc:  # the parser raises ValueError, IndexError, ... on garbage
                 raise _FetchError("parse", f"not the Prometheus text format: {exc}") from exc
             kept = [f for f in families if f.name.startswith(_PREFIXES)]

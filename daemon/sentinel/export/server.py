@@ -17,12 +17,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
-from prometheus_client.exposition import choose_encoder
-from prometheus_client.openmetrics import exposition as openmetrics
 
 import sentinel
+from sentinel.collect.render import Format, render
 from sentinel.export.auth import BasicAuth, ExporterConfigError, load_users, tls_context
 from sentinel.export.settings import ExporterSettings
 from sentinel.log import get_logger
@@ -148,17 +148,16 @@ class Exporter:
         return await handler(request)
 
     def _render(self, accept: str, names: list[str]) -> tuple[bytes, str]:
-        encoder, content_type = choose_encoder(accept)
+        _, content_type = choose_encoder(accept)
         registry: Collector = _Only(self.registry, frozenset(names)) if names else self.registry
-        if content_type.startswith("application/openmetrics-text"):
-            # prometheus_client 0.26's "underscores" escaping keeps the colon of ``sglang:x`` in
-            # HELP/TYPE but turns it into ``sglang_x`` on sample lines, so Prometheus (which asks
-            # for OpenMetrics by default) would see orphaned metadata and untyped series
-            # (prometheus/client_python#1177, open). Every name we serve is a valid classic
-            # name, which needs no escaping under any scheme, so rendering without escaping is
-            # exactly what a correct "underscores" rendering would be.
-            return openmetrics.generate_latest(registry, escaping=openmetrics.ALLOWUTF8), content_type
-        return encoder(registry), content_type
+        # Our renderer, not `encoder`: it caches each family's rendering (render.py), and it renders
+        # OpenMetrics without prometheus_client 0.26's "underscores" escaping, which keeps the
+        # colon of ``sglang:x`` in HELP/TYPE but turns it into ``sglang_x`` on sample lines
+        # (prometheus/client_python#1177, open) — Prometheus, which asks for OpenMetrics by
+        # default, would see orphaned metadata and untyped series. Every name we serve is a valid
+        # classic name, which no escaping scheme changes, so this is what a correct rendering is.
+        fmt: Format = "openmetrics" if content_type.startswith("application/openmetrics-text") else "text"
+        return render(registry, fmt), content_type
 
     async def _metrics(self, request: web.Request) -> web.StreamResponse:
         if self._inflight >= self.settings.max_concurrent_scrapes:

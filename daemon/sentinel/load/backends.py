@@ -150,14 +150,15 @@ class NativeParser(ResponseParser):
     def __init__(self, rec: RequestRecord, keep_text: bool) -> None:
         super().__init__(rec, keep_text)
         self.prev_text = ""
-        self.unparsed: tuple[bytes, float] | None = None  # last event, read by the fast path only
+        self.unparsed: bytes | None = None  # the last event, if only the fast path read it
+        self.unparsed_at = 0.0
 
     def finish(self) -> None:
         # The last event carries finish_reason (and abort details): decode it in full.
         if self.unparsed is not None:
-            payload, now = self.unparsed
+            payload = self.unparsed
             self.unparsed = None
-            ResponseParser.feed_bytes(self, payload, now)
+            ResponseParser.feed_bytes(self, payload, self.unparsed_at)
         super().finish()
 
     def feed_bytes(self, payload: bytes, now: float) -> None:
@@ -169,7 +170,8 @@ class NativeParser(ResponseParser):
         there are escaped). The first event, the last one (in `finish`), errors and anything
         that does not match are decoded in full, so prompt/cached tokens, finish reasons and
         malformed events are still handled exactly."""
-        if self.rec.chunk_times and not self.keep_text and payload[:1] == b"{" and payload[-1:] == b"}":
+        rec = self.rec
+        if rec.chunk_times and not self.keep_text and payload[:1] == b"{" and payload[-1:] == b"}":
             # text comes first and meta_info last in SGLang's events: find/rfind stop early.
             i = payload.rfind(b'"completion_tokens":')
             t = payload.find(b'"text":')
@@ -179,10 +181,16 @@ class NativeParser(ResponseParser):
                 if total is not None and text is not None:
                     n = int(total.group(1))
                     self.usage_completion = n
-                    if text.group(1) != b'"' and n > self.tokens_seen:
-                        self._chunk(now, n - self.tokens_seen)
+                    new = n - self.tokens_seen
+                    if new > 0 and text.group(1) != b'"':
+                        # _chunk, inlined: this is the client's hottest line.
+                        rec.chunk_times.append(now)
+                        rec.chunk_tokens.append(new)
+                        rec.content_tokens += new
                         self.tokens_seen = n
-                    self.unparsed = (payload, now)
+                    # Kept as two fields, not a tuple: no container allocated per event.
+                    self.unparsed = payload
+                    self.unparsed_at = now
                     return
         self.unparsed = None
         super().feed_bytes(payload, now)

@@ -138,6 +138,19 @@ class _Sink:
         if not self.stream:
             self.whole += data
             return
+        # The common read: exactly one whole `data: ...` event and nothing buffered.
+        if (
+            not self.buf
+            and data[:6] == b"data: "
+            and data.find(b"\n", 6) == len(data) - 2
+            and data[-1:] == b"\n"
+        ):
+            payload = data[6:-2]
+            if payload == b"[DONE]":
+                self.done = True
+            else:
+                self.feed(payload, rel)
+            return
         events, self.buf = _split_events(self.buf + data if self.buf else data)
         feed = self.feed
         for payload in events:

@@ -53,16 +53,18 @@ class RequestRecord:
     ttfc: float | None = None  # first content (non-reasoning) token
     latency: float | None = None  # E2E: until the last byte of the response
     # Token-bearing chunks: arrival time (relative to sent) and tokens each carried.
-    chunk_times: list[float] = field(default_factory=list)
-    chunk_tokens: list[int] = field(default_factory=list)
-    itl: list[float] = field(default_factory=list)  # bench_serving-style ITL entries
+    # repr=False: asyncio reprs a finished task's result when asyncio.run exits, and a full
+    # repr of every per-token list of a large run costs a noticeable fraction of a second.
+    chunk_times: list[float] = field(default_factory=list, repr=False)
+    chunk_tokens: list[int] = field(default_factory=list, repr=False)
+    itl: list[float] = field(default_factory=list, repr=False)  # bench_serving-style ITL entries
     output_len: int = 0  # server-reported completion tokens (else counted chunks)
     prompt_tokens: int | None = None  # server-reported prompt tokens
     cached_tokens: int | None = None  # server-reported prefix-cache hits
     reasoning_tokens: int = 0
     content_tokens: int = 0
     finish_reason: str | None = None
-    text: str | None = None  # only kept when the spec asks (keep_text)
+    text: str | None = field(default=None, repr=False)  # only kept when the spec asks (keep_text)
 
     @property
     def queue_wait(self) -> float:

@@ -35,7 +35,7 @@ class RunResult:
 
     spec: LoadSpec
     metrics: RunMetrics
-    records: list[RequestRecord]
+    records: list[RequestRecord] = field(repr=False)
     started_at: float  # Unix timestamp of the run clock's zero (start of the measured phase)
     model: str | None = None
     cancelled: bool = False

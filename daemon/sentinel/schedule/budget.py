@@ -43,10 +43,14 @@ class TokenBudget:
             del self._entries[key]
 
     def spent(self, now: float | None = None) -> int:
-        """Tokens that still count against the budget (finished within the hour, or running)."""
+        """Tokens that still count against the budget (finished within the hour, or running).
+
+        Does not modify the ledger, so the exporter's scrape thread may call it at any time.
+        """
         now = self._clock() if now is None else now
-        self._expire(now)
-        return sum(e.tokens for e in self._entries.values())
+        # list(): one atomic copy under the GIL, even while the event loop adds an entry.
+        entries = list(self._entries.values())
+        return sum(e.tokens for e in entries if e.end is None or e.end + WINDOW_SECONDS > now)
 
     def remaining(self, now: float | None = None) -> int:
         return max(0, self.tokens_per_hour - self.spent(now))
@@ -54,6 +58,7 @@ class TokenBudget:
     def reserve(self, tokens: int) -> Reservation | None:
         """Admit a run costing at most ``tokens``, or None when it does not fit."""
         now = self._clock()
+        self._expire(now)
         if tokens < 0 or tokens > self.remaining(now):
             return None
         entry = Reservation(next(self._ids), now, tokens)

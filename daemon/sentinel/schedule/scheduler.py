@@ -129,6 +129,9 @@ class LoadScheduler:
         self.gpu = gpu
         self._clock = clock
         self.budget = TokenBudget(settings.budget.tokens_per_hour, clock=clock)
+        # Computed at scrape time: the remaining budget grows back as old runs leave the hour.
+        metrics.budget_remaining.set_function(self.budget.remaining)
+        metrics.budget_limit.set_function(lambda: self.budget.tokens_per_hour)
         self._scheduler: AsyncIOScheduler | None = None
         self._current: _Current | None = None
         self._last_epoch: float | None = None
@@ -157,7 +160,6 @@ class LoadScheduler:
         if restarts and isinstance(restarts[-1].get("ready_at"), int | float):
             # The same server life seen again (the daemon restarted, the server did not): no new epoch.
             self._last_epoch = float(restarts[-1]["ready_at"])
-        self._update_budget_gauges()
 
     async def start(self) -> None:
         """Create the scheduler and its jobs. Must be called from the running event loop."""
@@ -167,7 +169,7 @@ class LoadScheduler:
             job_defaults={
                 "coalesce": True,
                 "max_instances": 1,
-                "misfire_grace_time": int(self.settings.misfire_grace_seconds),
+                "misfire_grace_time": max(1, round(self.settings.misfire_grace_seconds)),
             },
         )
         self._scheduler.add_listener(
@@ -207,7 +209,6 @@ class LoadScheduler:
                 if job.id.startswith(("load:", "ready:")):
                     job.remove()
             self._add_load_jobs()
-        self._update_budget_gauges()
 
     # -- jobs -----------------------------------------------------------------------------------
 
@@ -357,7 +358,6 @@ class LoadScheduler:
             per_request = settings.input_len + settings.output_len
             fitting = remaining // per_request - 1  # minus the warm-up request
             if fitting < min(self.settings.budget.min_prompts, settings.num_prompts):
-                self._update_budget_gauges()
                 return self._skip(profile, "budget", needed=plan.max_tokens, remaining=remaining)
             plan = plan_run(profile, settings, min(plan.scale, fitting / settings.num_prompts))
             if plan.max_tokens > remaining:  # rounding guard: never exceed
@@ -368,7 +368,6 @@ class LoadScheduler:
         reservation = self.budget.reserve(plan.max_tokens)
         if reservation is None:
             return self._skip(profile, "budget", needed=plan.max_tokens, remaining=self.budget.remaining())
-        self._update_budget_gauges()
         reference = now >= epoch + self.settings.reference_exclusion_seconds and plan.full_size
         launch_hash = self.server.launch_hash()
         _log.info(
@@ -390,7 +389,6 @@ class LoadScheduler:
         if exact and report is not None:
             spent = report.input_tokens + report.output_tokens + report.warmup_tokens
         self.budget.settle(reservation, spent)
-        self._update_budget_gauges()
         return self._record(
             plan,
             report,
@@ -573,7 +571,6 @@ class LoadScheduler:
             reservation = self.budget.reserve(max_tokens)
             if reservation is None:
                 return self._skip(kind, "budget", needed=max_tokens, remaining=self.budget.remaining())
-            self._update_budget_gauges()
             started = self._clock()
             run = ExclusiveRun(current.counters, asyncio.Event())
             task = asyncio.ensure_future(work(run))
@@ -592,7 +589,6 @@ class LoadScheduler:
                 outcome = "failed"
             finally:
                 self.budget.settle(reservation, run.charged)
-                self._update_budget_gauges()
             record = {
                 "kind": kind,
                 "profile": kind,
@@ -621,10 +617,6 @@ class LoadScheduler:
         return total
 
     # -- views ----------------------------------------------------------------------------------
-
-    def _update_budget_gauges(self) -> None:
-        self.metrics.budget_limit.set(self.budget.tokens_per_hour)
-        self.metrics.budget_remaining.set(self.budget.remaining())
 
     def snapshot(self) -> dict[str, Any]:
         current = self._current

@@ -130,9 +130,8 @@ class BreakerSettings(Section):
 
 
 class ScheduleSettings(Section):
-    health_interval_seconds: float = Field(default=10.0, gt=0)
-    canary_interval_seconds: float = Field(default=300.0, gt=0)
-    gpu_refresh_interval_seconds: float = Field(default=15.0, gt=0)
+    # Probe and canary cadences live in [server.checks] (the supervisor runs them as their own
+    # tasks, so they never wait behind a load run); the GPU read cadence in [collectors.gpu].
     # No synthetic load until the server has been ready this long (caches, CUDA graphs, JIT).
     warmup_seconds: float = Field(default=5.0, ge=0)
     # Runs that start within this window after the server became ready are executed but kept out

@@ -243,6 +243,7 @@ class Engine:
         self._resume = asyncio.Event()
         self._resume.set()
         self._frozen_since: float | None = None
+        self._pending_aborts: list[tuple[Request, str]] = []
         self._freeze_until: float | None = None
         self._task: asyncio.Task[None] | None = None
         self._rng = (seed * 2654435761 + 12345) & 0xFFFFFFFF or 1
@@ -289,6 +290,11 @@ class Engine:
     def abort(self, req: Request, message: str = "Abort by client disconnect") -> None:
         if req.done:
             return
+        if self._frozen_since is not None:
+            # A hung scheduler cannot process the abort: the request stays in its batch (and
+            # keeps the watchdog armed) until the engine runs again.
+            self._pending_aborts.append((req, message))
+            return
         if req.state == RequestState.WAITING:
             with contextlib.suppress(ValueError):
                 self.waiting.remove(req)
@@ -328,6 +334,9 @@ class Engine:
         self._freeze_until = None
         self._resume.set()
         self._wake.set()
+        pending, self._pending_aborts = self._pending_aborts, []
+        for req, message in pending:
+            self.abort(req, message)
 
     @property
     def frozen_since(self) -> float | None:
@@ -382,6 +391,11 @@ class Engine:
                 continue
             self.hooks.before_step(self)
             duration = self._plan_and_cost()
+            if self._planned_prefill:
+                # A forward cannot start before its requests arrived (matters when catching up).
+                latest = max(r.arrival for r, _ in self._planned_prefill)
+                if latest > sched:
+                    sched = latest
             self.fwd_start = sched
             end = sched + self._step_delay(duration)
             now = clock()

@@ -38,6 +38,7 @@ __all__ = [
     "TARGETS",
     "Figures",
     "decode_peak_from_log",
+    "drive_scenario",
     "run_live",
     "run_virtual",
     "scenario_all_at_once",
@@ -431,7 +432,9 @@ async def _one(
     return start, end, n_in, completion
 
 
-async def _drive(base_url: str, requests: list[tuple[float, int, int]], speed: float) -> Figures:
+async def drive_scenario(base_url: str, requests: list[tuple[float, int, int]], speed: float) -> Figures:
+    """Send ``(arrival_s, input_len, output_len)`` requests as bench_serving's sglang backend does
+    (streamed /generate, ignore_eos, arrivals divided by ``speed``); figures in server time."""
     timeout = aiohttp.ClientTimeout(total=None, sock_read=600)
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
@@ -457,10 +460,10 @@ async def run_live(
     base_url: str, speed: float, *, log_text: Callable[[], str] | None = None
 ) -> dict[str, float]:
     """Drive a running simulator the way the figures were measured; server-time figures."""
-    single = await _drive(base_url, scenario_single(), speed)
-    decode = await _drive(base_url, scenario_decode_21(), speed)
-    s32 = await _drive(base_url, scenario_all_at_once(), speed)
-    s64 = await _drive(base_url, scenario_poisson(), speed)
+    single = await drive_scenario(base_url, scenario_single(), speed)
+    decode = await drive_scenario(base_url, scenario_decode_21(), speed)
+    s32 = await drive_scenario(base_url, scenario_all_at_once(), speed)
+    s64 = await drive_scenario(base_url, scenario_poisson(), speed)
     out = {
         "single_stream_out_tps": single.out_tps,
         "decode_tps_at_21": decode.out_tps,

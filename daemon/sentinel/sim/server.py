@@ -415,17 +415,28 @@ class SimServer:
         elif fault.name == "hang":
             self.engine.freeze(None)
             watchdog = fault.num("watchdog")
-            if watchdog > 0:
-                await asyncio.sleep(self.server_seconds(watchdog))
-                if self.faults.get("hang") is fault and self.engine.frozen_since is not None:
+            if watchdog <= 0:
+                return
+            # SGLang's watchdog only counts while a batch is in flight (a health probe is one),
+            # and samples every timeout/2.
+            stuck_since: float | None = None
+            while self.faults.get("hang") is fault and self.engine.frozen_since is not None:
+                now = time.monotonic()
+                if not self.engine.busy:
+                    stuck_since = None
+                elif stuck_since is None:
+                    stuck_since = now
+                elif now - stuck_since >= self.server_seconds(watchdog):
                     self._watchdog_crash(watchdog)
+                    return
+                await asyncio.sleep(self.server_seconds(watchdog) / 2)
 
     def _watchdog_crash(self, timeout: float) -> None:
-        running = self.engine.running
+        reqs = [*self.engine.running, *self.engine.waiting]
         self.log.scheduler(
-            f"Scheduler watchdog timeout (self.watchdog_timeout={timeout:g}, self.soft=False) "
-            f"self.cur_batch.batch_size()={len(running)}, self.cur_batch.reqs={[r.rid for r in running][:8]}"
+            f"self.cur_batch.batch_size()={len(reqs)}, self.cur_batch.reqs={[r.rid for r in reqs][:8]}"
         )
+        self.log.scheduler(f"Scheduler watchdog timeout (self.watchdog_timeout={timeout:g}, self.soft=False)")
         self.crash("watchdog")
 
     def crash(self, kind: CrashKind) -> None:
@@ -579,10 +590,15 @@ class SimServer:
 
     async def _warmup(self) -> None:
         script = make_script(WARMUP_PROMPT, thinking=False, thinking_tokens=0)
-        req = Request("warmup", 7, 8, script, prompt_key=WARMUP_PROMPT, ignore_eos=False, log_metrics=True)
+        # The real warm-up asks for 8 tokens at temperature 0 and GLM-5 keeps talking past
+        # " Paris." -- a fresh server's metrics show 1 request / 8 generated tokens.
+        req = Request("warmup", 7, 8, script, prompt_key=WARMUP_PROMPT, min_new_tokens=8, log_metrics=True)
         self.engine.submit(req)
         while not req.done:
             await req.wait_progress(req.generated, 8)
+        if self.metrics is not None:
+            # A non-streamed request's only output arrives at finish: its TTFT is its latency.
+            self.metrics.ttft.observe(req.finished_at - req.arrival)
         self.log.access(f"127.0.0.1:{40000 + os.getpid() % 20000}", "POST", "/generate", 200)
 
     async def _lifetime(self, seconds: float) -> None:

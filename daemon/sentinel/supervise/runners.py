@@ -93,7 +93,7 @@ class Runner(Protocol):
 
 class ChildRunner:
     def __init__(self, cmd: LaunchCommand, bus: LogBus) -> None:
-        self._cmd = cmd
+        self.command = cmd
         self._bus = bus
         self._proc: asyncio.subprocess.Process | None = None
         self._pump: asyncio.Task[None] | None = None
@@ -106,13 +106,13 @@ class ChildRunner:
     async def launch(self) -> None:
         env = dict(os.environ)
         clean_child_env(env)
-        env.update(self._cmd.env)
+        env.update(self.command.env)
         # Unbuffered Python output: a crash's last lines must reach us before the process dies.
         env.setdefault("PYTHONUNBUFFERED", "1")
         self._exit = None
         try:
             self._proc = await asyncio.create_subprocess_exec(
-                *self._cmd.argv,
+                *self.command.argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
@@ -121,10 +121,10 @@ class ChildRunner:
                 limit=_LINE_LIMIT,
             )
         except OSError as exc:
-            raise LaunchError(f"cannot start {self._cmd.argv[0]}: {exc.strerror or exc}") from exc
+            raise LaunchError(f"cannot start {self.command.argv[0]}: {exc.strerror or exc}") from exc
         assert self._proc.stdout is not None
         self._pump = asyncio.create_task(pump_lines(self._proc.stdout, self._bus, "child"))
-        log.info("server process started", pid=self._proc.pid, argv=self._cmd.redacted_argv())
+        log.info("server process started", pid=self._proc.pid, argv=self.command.redacted_argv())
 
     def _killpg(self, sig: int) -> None:
         if self._proc is None:
@@ -364,3 +364,9 @@ class SystemdRunner:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._follower
             self._follower = None
+        proc, self._follower_proc = self._follower_proc, None
+        if proc is not None and proc.returncode is None:
+            # The cancelled follower task could not wait for it; reap it here (no zombie).
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()

@@ -37,6 +37,9 @@ class CheckSettings(Section):
     # alert: report only (series + log). restart: restart after `failures` consecutive failures.
     action: CheckAction = "restart"
     failures: int = Field(default=3, ge=1)
+    # After a failure the next run comes this soon (None = `interval`): a 300 s canary confirms a
+    # broken server in a minute or two instead of a quarter of an hour.
+    retry_interval: float | None = Field(default=None, gt=0)
 
 
 class StallSettings(CheckSettings):
@@ -77,6 +80,7 @@ def _default_canaries() -> tuple[CanarySettings, ...]:
 class CanaryCheckSettings(CheckSettings):
     interval: float = Field(default=300.0, gt=0)
     timeout: float = Field(default=120.0, gt=0)
+    retry_interval: float | None = Field(default=30.0, gt=0)
     # chat: /v1/chat/completions with thinking disabled (what users call); generate: native /generate.
     api: Literal["chat", "generate"] = "chat"
     # Model name sent with chat requests; SGLang echoes it and does not validate it.

@@ -36,6 +36,7 @@ from sentinel.supervise.probes import (
 )
 from sentinel.supervise.profiles import (
     LaunchCommand,
+    SglangVersion,
     detect_sglang_version,
     python_of,
     render_command,
@@ -219,6 +220,10 @@ class Supervisor:
         """Ask for a restart of a running server (stop hooks, SIGTERM, backoff skipped for manual)."""
         if reason not in RESTART_REASONS:
             raise ValueError(f"unknown restart reason {reason!r}")
+        if self.state is ServerState.FAILED:
+            # An operator asking for a restart of a failed server means "try again now".
+            self.reset()
+            return
         self._request_restart(reason)
 
     def reset(self) -> None:
@@ -256,7 +261,17 @@ class Supervisor:
                 self.machine.set(ServerState.STOPPED, "manual reset")
                 continue
             self._reset_event.clear()
-            outcome = await self._one_life(self._runner)
+            try:
+                outcome = await self._one_life(self._runner)
+            except Exception as exc:
+                # Never a dead supervisor: log it, make sure nothing of this life survives, and
+                # let the restart policy (and its crash-loop limit) decide what comes next.
+                log.exception("supervisor error during a server life")
+                if self.settings.mode == "child":  # never bounce a unit over our own bug
+                    with contextlib.suppress(Exception):
+                        await self._runner.terminate(self.settings.stop_timeout)
+                detail = f"supervisor error: {type(exc).__name__}: {exc}"
+                outcome = _Outcome("unknown", detail, Crash("unknown", None, detail, time.time()))
             now = time.monotonic()
             self.up = False
             self.epoch = None
@@ -266,7 +281,8 @@ class Supervisor:
             if outcome.crash is not None:
                 self.crashes[outcome.reason] += 1
                 self.last_crash = outcome.crash
-            delay = self.policy.next_delay(now)
+            # An operator's restart is neither backed off nor counted towards the crash loop.
+            delay = 0.0 if outcome.reason == "manual" else self.policy.next_delay(now)
             if delay is None:
                 log.error(
                     "crash loop: not restarting until a manual reset",
@@ -277,8 +293,6 @@ class Supervisor:
                 )
                 self.machine.set(ServerState.FAILED, f"crash loop ({outcome.reason})")
                 continue
-            if outcome.reason == "manual":
-                delay = 0.0
             self.restarts[outcome.reason] += 1
             self.machine.set(ServerState.RESTARTING, outcome.reason)
             log.warning(
@@ -293,9 +307,12 @@ class Supervisor:
         self._stall.reset()
         self._consecutive.clear()
         self.machine.set(ServerState.STARTING, "preflight")
-        outcome = await self._preflight()
-        if outcome is not None:
-            return outcome
+        # A unit that is already up gets attached to: its GPUs are busy by design, so the
+        # preflight (free memory, ...) would wrongly refuse it.
+        if self.settings.mode != "systemd" or not await runner.is_running():
+            outcome = await self._preflight()
+            if outcome is not None:
+                return outcome
         try:
             await runner.launch()
         except LaunchError as exc:
@@ -325,12 +342,18 @@ class Supervisor:
             except Exception:
                 return None  # systemd mode with a profile we cannot render: nothing to check
         child = s.mode == "child"
+        detected: tuple[SglangVersion | None, str] = (None, "")
+        if child and cmd.profile.kind == "sglang":
+            detected = await asyncio.to_thread(detect_sglang_version, python_of(cmd.profile))
+            if not cmd.profile.sglang_version and detected[0] not in (None, cmd.sglang_version):
+                # SGLang was upgraded under us: flags (--nsa-* / --dsa-*) must follow.
+                cmd = render_command(s, detected_version=detected[0])
+                log.warning("sglang version changed; launch command re-rendered", version=detected[0])
+                self.command = cmd
+                if isinstance(self._runner, ChildRunner):
+                    self._runner.command = cmd
         self.preflight = await run_preflight(
-            cmd,
-            s,
-            gpu_reader=self._gpu_reader,
-            check_port_free=child,
-            detected=None if child and cmd.profile.kind == "sglang" else (None, ""),
+            cmd, s, gpu_reader=self._gpu_reader, check_port_free=child, detected=detected
         )
         # The unit owns model path and interpreter in systemd mode; only GPU facts apply there.
         relevant = [r for r in self.preflight if child or r.name in ("gpus", "known_bad")]
@@ -491,14 +514,25 @@ class Supervisor:
         allow_restart: bool,
     ) -> None:
         first = True
+        failing = False
         while True:
             # Canaries run once right after ready (a broken backend answers nonsense from the
             # first request on); the other checks start one interval later.
             if not (first and family == "canary"):
-                await asyncio.sleep(settings.interval)
+                wait = settings.interval
+                if failing and settings.retry_interval is not None:
+                    wait = min(wait, settings.retry_interval)
+                await asyncio.sleep(wait)
             first = False
-            for result in await fn():
+            try:
+                results = await fn()
+            except Exception:
+                # A bug in a probe must not silently end the check (or the supervisor).
+                log.exception("check crashed", check=family)
+                continue
+            for result in results:
                 self._record(result, settings, family, allow_restart)
+            failing = any(not r.ok and r.conclusive for r in results)
 
     def _record(self, result: ProbeResult, settings: CheckSettings, family: str, allow_restart: bool) -> None:
         if result.reason == "unsupported":

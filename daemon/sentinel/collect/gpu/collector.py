@@ -19,6 +19,7 @@ from sentinel.collect.gpu.fake import FakeNvml
 from sentinel.collect.gpu.poller import GpuPoller, GpuSnapshot
 from sentinel.collect.gpu.reading import DeviceIdentity, DeviceReading, Nvml
 from sentinel.collect.registry import register
+from sentinel.collect.render import render_families
 from sentinel.collect.source import CollectionFailed
 
 if TYPE_CHECKING:
@@ -117,6 +118,8 @@ class GpuCollector:
     def __init__(self, poller: GpuPoller, *, clock: Callable[[], float] = time.time) -> None:
         self.poller = poller
         self._clock = clock
+        self._cache: tuple[GpuSnapshot, object, list[Metric]] | None = None
+        poller.on_publish = self._prepare
 
     @property
     def max_age_seconds(self) -> float:
@@ -132,6 +135,18 @@ class GpuCollector:
         return self.poller.snapshot.last_success_timestamp
 
     def collect(self) -> Iterator[Metric]:
+        families, problems = self._families()
+        yield from families
+        if problems:
+            raise CollectionFailed("; ".join(problems))
+
+    def _prepare(self) -> None:
+        """After each cycle, in the poller's thread: build and render the families scrapes will serve."""
+        families, _ = self._families()
+        render_families(families, "text")
+        render_families(families, "openmetrics")
+
+    def _families(self) -> tuple[list[Metric], tuple[str, ...]]:
         snap = self.poller.snapshot
         now = self._clock()
         problems: list[str] = []
@@ -151,12 +166,24 @@ class GpuCollector:
             else:
                 why = state.error or "stale"
                 problems.append(f"gpu {state.identity.index}: {why}")
-
-        yield from self._status_families(snap)
-        yield from self._health_families(snap, fresh)
-        yield from self._reading_families(fresh)
-        if problems:
-            raise CollectionFailed("; ".join(problems))
+        xid_counts, xid_times = self.poller.xid_counts()
+        # Same snapshot, same fresh GPUs, same XIDs: the very same family objects, whose
+        # rendering is cached with them (render.py) — most scrapes render nothing.
+        key = (
+            tuple(identity.uuid for identity, _ in fresh),
+            tuple(problems),
+            tuple(sorted(xid_times.items())),
+        )
+        cached = self._cache
+        if cached is not None and cached[0] is snap and cached[1] == key:
+            return cached[2], key[1]
+        families = [
+            *self._status_families(snap),
+            *self._health_families(snap, fresh, xid_counts, xid_times),
+            *self._reading_families(fresh),
+        ]
+        self._cache = (snap, key, families)
+        return families, key[1]
 
     def _status_families(self, snap: GpuSnapshot) -> Iterable[Metric]:
         status = GaugeMetricFamily(
@@ -189,7 +216,11 @@ class GpuCollector:
         )
 
     def _health_families(
-        self, snap: GpuSnapshot, fresh: list[tuple[DeviceIdentity, DeviceReading]]
+        self,
+        snap: GpuSnapshot,
+        fresh: list[tuple[DeviceIdentity, DeviceReading]],
+        xid_counts: dict[tuple[str, int], int],
+        xid_times: dict[tuple[str, int], float],
     ) -> Iterable[Metric]:
         info = GaugeMetricFamily(
             "sentinel_gpu_info",
@@ -253,7 +284,6 @@ class GpuCollector:
         xid_last = GaugeMetricFamily(
             "sentinel_gpu_xid_last_timestamp_seconds", "When this XID last occurred.", labels=[*_ID, "xid"]
         )
-        xid_counts, xid_times = self.poller.xid_counts()
         for (uuid, code), count in sorted(xid_counts.items()):
             labels = [*_labels(ids[uuid]), str(code)] if uuid in ids else ["", uuid, "", "", str(code)]
             xid.add_metric(labels, count)

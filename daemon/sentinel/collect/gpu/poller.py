@@ -116,6 +116,8 @@ class GpuPoller:
         self._xid: XidWatcher | None = None
         self._xid_lifecycle_error: str | None = None
         self.snapshot = GpuSnapshot(status="starting")
+        # Called in the poller's thread after each published snapshot (the collector pre-renders).
+        self.on_publish: Callable[[], None] | None = None
 
     # ---- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
@@ -167,6 +169,11 @@ class GpuPoller:
             self._read_all(started)
         duration = time.monotonic() - started
         self._publish(duration)
+        if self.on_publish is not None:
+            try:
+                self.on_publish()
+            except Exception:
+                _log.exception("gpu publish hook failed")
         return self.snapshot
 
     def _run_init_job(self, fn: Callable[[], Any], timeout: float) -> Any:

@@ -1,0 +1,38 @@
+# sglang-sentinel in a container.
+#
+#   docker build -t sglang-sentinel .
+#   docker run --rm -p 9480:9480 sglang-sentinel            # embedded default: the simulator
+#   docker run --rm --network host --gpus all \
+#     -v /etc/sentinel:/etc/sentinel:ro -v sentinel-state:/var/lib/sentinel \
+#     sglang-sentinel run --config /etc/sentinel/config.toml  # beside a real SGLang (mode external)
+#
+# In a container sentinel cannot restart a host systemd unit; use server.mode = "external" (watch,
+# probe, load, export) or "child" with SGLang inside the same image. GPU series need the NVIDIA
+# container toolkit (--gpus all); without it the gpu collector reports "library not found".
+
+FROM python:3.11-slim-bookworm AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY daemon ./daemon
+RUN python -m venv /opt/sentinel \
+ && /opt/sentinel/bin/pip install --no-cache-dir --disable-pip-version-check .
+
+FROM python:3.11-slim-bookworm
+COPY --from=build /opt/sentinel /opt/sentinel
+RUN useradd --system --uid 10001 --home-dir /var/lib/sentinel --create-home --shell /usr/sbin/nologin sentinel
+ENV PATH=/opt/sentinel/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    SENTINEL_STATE_DIR=/var/lib/sentinel \
+    SENTINEL_LOG__FORMAT=json
+USER sentinel
+WORKDIR /var/lib/sentinel
+VOLUME ["/var/lib/sentinel"]
+EXPOSE 9480
+# /healthz answers 503 when the daemon's scheduler has stalled (the container's watchdog).
+HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
+  CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:9480/healthz', timeout=4).status != 200)"]
+# SIGTERM: cancel the load run in progress, stop the server, exit 0 (docker stop's default signal).
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["sentinel"]
+# Listen beyond loopback inside the container so -p 9480:9480 reaches the exporter.
+CMD ["run", "--listen", "0.0.0.0:9480"]

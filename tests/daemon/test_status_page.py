@@ -1,0 +1,226 @@
+"""The status page (HTML) and `sentinel status` (text + exit code)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+import subprocess
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from sentinel.cli import main
+from sentinel.status import health_code, summarize
+from sentinel.status_page import render_status_page
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def snapshot(**overrides: Any) -> dict[str, Any]:
+    now = time.time()
+    run = {
+        "kind": "run",
+        "profile": "reference",
+        "outcome": "completed",
+        "abort_reason": None,
+        "started_at": now - 120,
+        "finished_at": now - 80,
+        "reference": True,
+        "num_prompts": 64,
+        "requests": {"success": 63, "http_503": 1},
+        "summary": {
+            "output_throughput": 196.2,
+            "total_throughput": 451.0,
+            "ttft_p50": 0.21,
+            "ttft_p99": 1.4,
+            "tpot_p50": 0.08,
+            "concurrency_mean": 31.5,
+        },
+    }
+    aborted = dict(run, outcome="aborted", abort_reason="error_ratio", reference=False, started_at=now - 60)
+    skip = {"kind": "skip", "profile": "<script>alert(1)</script>", "reason": "budget", "at": now - 30}
+    snap: dict[str, Any] = {
+        "generated_at": now,
+        "version": "0.1.0",
+        "server": {
+            "state": "ready",
+            "since": now - 600,
+            "ready_at": now - 600,
+            "start_duration_seconds": 412.5,
+            "launch_hash": "9a7606c650fb778d",
+            "mode": "child",
+            "url": "http://127.0.0.1:30000",
+            "restarts": 1,
+        },
+        "probes": [
+            {"name": "health", "success": True, "duration_seconds": 0.004, "detail": "ok"},
+            {"name": "canary_arithmetic", "success": True, "duration_seconds": 0.8, "detail": "ok"},
+        ],
+        "schedule": {
+            "current": {
+                "profile": "reference",
+                "started_at": now - 5,
+                "in_flight": 12,
+                "completed": 3,
+                "failed": 0,
+            },
+            "recent": [run, aborted, skip],
+            "restarts": [
+                {"ready_at": now - 4000, "launch_hash": "aaaa"},
+                {"ready_at": now - 600, "launch_hash": "bbbb"},
+            ],
+            "budget": {"tokens_per_hour": 1_000_000, "spent": 250_000, "remaining": 750_000},
+            "next_runs": {"load:reference": now + 600, "server_watch": now + 1},
+        },
+        "capacity": {
+            "output_throughput": 208.0,
+            "knee_concurrency": 16,
+            "slo_concurrency": 24,
+            "finished_at": now - 3600,
+        },
+        "calibration_report_url": "/calibration/report",
+        "collectors": [
+            {"name": "sglang", "success": True, "detail": ""},
+            {"name": "gpu", "success": False, "detail": "nvml library_not_found"},
+        ],
+    }
+    snap.update(overrides)
+    return snap
+
+
+def test_page_shows_everything_and_escapes() -> None:
+    page = render_status_page(snapshot())
+    for needle in (
+        "ready",
+        "9a7606c650fb778d",
+        "canary_arithmetic",
+        "196.2",
+        "error_ratio",
+        "250,000",
+        "208.0",
+        "/metrics",
+        "/calibration/report",
+        "nvml library_not_found",
+        "Running now",
+    ):
+        assert needle in page, needle
+    assert "<script>" not in page
+    assert "&lt;script&gt;" in page
+
+
+def test_page_copes_with_an_empty_snapshot() -> None:
+    page = render_status_page({})
+    assert "No load run yet" in page
+    assert "No calibration yet" in page
+    bad = snapshot(server={"state": "failed", "ready_at": float("nan")}, probes=[{"name": "x"}])
+    assert "failed" in render_status_page(bad)
+
+
+def test_summary_and_exit_codes() -> None:
+    good = snapshot()
+    assert health_code(good) == 0
+    text = summarize(good)
+    assert text.startswith("sentinel: healthy")
+    assert "reference completed" in text
+    assert "collector   FAIL gpu" in text
+    bad = snapshot(probes=[{"name": "canary_arithmetic", "success": False, "detail": "wrong_answer"}])
+    assert health_code(bad) == 1
+    assert "FAIL canary_arithmetic" in summarize(bad)
+    assert health_code(snapshot(server={"state": "restarting"})) == 1
+    assert "none yet" in summarize({"server": {}})
+
+
+async def test_status_command_against_a_daemon_endpoint(
+    aiohttp_free_port: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = snapshot()
+
+    async def status_json(request: web.Request) -> web.Response:
+        return web.json_response(doc)
+
+    app = web.Application()
+    app.router.add_get("/status.json", status_json)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", aiohttp_free_port)
+    await site.start()
+    try:
+        import asyncio
+
+        url = f"http://127.0.0.1:{aiohttp_free_port}"
+        code = await asyncio.to_thread(main, ["status", "--url", url])
+        assert code == 0
+        assert "sentinel: healthy" in capsys.readouterr().out
+        doc["server"]["state"] = "unhealthy"
+        assert await asyncio.to_thread(main, ["status", "--url", url]) == 1
+        assert await asyncio.to_thread(main, ["status", "--url", url + "/nope"]) == 3
+    finally:
+        await runner.cleanup()
+    # Nothing listening: exit 3 and one line.
+    assert main(["status", "--url", url, "--timeout", "1"]) == 3
+    err = capsys.readouterr().err
+    assert "cannot reach the daemon" in err
+    assert "Traceback" not in err
+
+
+@pytest.fixture
+def aiohttp_free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _png_is_not_blank(path: Path) -> float:
+    """Share of distinct byte values in the decompressed image data (a blank page has very few)."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat = 8, b""
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind = data[pos + 4 : pos + 8]
+        if kind == b"IDAT":
+            idat += data[pos + 8 : pos + 8 + length]
+        pos += 12 + length
+    raw = zlib.decompress(idat)
+    non_white = sum(1 for b in raw[::7] if b < 230)
+    return non_white / len(raw[::7])
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/test installs it)")
+def test_page_renders_in_headless_chromium(tmp_path: Path) -> None:
+    assert CHROMIUM is not None
+    page = tmp_path / "status.html"
+    page.write_text(render_status_page(snapshot()), encoding="utf-8")
+    base = [CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=3000"]
+    dom = subprocess.run([*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=90)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    # The browser parsed every section, and the injected script stayed text.
+    for heading in ("Server", "Probes and canaries", "Load runs", "Capacity", "Collectors"):
+        assert re.search(rf"<h2>{heading}", dom.stdout), heading
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom.stdout
+    shot = tmp_path / "shot.png"
+    run = subprocess.run(
+        [*base, "--window-size=1280,1400", f"--screenshot={shot}", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert _png_is_not_blank(shot) > 0.02
+    shutil.copy(shot, "/tmp/sentinel-status-page-screenshot.png")

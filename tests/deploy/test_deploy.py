@@ -1,0 +1,161 @@
+"""deploy/: systemd units, example config, Prometheus scrape config, alert rules and their tests."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from sentinel.config import Settings, load_settings
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+PROMTOOL = shutil.which("promtool")
+SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
+needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool missing (Debian package prometheus)")
+
+
+def _sections(model: type[BaseModel], prefix: str = "") -> set[str]:
+    """Dotted names of every nested section model (not dict-of-model entries)."""
+    out = set()
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            out.add(prefix + name)
+            out |= _sections(ann, prefix + name + ".")
+    return out
+
+
+def _present(doc: dict[str, Any], prefix: str = "") -> set[str]:
+    out = set()
+    for key, value in doc.items():
+        if isinstance(value, dict):
+            out.add(prefix + key)
+            out |= _present(value, prefix + key + ".")
+    return out
+
+
+def test_example_config_is_valid_and_covers_every_section() -> None:
+    path = DEPLOY / "config.example.toml"
+    settings = load_settings(path, environ={})
+    assert settings.server.mode == "systemd"
+    assert settings.schedule.profiles["reference"].num_prompts == 64
+    doc = tomllib.loads(path.read_text())
+    # Sections that exist only when switched on (TLS) are shown commented out in the file.
+    optional = {"exporter.tls"}
+    missing = _sections(Settings) - _present(doc) - optional
+    assert not missing, f"config.example.toml lacks sections: {sorted(missing)}"
+    assert "# [exporter.tls]" in path.read_text()
+
+
+@pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze missing")
+def test_units_verify_cleanly(tmp_path: Path) -> None:
+    sentinel = Path(sys.executable).with_name("sentinel")
+    replacements = {
+        "sentinel.service": ("/opt/sentinel/.venv/bin/sentinel", str(sentinel)),
+        "sglang.service": ("/opt/sglang/.venv/bin/python", sys.executable),
+    }
+    for name, (old, new) in replacements.items():
+        text = (DEPLOY / name).read_text()
+        assert old in text
+        (tmp_path / name).write_text(text.replace(old, new))
+    assert SYSTEMD_ANALYZE is not None
+    result = subprocess.run(
+        [SYSTEMD_ANALYZE, "verify", "--man=no", *(str(tmp_path / n) for n in replacements)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    # verify exits 0 on unknown keys: any output at all is a finding.
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == "", result.stderr
+    unit = (DEPLOY / "sentinel.service").read_text()
+    for needed in (
+        "Type=notify",
+        "WatchdogSec=",
+        "NotifyAccess=main",
+        "RestartPreventExitStatus=2",
+        "ExecReload=",
+    ):
+        assert needed in unit
+    assert "ExecReload=/bin/kill -HUP $MAINPID" in unit
+    # PrivateDevices= hides /dev/nvidia*: NVML would see no GPU.
+    assert not re.search(r"^PrivateDevices=", unit, re.MULTILINE)
+
+
+def _strip_annotations(text: str) -> str:
+    out, skip = [], None
+    for line in text.splitlines():
+        indent = len(line) - len(line.lstrip())
+        if skip is not None:
+            if not line.strip() or indent > skip:
+                continue
+            skip = None
+        if line.strip() == "annotations:":
+            skip = indent
+            continue
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+@needs_promtool
+def test_alert_rules_check_and_unit_tests(tmp_path: Path) -> None:
+    assert PROMTOOL is not None
+    rules = DEPLOY / "alerts.yml"
+    check = subprocess.run(
+        [PROMTOOL, "check", "rules", "--lint-fatal", str(rules)], capture_output=True, text=True, timeout=60
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    # Behaviour, not wording: the tests run against the rules without annotations.
+    (tmp_path / "alerts.yml").write_text(_strip_annotations(rules.read_text()))
+    tests = ["alerts.test.yml", "alerts-weekly.test.yml"]
+    for name in tests:
+        shutil.copy(DEPLOY / name, tmp_path / name)
+    result = subprocess.run(
+        [PROMTOOL, "test", "rules", *tests], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_alert_has_severity_summary_and_action() -> None:
+    text = (DEPLOY / "alerts.yml").read_text()
+    blocks = re.split(r"\n\s+- alert: ", text)[1:]
+    assert len(blocks) >= 20
+    for block in blocks:
+        name = block.split("\n", 1)[0]
+        assert re.search(r"severity: (critical|warning|info)\b", block), name
+        assert "summary:" in block, name
+        assert "action:" in block, name
+    tested = (DEPLOY / "alerts.test.yml").read_text() + (DEPLOY / "alerts-weekly.test.yml").read_text()
+    names = {b.split("\n", 1)[0].strip() for b in blocks}
+    covered = {n for n in names if f"alertname: {n}\n" in tested}
+    # The alerts an operator is woken up for are all unit-tested.
+    critical = {b.split("\n", 1)[0].strip() for b in blocks if "severity: critical" in b}
+    assert critical - covered <= {"SentinelDown", "GpuRowRemapFailure", "SglangGenerationFailing"}
+    assert len(covered) >= 14
+
+
+@needs_promtool
+def test_prometheus_config_is_valid(tmp_path: Path) -> None:
+    assert PROMTOOL is not None
+    shutil.copy(DEPLOY / "alerts.yml", tmp_path / "alerts.yml")
+    config = (DEPLOY / "prometheus.yml").read_text()
+    assert "/etc/prometheus/rules/sentinel-alerts.yml" in config
+    (tmp_path / "prometheus.yml").write_text(
+        config.replace("/etc/prometheus/rules/sentinel-alerts.yml", str(tmp_path / "alerts.yml"))
+    )
+    result = subprocess.run(
+        [PROMTOOL, "check", "config", str(tmp_path / "prometheus.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    port = load_settings(None, environ={}).exporter.port
+    assert f"127.0.0.1:{port}" in config

@@ -1,0 +1,84 @@
+"""Every metric name sentinel can expose, gathered from the real collectors with fakes behind them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from sentinel.config import load_settings
+
+
+def _names(text: str) -> set[str]:
+    names = set()
+    for family in text_string_to_metric_families(text):
+        names.add(family.name)
+        if family.type == "counter":
+            # A counter with no samples yet (no XID so far) still has its _total series to come.
+            names.add(family.name + "_total")
+        for sample in family.samples:
+            names.add(sample.name)
+    return names
+
+
+async def _gather() -> set[str]:
+    from sentinel.collect import build_collector_set
+    from sentinel.schedule.metrics import RequestTimings, RunFigures, ScheduleMetrics
+    from sentinel.sim import serve
+    from sentinel.supervise import Supervisor
+
+    async with serve(speed=100, enable_metrics=True) as sim:
+        port = int(sim.base_url.rsplit(":", 1)[1])
+        # Some SGLang series appear only once requests went through.
+        async with httpx.AsyncClient(base_url=sim.base_url, timeout=30) as client:
+            body = {"input_ids": [1, 2, 3, 4], "sampling_params": {"max_new_tokens": 8}}
+            await client.post("/generate", json=body)
+            sglang_text = (await client.get("/metrics")).text
+        settings = load_settings(
+            None,
+            environ={
+                "SENTINEL_COLLECTORS__GPU__BACKEND": "fake",
+                "SENTINEL_SERVER__PORT": str(port),
+            },
+        )
+        collectors = build_collector_set(settings)
+        supervisor = Supervisor(settings.server)
+        # Series the supervisor has only once a server became ready.
+        supervisor.start_duration = 12.0
+        supervisor.ready_timestamp = supervisor.epoch = time.time()
+        collectors.add("supervisor", supervisor.collector())
+        metrics = ScheduleMetrics()
+        metrics.declare_profiles(["reference"])
+        metrics.set_figures("reference", RunFigures(1.0, 2.0, 3.0, 4.0, False, time.time()))
+        metrics.observe("reference", [RequestTimings(0.1, 0.01, 1.0, [0.01])])
+        metrics.set_capacity(1.0, 2.0, 3.0, time.time())
+        for name in ("skipped", "shrunk", "aborts", "excluded"):
+            getattr(metrics, name).labels("reference", "x").inc()
+        metrics.coalesced.labels("load:reference", "running").inc()
+        metrics.job_errors.labels("load:reference").inc()
+        metrics.calibrations.labels("completed").inc()
+        collectors.add("schedule", metrics)
+        await collectors.start()
+        try:
+            registry: CollectorRegistry = collectors.registry()
+            deadline = time.monotonic() + 20
+            text = ""
+            while time.monotonic() < deadline:
+                text = (await asyncio.to_thread(generate_latest, registry)).decode()
+                if "sentinel_gpu_temperature_celsius" in text and "sglang:num_running_reqs" in text:
+                    break
+                await asyncio.sleep(0.2)
+        finally:
+            await collectors.stop()
+    return _names(text) | _names(sglang_text)
+
+
+@pytest.fixture(scope="session")
+def known_metrics() -> set[str]:
+    names = asyncio.run(_gather())
+    assert "sentinel_gpu_temperature_celsius" in names, "fake GPU readings did not arrive"
+    return names

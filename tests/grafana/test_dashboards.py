@@ -1,0 +1,155 @@
+"""grafana/: dashboards are what generate.py writes, structurally sound, parse as PromQL, and name
+only metrics sentinel (or SGLang through it) really exposes. The alert rules get the same name check."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+GRAFANA = ROOT / "grafana"
+PROMTOOL = shutil.which("promtool")
+# PromQL functions, keywords and label names that the name regex also matches.
+_NOT_METRICS = {
+    "sum", "max", "min", "avg", "by", "rate", "increase", "irate", "time", "histogram_quantile",
+    "quantile_over_time", "and", "unless", "on", "le", "count", "without", "offset", "bool",
+}  # fmt: skip
+
+
+def _generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("grafana_generate", GRAFANA / "generate.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _dashboards() -> dict[str, dict[str, Any]]:
+    return {p.name: json.loads(p.read_text()) for p in sorted((GRAFANA / "dashboards").glob("*.json"))}
+
+
+def _panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for p in dashboard["panels"] if p["type"] != "row"]
+
+
+def _exprs() -> list[tuple[str, str, str]]:
+    return [
+        (name, panel["title"], target["expr"])
+        for name, d in _dashboards().items()
+        for panel in _panels(d)
+        for target in panel["targets"]
+    ]
+
+
+def _substitute(expr: str) -> str:
+    return (
+        expr.replace("$__rate_interval", "5m")
+        .replace("$__range", "1d")
+        .replace("$window", "1h")
+        .replace("$instance", ".+")
+        .replace("$profile", ".+")
+    )
+
+
+def test_files_are_what_the_generator_writes() -> None:
+    rendered = _generator().render()
+    assert set(rendered) == set(_dashboards())
+    for name, text in rendered.items():
+        assert (GRAFANA / "dashboards" / name).read_text() == text, f"{name}: run python3 grafana/generate.py"
+
+
+def test_dashboard_structure() -> None:
+    uids = set()
+    for name, d in _dashboards().items():
+        assert 8 <= len(d["uid"]) <= 40, name
+        assert d["uid"] not in uids
+        uids.add(d["uid"])
+        assert "__inputs" not in d
+        assert d.get("id") is None
+        variables = d["templating"]["list"]
+        ds = [v for v in variables if v["type"] == "datasource"]
+        assert len(ds) == 1
+        assert ds[0]["name"] == "datasource"
+        assert ds[0]["query"] == "prometheus"
+        for v in variables:
+            if v["type"] == "query":
+                assert v["datasource"]["uid"] == "${datasource}"
+        grid: set[tuple[int, int]] = set()
+        for panel in _panels(d):
+            where = f"{name}: {panel['title']}"
+            assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, where
+            assert panel["description"], where
+            assert panel["fieldConfig"]["defaults"]["unit"], where
+            assert panel["targets"], where
+            for target in panel["targets"]:
+                assert target["datasource"]["uid"] == "${datasource}", where
+                for call in re.findall(r"\b(?:rate|irate|increase)\([^\[]*\[([^\]]+)\]", target["expr"]):
+                    assert call in ("$__rate_interval", "$window", "$__range"), where
+            pos = panel["gridPos"]
+            assert pos["x"] + pos["w"] <= 24, where
+            cells = {
+                (x, y)
+                for x in range(pos["x"], pos["x"] + pos["w"])
+                for y in range(pos["y"], pos["y"] + pos["h"])
+            }
+            assert not cells & grid, f"{where} overlaps another panel"
+            grid |= cells
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool missing (Debian package prometheus)")
+def test_every_expression_parses(tmp_path: Path) -> None:
+    assert PROMTOOL is not None
+    lines = ["groups:", "  - name: dashboards", "    rules:"]
+    for i, (_, _, expr) in enumerate(_exprs()):
+        lines.append(f"      - record: dashboard_check_{i}")
+        lines.append(f"        expr: {json.dumps(_substitute(expr))}")
+    rules = tmp_path / "dashboards.rules.yml"
+    rules.write_text("\n".join(lines) + "\n")
+    result = subprocess.run(
+        [PROMTOOL, "check", "rules", str(rules)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _metric_names(expr: str) -> set[str]:
+    expr = re.sub(r'"[^"]*"', '""', expr)  # label values and strings
+    expr = re.sub(r"\{[^}]*\}", "{}", expr)  # label matchers
+    expr = re.sub(r"\[[^\]]*\]", "[]", expr)  # ranges
+    expr = re.sub(r"\b(?:by|without|on|ignoring)\s*\([^)]*\)", "", expr)  # grouping labels
+    names = set(re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", expr))
+    return {n for n in names if n not in _NOT_METRICS and not re.fullmatch(r"[0-9e]+", n)}
+
+
+def test_dashboards_name_only_existing_metrics(known_metrics: set[str]) -> None:
+    unknown = {
+        (name, title, metric)
+        for name, title, expr in _exprs()
+        for metric in _metric_names(expr)
+        if metric not in known_metrics
+    }
+    assert not unknown, sorted(unknown)
+    used = {m for _, _, e in _exprs() for m in _metric_names(e)}
+    assert {
+        "sentinel_load_output_throughput_tokens_per_second",
+        "sentinel_request_ttft_seconds_bucket",
+    } <= used
+
+
+def test_alert_rules_name_only_existing_metrics(known_metrics: set[str]) -> None:
+    text = (ROOT / "deploy" / "alerts.yml").read_text()
+    exprs = []
+    for block in re.findall(r"expr: (\|\n(?:\s{10,}.*\n)+|.*\n)", text):
+        exprs.append(block.lstrip("|"))
+    assert len(exprs) >= 20
+    # `up` comes from Prometheus itself, not from the exporter.
+    unknown = {m for e in exprs for m in _metric_names(e)} - known_metrics - {"up", "printf"}
+    assert not unknown, sorted(unknown)

@@ -1,0 +1,327 @@
+"""Every SGLang route of the simulator, its bodies and its SSE framing."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+
+import httpx
+from simtest_sse import decode, sse
+
+from sentinel.sim import SimServer, serve
+
+EOS = 154820
+
+
+async def test_health_info_and_models(sim: SimServer, client: httpx.AsyncClient) -> None:
+    assert (await client.get("/health")).status_code == 200
+    assert (await client.get("/health_generate")).status_code == 200
+    assert (await client.get("/ping")).status_code == 200
+    for path in ("/model_info", "/get_model_info"):
+        info = (await client.get(path)).json()
+        assert info["architectures"] == ["GlmMoeDsaForCausalLM"]
+        assert info["is_generation"] is True
+        assert info["weight_version"] == "default"
+    for path in ("/server_info", "/get_server_info"):
+        si = (await client.get(path)).json()
+        assert si["version"] == "0.5.9"
+        assert si["max_total_num_tokens"] == sim.profile.max_total_num_tokens
+        assert si["internal_states"][0]["memory_usage"]["token_capacity"] == sim.profile.max_total_num_tokens
+        assert si["tp_size"] == 8
+        assert si["served_model_name"] == "glm-5"
+    models = (await client.get("/v1/models")).json()
+    assert models["object"] == "list"
+    assert models["data"][0]["id"] == "glm-5"
+    assert models["data"][0]["owned_by"] == "sglang"
+    assert models["data"][0]["max_model_len"] == sim.profile.context_length
+    assert (await client.get("/v1/models/glm-5")).json()["id"] == "glm-5"
+    assert (await client.get("/v1/models/other")).status_code == 404
+    loads = (await client.get("/v1/loads")).json()
+    assert loads["loads"][0]["max_total_num_tokens"] == sim.profile.max_total_num_tokens
+    assert (await client.get("/nope")).json() == {"detail": "Not Found"}
+    assert (await client.get("/generate")).status_code == 405
+    log = sim.log._err.getvalue()  # type: ignore[attr-defined]
+    assert "Endpoint '/get_model_info' is deprecated" in log
+
+
+async def test_generate_stream_format(client: httpx.AsyncClient) -> None:
+    status, events = await sse(
+        client,
+        "/generate",
+        {"text": "What is 2+2?", "sampling_params": {"max_new_tokens": 64, "temperature": 0}, "stream": True},
+    )
+    assert status == 200
+    chunks = decode(events)
+    # compact JSON, no spaces after separators (orjson)
+    assert ", " not in events[0].split('"text"')[0]
+    texts = [c["text"] for c in chunks]
+    for prev, cur in itertools.pairwise(texts):
+        assert cur.startswith(prev), "text must be cumulative"
+    counts = [c["meta_info"]["completion_tokens"] for c in chunks]
+    assert counts == list(range(1, len(chunks) + 1))
+    assert all(c["meta_info"]["finish_reason"] is None for c in chunks[:-1])
+    last = chunks[-1]
+    assert last["meta_info"]["finish_reason"] == {"type": "stop", "matched": EOS}
+    assert last["text"] == "2 + 2 = 4."
+    assert last["output_ids"][-1] == EOS
+    assert len(last["output_ids"]) == last["meta_info"]["completion_tokens"] == 7
+    assert last["meta_info"]["e2e_latency"] > 0
+    assert "e2e_latency" not in chunks[0]["meta_info"]
+    assert list(last["meta_info"]) == [
+        "id", "finish_reason", "prompt_tokens", "weight_version", "total_retractions",
+        "completion_tokens", "cached_tokens", "e2e_latency",
+    ]  # fmt: skip
+    assert list(chunks[0]["meta_info"])[:7] == list(last["meta_info"])[:7]
+    assert last["meta_info"]["prompt_tokens"] == 6
+
+
+async def test_generate_non_stream_input_ids_batch_and_limits(client: httpx.AsyncClient) -> None:
+    r = await client.post(
+        "/generate",
+        json={"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 20, "ignore_eos": True}},
+    )
+    body = r.json()
+    assert body["meta_info"]["prompt_tokens"] == 3
+    assert body["meta_info"]["completion_tokens"] == 20
+    assert body["meta_info"]["finish_reason"] == {"type": "length", "length": 20}
+    r = await client.post(
+        "/generate",
+        json={"text": ["a b", "c d e"], "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}},
+    )
+    batch = r.json()
+    assert isinstance(batch, list)
+    assert [b["meta_info"]["prompt_tokens"] for b in batch] == [2, 3]
+    r = await client.post("/generate", json={"text": "x", "sampling_params": {"max_new_tokens": 10**7}})
+    assert r.status_code == 400
+    assert "maximum context length" in r.json()["error"]["message"]
+    r = await client.post("/generate", content=b"{not json")
+    assert r.status_code == 400
+    # min_new_tokens keeps going past EOS; stop strings end early and are trimmed
+    r = await client.post(
+        "/generate",
+        json={"text": "What is 2+2?", "sampling_params": {"max_new_tokens": 40, "min_new_tokens": 30}},
+    )
+    assert r.json()["meta_info"]["completion_tokens"] == 30
+    r = await client.post("/generate", json={"text": "What is 2+2?", "sampling_params": {"stop": "="}})
+    body = r.json()
+    assert body["text"] == "2 + 2 "
+    assert body["meta_info"]["finish_reason"] == {"type": "stop", "matched": "="}
+
+
+async def test_stream_interval() -> None:
+    # slow enough that every step gets its own chunk even on a loaded machine
+    async with serve(speed=5, startup_time=0) as sim, httpx.AsyncClient(base_url=sim.base_url) as client:
+        _, events = await sse(
+            client,
+            "/generate",
+            {
+                "text": "hi",
+                "sampling_params": {"max_new_tokens": 10, "ignore_eos": True, "stream_interval": 4},
+                "stream": True,
+            },
+        )
+    assert [c["meta_info"]["completion_tokens"] for c in decode(events)] == [1, 5, 9, 10]
+
+
+async def test_chat_stream_with_thinking_and_usage(client: httpx.AsyncClient) -> None:
+    status, events = await sse(
+        client,
+        "/v1/chat/completions",
+        {
+            "model": "whatever",
+            "messages": [{"role": "user", "content": "What is 2+2?"}],
+            "stream": True,
+            "max_tokens": 200,
+            "stream_options": {"include_usage": True},
+        },
+    )
+    assert status == 200
+    chunks = decode(events)
+    first = chunks[0]
+    assert first["object"] == "chat.completion.chunk"
+    assert first["model"] == "whatever"
+    assert first["id"].startswith("chatcmpl-")
+    assert first["choices"][0]["delta"] == {
+        "role": "assistant",
+        "content": "",
+        "reasoning_content": None,
+        "tool_calls": None,
+    }
+    assert first["usage"] is None
+    thinking = [c for c in chunks if c["choices"] and c["choices"][0]["delta"]["reasoning_content"]]
+    answer = [c for c in chunks if c["choices"] and c["choices"][0]["delta"]["content"]]
+    assert thinking
+    assert answer
+    assert all(c["choices"][0]["delta"]["content"] is None for c in thinking)
+    assert chunks.index(thinking[-1]) < chunks.index(answer[0])
+    assert "".join(c["choices"][0]["delta"]["content"] for c in answer) == "2 + 2 = 4."
+    closing = chunks[-2]
+    assert closing["choices"][0]["finish_reason"] == "stop"
+    assert closing["choices"][0]["matched_stop"] == EOS
+    assert closing["choices"][0]["delta"] == {
+        "role": None,
+        "content": None,
+        "reasoning_content": None,
+        "tool_calls": None,
+    }
+    usage = chunks[-1]
+    assert usage["choices"] == []
+    assert usage["usage"]["completion_tokens"] > len(answer)
+    assert (
+        usage["usage"]["total_tokens"]
+        == usage["usage"]["prompt_tokens"] + usage["usage"]["completion_tokens"]
+    )
+    assert usage["usage"]["prompt_tokens"] == 3 + 1 + 6
+
+
+async def test_chat_thinking_off_and_non_stream(client: httpx.AsyncClient) -> None:
+    body = {
+        "messages": [{"role": "user", "content": "write an is_prime function in Python"}],
+        "chat_template_kwargs": {"enable_thinking": False},
+        "max_tokens": 500,
+    }
+    r = (await client.post("/v1/chat/completions", json=body)).json()
+    msg = r["choices"][0]["message"]
+    assert msg["reasoning_content"] is None
+    assert "def is_prime" in msg["content"]
+    assert r["object"] == "chat.completion"
+    assert r["metadata"] == {"weight_version": "default"}
+    # budget spent inside thinking -> content null, finish length
+    r = (
+        await client.post(
+            "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "What is 2+2?"}], "max_tokens": 5},
+        )
+    ).json()
+    assert r["choices"][0]["message"]["content"] is None
+    assert r["choices"][0]["message"]["reasoning_content"]
+    assert r["choices"][0]["finish_reason"] == "length"
+    assert r["usage"]["completion_tokens"] == 5
+    # streaming without include_usage: no usage chunk
+    _, events = await sse(client, "/v1/chat/completions", {**body, "stream": True})
+    chunks = decode(events)
+    assert all(c["choices"] for c in chunks)
+    assert not any(c["choices"][0]["delta"]["reasoning_content"] for c in chunks)
+
+
+async def test_chat_errors(client: httpx.AsyncClient) -> None:
+    r = await client.post("/v1/chat/completions", json={"messages": []})
+    assert r.status_code == 400
+    err = r.json()
+    assert err["object"] == "error"
+    assert err["type"] == "BadRequestError"
+    assert err["code"] == 400
+    r = await client.post("/v1/chat/completions", content=b"{}", headers={"Content-Type": "text/plain"})
+    assert r.status_code == 415
+
+
+async def test_completions(client: httpx.AsyncClient) -> None:
+    r = (
+        await client.post(
+            "/v1/completions", json={"prompt": "hello there", "max_tokens": 8, "ignore_eos": True}
+        )
+    ).json()
+    assert r["object"] == "text_completion"
+    assert r["usage"]["completion_tokens"] == 8
+    assert r["usage"]["prompt_tokens"] == 2
+    assert r["choices"][0]["finish_reason"] == "length"
+    _, events = await sse(
+        client,
+        "/v1/completions",
+        {
+            "prompt": [1, 2, 3, 4],
+            "max_tokens": 6,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
+    chunks = decode(events)
+    assert chunks[-1]["choices"] == []
+    assert chunks[-1]["usage"]["prompt_tokens"] == 4
+    content = chunks[:-1]
+    assert len(content) == 6
+    assert content[-1]["choices"][0]["finish_reason"] == "length"
+    assert all(c["choices"][0]["finish_reason"] is None for c in content[:-1])
+
+
+async def test_flush_cache_abort_and_disconnect(sim: SimServer, client: httpx.AsyncClient) -> None:
+    assert (await client.post("/flush_cache")).status_code == 200
+    task = asyncio.create_task(
+        client.post(
+            "/generate", json={"text": "x", "sampling_params": {"max_new_tokens": 5000, "ignore_eos": True}}
+        )
+    )
+    for _ in range(1000):
+        if sim.engine.running:
+            break
+        await asyncio.sleep(0.005)
+    assert (await client.get("/flush_cache")).status_code == 400  # busy
+    assert (await client.post("/abort_request", json={"abort_all": True})).status_code == 200
+    r = await task
+    assert r.status_code in (400, 500)
+    # a client that goes away mid-stream aborts its request server-side
+    async with client.stream(
+        "POST",
+        "/generate",
+        json={"text": "y", "sampling_params": {"max_new_tokens": 5000, "ignore_eos": True}, "stream": True},
+    ) as resp:
+        async for _ in resp.aiter_bytes():
+            break
+    for _ in range(200):
+        if not sim.engine.busy:
+            break
+        await asyncio.sleep(0.01)
+    assert not sim.engine.busy
+    assert any(r.status == "aborted" for r in sim.truth.records())
+
+
+async def test_api_key() -> None:
+    async with (
+        serve(speed=200, enable_metrics=True, api_key="s3cret") as sim,
+        httpx.AsyncClient(base_url=sim.base_url) as c,
+    ):
+        assert (await c.get("/v1/models")).status_code == 401
+        assert (await c.get("/v1/models")).json() == {"error": "Unauthorized"}
+        assert (await c.get("/v1/models", headers={"Authorization": "Bearer wrong"})).status_code == 401
+        assert (await c.get("/v1/models", headers={"Authorization": "s3cret"})).status_code == 401
+        assert (await c.get("/v1/models", headers={"Authorization": "bearer s3cret"})).status_code == 200
+        ok = {"Authorization": "Bearer s3cret"}
+        r = await c.post(
+            "/generate", json={"text": "x", "sampling_params": {"max_new_tokens": 2}}, headers=ok
+        )
+        assert r.status_code == 200
+        assert (await c.post("/generate", json={"text": "x"})).status_code == 401
+        assert (await c.get("/ping")).status_code == 401
+        # exempt
+        assert (await c.get("/health")).status_code == 200
+        assert (await c.get("/health_generate")).status_code == 200
+        assert (await c.get("/metrics")).status_code == 200
+        # the control API has its own port and no SGLang key
+        assert (await c.get(sim.control_url + "/state")).status_code == 200
+
+
+async def test_ground_truth_matches_client(sim: SimServer, client: httpx.AsyncClient) -> None:
+    await client.post("/reset")  # not a route: 405/404 is fine, the control API is elsewhere
+    async with httpx.AsyncClient(base_url=sim.control_url) as ctl:
+        await ctl.post("/reset")
+        bodies = [
+            {
+                "input_ids": list(range(10 + i)),
+                "sampling_params": {"max_new_tokens": 30 + i, "ignore_eos": True},
+            }
+            for i in range(5)
+        ]
+        await asyncio.gather(*(client.post("/generate", json=b) for b in bodies))
+        summary = (await ctl.get("/summary")).json()
+        records = (await ctl.get("/requests")).json()["requests"]
+    assert summary["completed"] == 5
+    assert summary["total_output_tokens"] == sum(30 + i for i in range(5))
+    assert summary["total_input_tokens"] == sum(10 + i for i in range(5))
+    assert summary["peak_concurrency"] == 5
+    for rec in records:
+        assert rec["status"] == "ok"
+        assert rec["arrival_time"] <= rec["first_token_time"] <= rec["last_token_time"] <= rec["finish_time"]
+        assert rec["route"] == "/generate"
+    json.dumps(summary)

@@ -1,0 +1,96 @@
+"""`sentinel sim` as a process: flags, ready file, signals, lifetime."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import time
+
+import httpx
+import pytest
+
+from sentinel.cli import main
+
+
+def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """Run the CLI in-process (a subprocess costs seconds of imports on a busy machine)."""
+    code = main(["sim", *args])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--speed", "0"), "--speed must be a positive number"),
+        (("--fault", "meteor"), "unknown fault 'meteor'"),
+        (("--fault", "stall:duration=soon"), "not a number"),
+        (("--fault", "stall:duration"), "expected key=value"),
+        (("--max-total-tokens", "0"), "--max-total-tokens must be at least 1"),
+        (("--lifetime", "-1"), "--lifetime must be positive"),
+    ],
+)
+def test_bad_flags_are_one_line_errors(
+    capsys: pytest.CaptureFixture[str], args: tuple[str, ...], needle: str
+) -> None:
+    code, err = _main(capsys, *args)
+    assert code == 2
+    assert needle in err
+    assert err.startswith("sentinel sim: ")
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_unknown_profile_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["sim", "--profile", "nope"])
+    assert exc.value.code == 2
+
+
+def test_port_in_use_is_a_clean_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code, err = _main(capsys, "--port", str(port), "--speed", "100", "--lifetime", "5")
+    assert code == 1
+    assert "cannot bind 127.0.0.1" in err
+    assert "Traceback" not in err
+
+
+def test_lifetime_ends_cleanly(sim_factory) -> None:  # type: ignore[no-untyped-def]
+    sim = sim_factory("--lifetime", "1")
+    assert sim.wait_exit(20) == 0
+    assert "Simulator lifetime of 1 s reached" in sim.stderr_text()
+
+
+def test_sigterm_drains_then_dies_like_sglang(sim_factory) -> None:  # type: ignore[no-untyped-def]
+    sim = sim_factory("--speed", "50")
+    body = {"text": "x", "sampling_params": {"max_new_tokens": 200, "ignore_eos": True}}
+    with httpx.Client(base_url=sim.base_url, timeout=30) as c:
+        with c.stream("POST", "/generate", json={**body, "stream": True}) as resp:
+            chunks = resp.iter_bytes()
+            next(chunks)
+            sim.process.send_signal(signal.SIGTERM)
+            time.sleep(0.1)
+            assert httpx.get(sim.base_url + "/health", timeout=5).status_code == 503
+            rest = b"".join(chunks)
+        assert rest.endswith(b"data: [DONE]\n\n")  # the in-flight request finished
+    assert sim.wait_exit(20) == -signal.SIGKILL
+    log = sim.stderr_text()
+    assert "Gracefully exiting... Remaining number of requests 1." in log
+    assert "Health check request received during shutdown. Returning 503." in log
+
+
+def test_ready_file_and_access_log(sim_factory) -> None:  # type: ignore[no-untyped-def]
+    sim = sim_factory("--api-key", "k")
+    assert sim.info["pid"] == sim.pid
+    assert sim.info["base_url"] == f"http://127.0.0.1:{sim.port}"
+    assert sim.info["control_url"].startswith("http://127.0.0.1:")
+    httpx.get(sim.base_url + "/v1/models", headers={"Authorization": "Bearer k"})
+    httpx.get(sim.base_url + "/v1/models")
+    for _ in range(100):
+        out = sim.stdout_text()
+        if '"GET /v1/models HTTP/1.1" 401 Unauthorized' in out:
+            break
+        time.sleep(0.02)
+    assert '"GET /v1/models HTTP/1.1" 200 OK' in out
+    assert '"GET /v1/models HTTP/1.1" 401 Unauthorized' in out
