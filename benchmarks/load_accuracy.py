@@ -13,7 +13,8 @@ Scenarios (each prints one table row):
 - tput-low / tput-sat: output token throughput, ours vs the simulator's truth for the same
   requests over the same span (first send -> last response end, both sides' own clocks).
 
-Usage: .venv/bin/python benchmarks/load_accuracy.py [--speed 10] [--scenarios ttft-256,poisson,tput-low,tput-sat]
+Usage: .venv/bin/python benchmarks/load_accuracy.py [--speed 10]
+       [--scenarios ttft-256,poisson,tput-low,tput-sat]
 The host is shared and noisy: read the client-bound flag and the loop-lag column with each row.
 """
 
@@ -40,7 +41,8 @@ from sentinel.load.stats import summarize
 def start_sim(speed: float, extra: list[str]) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
     ready = Path(tempfile.mkdtemp(prefix="sentinel-acc-")) / "ready.json"
     cmd = [sys.executable, "-m", "sentinel", "sim", "--port", "0", "--ready-file", str(ready),
-           "--speed", str(speed), "--lifetime", "900", "--disable-access-log", "--skip-server-warmup", *extra]  # fmt: skip
+           "--speed", str(speed), "--lifetime", "900", "--disable-access-log", "--skip-server-warmup",
+           *extra]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -26,11 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from load_accuracy import start_sim  # noqa: E402
-from peer_cpu import PeerNotReady, run_bench_serving  # noqa: E402
-
-from sentinel.load import ArrivalProcess, LoadSpec, RandomDataset, run_load  # noqa: E402
-from sentinel.load.stats import summarize  # noqa: E402
+from load_accuracy import start_sim
+from peer_cpu import PeerNotReady, run_bench_serving
+from sentinel.load import ArrivalProcess, LoadSpec, RandomDataset, run_load
+from sentinel.load.stats import summarize
 
 
 def ours(base_url: str, args: argparse.Namespace, use_uvloop: bool) -> tuple[int, float, float, int]:
@@ -107,14 +106,16 @@ def main() -> None:
         proc.wait()
     print(
         f"\nStreamed output tokens per client CPU-second, native /generate, {args.num_prompts} prompts "
-        f"{args.input_len}/{args.output_len}, max concurrency {args.max_concurrency}, sim speed {args.speed:g}"
+        f"{args.input_len}/{args.output_len}, max concurrency {args.max_concurrency}, "
+        f"sim speed {args.speed:g}"
     )
     hdr = f"{'round':>5} {'done b/s':>9} {'bench_serving tok':>17} {'CPU s':>7} {'tok/CPU-s':>10} "
     hdr += f"{'sentinel tok':>12} {'CPU s':>7} {'tok/CPU-s':>10} {'ratio':>6} {'asyncio loop':>13}"
     print(hdr)
     for r in rows:
         print(
-            f"{r['round']:>5} {r['completed']:>9} {r['peer_tokens']:>17} {r['peer_cpu']:>7.2f} {r['peer_tps']:>10,.0f} "
+            f"{r['round']:>5} {r['completed']:>9} {r['peer_tokens']:>17} {r['peer_cpu']:>7.2f} "
+            f"{r['peer_tps']:>10,.0f} "
             f"{r['our_tokens']:>12} {r['our_cpu']:>7.2f} {r['our_tps']:>10,.0f} {r['ratio']:>5.2f}x"
             f" {r['asyncio_tps'] / r['peer_tps']:>12.2f}x"
         )

@@ -10,11 +10,13 @@ are the HTTP stack's.
 Variants:
 - httpx  aiter_raw: httpx.AsyncClient (pooled), raw byte chunks, our event splitter.
 - httpx  aiter_lines: httpx's own line iterator (the common way to read SSE with httpx).
-- aiohttp readany: aiohttp ClientSession (pooled), whole reads, our splitter (the engine's way).
+- aiohttp readany: aiohttp ClientSession (pooled), whole reads, our splitter.
+- sentinel.load.transport: the engine's client (asyncio protocol + httptools), our splitter.
 - aiohttp lines, session per request: bench_serving v0.5.9's way (`async for line in content`,
   a new ClientSession per request).
 
-Usage: .venv/bin/python benchmarks/load_http_clients.py [--concurrency 64] [--requests 256] [--tokens 256]
+Usage: .venv/bin/python benchmarks/load_http_clients.py [--concurrency 64] [--requests 256]
+       [--tokens 256] [--repeat 2]
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import aiohttp
 import httpx
 
 from sentinel.load.engine import _split_events
+from sentinel.load.transport import HttpClient
 
 
 def _serve(port_q: Any, tokens: int) -> None:
@@ -133,21 +136,53 @@ async def aiohttp_bench_serving(url: str, n: int, conc: int, counter: list[int])
 
     async def one() -> None:
         timeout = aiohttp.ClientTimeout(total=6 * 60 * 60)
-        async with sem, aiohttp.ClientSession(timeout=timeout, read_bufsize=10 * 1024**2) as session:
-            async with session.post(url, json=json.loads(BODY)) as resp:
-                async for chunk in resp.content:
-                    chunk = chunk.strip()
-                    if chunk:
-                        _consume([chunk.removeprefix(b"data: ")], counter)
+        async with (
+            sem,
+            aiohttp.ClientSession(timeout=timeout, read_bufsize=10 * 1024**2) as session,
+            session.post(url, json=json.loads(BODY)) as resp,
+        ):
+            async for chunk in resp.content:
+                chunk = chunk.strip()
+                if chunk:
+                    _consume([chunk.removeprefix(b"data: ")], counter)
 
     await asyncio.gather(*(one() for _ in range(n)))
+
+
+class _Sink:
+    def __init__(self, counter: list[int]) -> None:
+        self.counter = counter
+        self.buf = b""
+
+    def on_status(self, status: int) -> None:
+        pass
+
+    def on_data(self, data: bytes, now: float) -> None:
+        events, self.buf = _split_events(self.buf + data if self.buf else data)
+        _consume(events, self.counter)
+
+
+async def sentinel_transport(url: str, n: int, conc: int, counter: list[int]) -> None:
+    base, _, path = url.rpartition("/")
+    client = HttpClient(base, {"Content-Type": "application/json"})
+    sem = asyncio.Semaphore(conc)
+
+    async def one() -> None:
+        async with sem:
+            await client.post("/" + path, BODY, _Sink(counter))
+
+    try:
+        await asyncio.gather(*(one() for _ in range(n)))
+    finally:
+        await client.close()
 
 
 Variant = Callable[[str, int, int, list[int]], Awaitable[None]]
 VARIANTS: dict[str, Variant] = {
     "httpx aiter_raw": httpx_raw,
     "httpx aiter_lines": httpx_lines,
-    "aiohttp readany (engine)": aiohttp_readany,
+    "aiohttp readany": aiohttp_readany,
+    "sentinel.load.transport (httptools)": sentinel_transport,
     "aiohttp lines, session/req (bench_serving)": aiohttp_bench_serving,
 }
 
@@ -182,16 +217,17 @@ def main() -> None:
             assert best is not None
             rows.append((name, *best))
         print(
-            f"\n{args.requests} requests x {args.tokens} events, concurrency {args.concurrency} (best of {args.repeat})"
+            f"\n{args.requests} requests x {args.tokens} events, concurrency {args.concurrency} "
+            f"(best of {args.repeat}; same event handling in every variant)"
         )
-        print(
-            f"{'client':<44} {'events':>8} {'CPU s':>7} {'wall s':>7} {'CPU us/event':>13} {'events/CPU-s':>13}"
-        )
+        cols = f"{'events':>8} {'CPU s':>7} {'wall s':>7} {'CPU us/event':>13} {'events/CPU-s':>13}"
+        print(f"{'client':<44} {cols}")
         base = rows[-1][1] / max(rows[-1][3], 1)
         for name, cpu, wall, events in rows:
             per = cpu / max(events, 1)
             print(
-                f"{name:<44} {events:>8} {cpu:>7.2f} {wall:>7.2f} {per * 1e6:>13.1f} {1 / per:>13,.0f}  ({base / per:.2f}x bench_serving)"
+                f"{name:<44} {events:>8} {cpu:>7.2f} {wall:>7.2f} {per * 1e6:>13.1f} {1 / per:>13,.0f}"
+                f"  ({base / per:.2f}x bench_serving)"
             )
     finally:
         server.terminate()

@@ -25,13 +25,18 @@ fi
 if ! "$venv/bin/python" -c "import sglang.bench_serving" >/dev/null 2>&1; then
     "$venv/bin/python" -m pip install --quiet --no-deps "sglang==0.5.9"
     # Exactly what `import sglang.bench_serving` pulls in (found by importing until it succeeds):
-    # the module's own imports, plus sglang/__init__ -> sglang.lang/utils/srt.environ.
+    # the module's own imports, plus sglang/__init__ -> sglang.lang/utils/srt.environ. Pinned to the
+    # versions the comparison figures were measured with; transformers 4.57 is what 0.5.9 expects.
     "$venv/bin/python" -m pip install --quiet \
-        aiohttp numpy pybase64 requests datasets pillow tqdm "transformers<5" \
-        ipython pydantic tokenizers
+        aiohttp==3.14.5 numpy==2.4.6 pybase64==1.5.1 requests==2.34.2 datasets==5.0.1 \
+        pillow==13.0.0 tqdm==4.70.1 transformers==4.57.6 ipython==9.18.1 pydantic==2.14.4 \
+        tokenizers==0.22.2
 fi
-"$venv/bin/python" -c "import sglang.bench_serving" \
-    || { echo "peer_setup: sglang.bench_serving still does not import" >&2; exit 1; }
+if ! "$venv/bin/python" -c "import sglang.bench_serving" >/dev/null 2>&1; then
+    "$venv/bin/python" -c "import sglang.bench_serving"  # show why
+    echo "peer_setup: sglang.bench_serving does not import" >&2
+    exit 1
+fi
 
 if [ ! -f "$peer_dir/tokenizer/tokenizer.json" ]; then
     "$venv/bin/python" "$here/peer_tokenizer.py" "$peer_dir/tokenizer"

@@ -72,9 +72,11 @@ def _client(host: str, port: int, streams: int, seconds: float, max_tokens: int,
 
 def _start_sim(tmp: Path, speed: float, profile: str) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
     ready = tmp / "ready.json"
+    ready.unlink(missing_ok=True)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sentinel", "sim", "--port", "0", "--ready-file", str(ready), "--speed", str(speed),
-         "--profile", profile, "--disable-access-log", "--lifetime", "900", "--enable-metrics"],
+        [sys.executable, "-m", "sentinel", "sim", "--port", "0", "--ready-file", str(ready),
+         "--speed", str(speed), "--profile", profile, "--disable-access-log", "--lifetime", "900",
+         "--enable-metrics"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     while not ready.exists():
@@ -110,8 +112,12 @@ def main() -> int:
         f"profile {args.profile}, speed {args.speed:g}, {args.seconds:g} s per level, "
         f"{args.clients} client processes, {args.max_tokens}-token streams"
     )
+    from sentinel.sim.profiles import get_profile
+
+    prof = get_profile(args.profile)
     print(
-        f"{'streams':>8} {'events/s':>10} {'tokens/s':>10} {'tok/event':>9} {'sim CPU':>8} "
+        f"{'streams':>8} {'demand ev/s':>11} {'events/s':>10} {'tokens/s':>10} {'tok/event':>9} "
+        f"{'sim CPU':>8} "
         f"{'events/CPU-s':>13} {'max lag s':>9}"
     )
     with tempfile.TemporaryDirectory() as tmp:
@@ -140,8 +146,15 @@ def main() -> int:
                 state = httpx.get(info["control_url"] + "/state").json()["engine"]
                 tokens = state["generated_tokens"] - tokens0
                 eps = events / elapsed
+                n = per_client * args.clients
+                # What the schedule asks for: one event per stream per decode step.
+                step = (
+                    prof.decode_base_s
+                    + prof.decode_per_req_s * n
+                    + prof.decode_per_kv_token_s * n * (4 + args.max_tokens / 2)
+                ) / args.speed
                 print(
-                    f"{per_client * args.clients:>8} {eps:>10.0f} {tokens / elapsed:>10.0f} "
+                    f"{n:>8} {n / step:>11.0f} {eps:>10.0f} {tokens / elapsed:>10.0f} "
                     f"{tokens / max(events, 1):>9.2f} {cpu / elapsed:>7.0%} {events / max(cpu, 1e-9):>13.0f} "
                     f"{state['max_lag_s']:>9.3f}"
                 )

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from sentinel.sglang.logparse import parse_line
-from sentinel.supervise.logbus import LogBus, pump_lines
+from sentinel.supervise.logbus import LogBus, LogLine, pump_lines
 
 SAMPLE = [
     "[2026-04-08 14:05:21 TP0] Decode batch, #running-req: 5, #token: 20800, token usage: 0.29, "
@@ -67,7 +67,11 @@ async def run(variant: str, sample_file: Path, n: int, tmp: Path) -> tuple[int, 
 
         consumer = asyncio.create_task(drain())
     if variant == "bus+file+sub+parse":
-        bus.add_listener(lambda line: parse_line(line.text))
+
+        def parse(line: LogLine) -> None:
+            parse_line(line.text)
+
+        bus.add_listener(parse)
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", WRITER, str(sample_file), str(n), stdout=asyncio.subprocess.PIPE, limit=1 << 20
     )

@@ -23,6 +23,7 @@ __all__ = ["COMMANDS", "CliError", "main"]
 COMMANDS: tuple[str, ...] = (
     "sentinel.show_config",
     "sentinel.sim.command",
+    "sentinel.collect.command",
     "sentinel.supervise.command",
     "sentinel.load.command",
     "sentinel.calibrate.command",

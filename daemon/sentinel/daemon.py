@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import math
 import os
 import signal
@@ -99,6 +100,11 @@ class _ServerView:
     def launch_hash(self) -> str | None:
         return self._sup.config_hash
 
+    def started_warm(self) -> bool:
+        # Only a server sentinel did not start can be found already serving; the supervisor knows a
+        # time-to-ready only when it saw the start (launched it, or saw the port refused first).
+        return self._sup.settings.mode != "child" and self._sup.start_duration is None
+
 
 class _GpuView:
     """The breaker's view of the GPUs: the latest background readings of the ``gpu`` collector."""
@@ -163,17 +169,21 @@ class Daemon:
 
     async def run(self) -> int:
         """Run until SIGTERM/SIGINT; returns the exit code."""
-        await self._start()
         loop = asyncio.get_running_loop()
+        # Installed before anything starts: a SIGTERM during start-up must still stop the server
+        # child (its own process group) instead of killing this process and orphaning it.
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop, sig.name)
         loop.add_signal_handler(signal.SIGHUP, self._on_sighup)
         try:
-            await self._stop.wait()
+            await self._start()
+            try:
+                await self._stop.wait()
+            finally:
+                await self._shutdown()
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
-            await self._shutdown()
         return 0
 
     def request_stop(self, why: str = "request") -> None:
@@ -186,6 +196,10 @@ class Daemon:
         from sentinel.export import Exporter, ExporterConfigError
         from sentinel.supervise import ProfileError, Supervisor
 
+        # APScheduler logs two INFO lines per job run: with the 1-second server watch that would be
+        # ~170k journal lines a day. Its warnings and errors still come through; coalesced and missed
+        # firings are logged (and counted) by the scheduler's own listener.
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
         try:
             self.state.ensure()
         except StateError as exc:
@@ -247,6 +261,9 @@ class Daemon:
         except ProfileError as exc:
             await self._shutdown()
             raise DaemonError(f"server profile: {exc}", 2) from None
+        except Exception as exc:  # e.g. the server binary cannot be run: one line, nothing left behind
+            await self._shutdown()
+            raise DaemonError(f"cannot start supervising the server: {exc}") from None
         scheduler.restore()
         await scheduler.start()
         if s.schedule.recalibrate_cron:
@@ -298,6 +315,16 @@ class Daemon:
     # -- SIGHUP ---------------------------------------------------------------------------------
 
     def _on_sighup(self) -> None:
+        if self.scheduler is None:
+            _log.warning("reload_ignored", reason="still starting")
+            return
+        try:
+            self._reload()
+        except Exception as exc:  # a reload must never take the daemon down
+            _log.error("reload_failed", error=repr(exc))
+            self.notifier.ready(self._status_line())
+
+    def _reload(self) -> None:
         self.notifier.reloading()
         try:
             new = load_settings(self.config_path, environ=self.environ)
@@ -369,6 +396,8 @@ class Daemon:
 
         async def work(run: ExclusiveRun) -> None:
             def on_plan(plan: StepPlan, progress: Progress) -> None:
+                # Our own requests in flight during the step, for the polite check beside the sweep.
+                run.counters.in_flight = plan.concurrency
                 step_bound = plan.num_requests * per_request
                 # Stop before a step that could take the sweep past its share of the budget.
                 if run.charged + step_bound > allowed:
@@ -378,6 +407,7 @@ class Daemon:
                     run.charged += step_bound  # charged up front: a step cut short spent at most this
 
             def on_step(step: Step, progress: Progress) -> None:
+                run.counters.in_flight = 0
                 run.counters.completed += step.measurement.completed
                 run.counters.failed += step.measurement.failed
 
@@ -406,8 +436,8 @@ class Daemon:
                 regressions=list(result.comparison.regressions) if result.comparison else [],
             )
 
-        outcome = await self.scheduler.run_exclusive("calibration", allowed, work)
-        if outcome in ("completed", "failed", "cancelled"):
+        outcome = await self.scheduler.run_exclusive("calibration", allowed, work, cal.max_duration + 60.0)
+        if outcome in ("completed", "failed", "cancelled", "aborted"):
             self.metrics.calibrations.labels(outcome).inc()
         return outcome
 

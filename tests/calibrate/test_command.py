@@ -27,9 +27,12 @@ SMALL = [
 
 @pytest.mark.slow
 def test_sweep_against_the_simulator(
-    sim_factory: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    sim_factory: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sim = sim_factory("--enable-metrics", "--speed", "40", "--max-running-requests", "12")
+    # The suite shares two cores with everything else: let the client lag a little more than in
+    # production before a step is discarded as client-bound (that path has its own unit test).
+    monkeypatch.setenv("SENTINEL_CALIBRATION__CLIENT_LAG_TOLERANCE", "0.25")
+    sim = sim_factory("--enable-metrics", "--speed", "20", "--max-running-requests", "6")
     state = tmp_path / "state"
     report = tmp_path / "report"
     argv = ["sweep", "--base-url", sim.base_url, "--state-dir", str(state), *SMALL]
@@ -41,7 +44,7 @@ def test_sweep_against_the_simulator(
     stored = sorted((state / "calibration").glob("calibration-*.json"))
     assert len(stored) == 1
     result = load_result(stored[0])
-    # 16 in flight against a 12-request batch limit: the server's own queue says "saturated".
+    # 8-16 in flight against a 6-request batch limit: the server's own queue says "saturated".
     assert result.stop_reason == "saturated"
     assert any("server queue" in r for s in result.steps for r in s.saturation_reasons)
     assert result.saturation_output_throughput.value is not None

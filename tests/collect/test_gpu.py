@@ -85,7 +85,8 @@ def test_busy_h200_values_in_base_units(gpu: GpuCollector) -> None:
     # Identity labels on every GPU series.
     info = [dict(lab) for (n, lab) in s if n == "sentinel_gpu_info"]
     assert {i["uuid"] for i in info} == {UUID0, UUID0[:-2] + "01"}
-    assert info[0]["name"] == "NVIDIA H200" and info[0]["driver_version"] == "580.159.04"
+    assert info[0]["name"] == "NVIDIA H200"
+    assert info[0]["driver_version"] == "580.159.04"
     assert {i["pci_bus_id"] for i in info} == {"00000000:00:06.0", "00000000:28:00.0"}
 
 
@@ -146,7 +147,8 @@ def test_lifecycle_error_fails_and_reinitialises(
     fake_nvml.fail("nvmlDeviceGetPowerUsage", code, device=1, times=1)
     gpu.poller.run_cycle()
     s, failure = scrape(gpu)
-    assert failure is not None and name in failure
+    assert failure is not None
+    assert name in failure
     # GPU 1's data is gone (never stale), GPU 0's stays, the reason is counted.
     assert value(s, "sentinel_gpu_read_success", gpu="1") == 0
     with pytest.raises(KeyError):
@@ -189,7 +191,8 @@ def test_gpu_falling_off_the_bus_is_a_failure(gpu: GpuCollector, fake_nvml: Fake
     fake_nvml.devices = 1  # after re-init NVML sees one GPU fewer
     gpu.poller.run_cycle()
     s, failure = scrape(gpu)
-    assert failure is not None and "1 of 2 GPUs visible" in failure
+    assert failure is not None
+    assert "1 of 2 GPUs visible" in failure
     assert [v for (n, _), v in s.items() if n == "sentinel_gpu_visible_devices"] == [1.0]
     assert [v for (n, _), v in s.items() if n == "sentinel_gpu_expected_devices"] == [2.0]
 
@@ -200,7 +203,8 @@ def test_no_gpu_library_is_a_clean_status() -> None:
     collector = GpuCollector(GpuPoller(lambda: nvml, xid_events=False))
     collector.poller.run_cycle()
     s, failure = scrape(collector)
-    assert failure is not None and "library_not_found" in failure
+    assert failure is not None
+    assert "library_not_found" in failure
     assert [dict(lab)["status"] for (n, lab) in s if n == "sentinel_gpu_nvml_status"] == ["library_not_found"]
     assert [v for (n, _), v in s.items() if n == "sentinel_gpu_nvml_init_failures_total"] == [1.0]
     assert not [n for n in names(s) if n == "sentinel_gpu_info"]
@@ -224,8 +228,10 @@ def test_init_failure_then_recovery() -> None:
     assert poller.run_cycle().status == "driver_not_loaded"
     assert poller.run_cycle().status == "driver_not_loaded"
     snap = poller.run_cycle()
-    assert snap.status == "ok" and snap.devices[0].ok
-    assert snap.init_failures_total == 2 and snap.inits_total == 1
+    assert snap.status == "ok"
+    assert snap.devices[0].ok
+    assert snap.init_failures_total == 2
+    assert snap.inits_total == 1
 
 
 def test_zero_gpus_is_not_an_idle_box() -> None:
@@ -233,7 +239,8 @@ def test_zero_gpus_is_not_an_idle_box() -> None:
     collector = GpuCollector(GpuPoller(lambda: nvml, xid_events=False))
     assert collector.poller.run_cycle().status == "no_devices"
     _, failure = scrape(collector)
-    assert failure is not None and "no_devices" in failure
+    assert failure is not None
+    assert "no_devices" in failure
 
 
 def test_wedged_driver_call_never_blocks_the_cycle(fake_nvml: FakeNvml) -> None:
@@ -246,7 +253,8 @@ def test_wedged_driver_call_never_blocks_the_cycle(fake_nvml: FakeNvml) -> None:
         poller.run_cycle()
         assert time.monotonic() - started < 1.0  # the deadline, not the driver, decides
         s, failure = scrape(collector)
-        assert failure is not None and "gpu 1: timeout" in failure
+        assert failure is not None
+        assert "gpu 1: timeout" in failure
         assert value(s, "sentinel_gpu_read_success", gpu="1") == 0
         assert value(s, "sentinel_gpu_read_success", gpu="0") == 1
         # While the call stays stuck, the GPU's worker takes no new job: "stuck", and no thread pile-up.
@@ -255,7 +263,8 @@ def test_wedged_driver_call_never_blocks_the_cycle(fake_nvml: FakeNvml) -> None:
             poller.run_cycle()
         assert threading.active_count() == threads
         s, failure = scrape(collector)
-        assert failure is not None and "gpu 1: stuck" in failure
+        assert failure is not None
+        assert "gpu 1: stuck" in failure
         assert value(s, "sentinel_gpu_read_failures_total", gpu="1", reason="stuck") == 3
         release.set()
         time.sleep(0.05)
@@ -301,10 +310,12 @@ def test_stale_snapshot_drops_series(fake_nvml: FakeNvml) -> None:
     collector = GpuCollector(poller, clock=lambda: now[0])
     poller.run_cycle()
     s, failure = scrape(collector)
-    assert failure is None and "sentinel_gpu_power_watts" in names(s)
+    assert failure is None
+    assert "sentinel_gpu_power_watts" in names(s)
     now[0] += 10  # the background thread died or hangs: no cycle for 10 s (max age 2.5 s)
     s, failure = scrape(collector)
-    assert failure is not None and "no gpu cycle in the last" in failure
+    assert failure is not None
+    assert "no gpu cycle in the last" in failure
     assert "sentinel_gpu_power_watts" not in names(s)
     assert value(s, "sentinel_gpu_read_success") == 0
     assert "sentinel_gpu_last_read_timestamp_seconds" in names(s)
@@ -351,3 +362,62 @@ def test_error_classification() -> None:
     assert error_name(pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)) == "gpu_is_lost"
     assert error_name(pynvml.NVMLError(12345)) == "nvml_12345"
     assert error_name(NvmlLifecycleError("init_timeout")) == "init_timeout"
+
+
+ALL_NVML_ERRORS = sorted(
+    (name, value)
+    for name, value in vars(pynvml).items()
+    if name.startswith("NVML_ERROR_") and isinstance(value, int)
+)
+
+
+@pytest.mark.parametrize(("name", "code"), ALL_NVML_ERRORS, ids=[n for n, _ in ALL_NVML_ERRORS])
+def test_every_nvml_error_on_a_field(name: str, code: int) -> None:
+    """Each NVML error, raised by one field's call, has exactly one of three outcomes."""
+    nvml = FakeNvml(1)
+    collector = GpuCollector(GpuPoller(lambda: nvml, xid_events=False))
+    collector.poller.run_cycle()
+    nvml.fail("nvmlDeviceGetTemperature", code, times=1)
+    collector.poller.run_cycle()
+    s, failure = scrape(collector)
+    kind = classify(pynvml.NVMLError(code))
+    temperature = [v for (n, _), v in s.items() if n == "sentinel_gpu_temperature_celsius"]
+    errors = [v for (n, _), v in s.items() if n == "sentinel_gpu_field_errors_total"]
+    if kind is ErrorClass.ABSENT:
+        assert (failure, temperature, errors) == (None, [], [])
+    elif kind is ErrorClass.TRANSIENT:
+        assert (failure, temperature, errors) == (None, [], [1.0])
+    else:
+        assert failure is not None
+        assert "sentinel_gpu_power_watts" not in names(s)  # the whole GPU's data, not one field
+        collector.poller.run_cycle()  # re-initialised, and fine again
+        assert scrape(collector)[1] is None
+    if name == "NVML_ERROR_TIMEOUT":
+        assert kind is ErrorClass.TRANSIENT
+
+
+def test_stop_with_a_wedged_shutdown_does_not_raise() -> None:
+    nvml = FakeNvml(1)
+    poller = GpuPoller(lambda: nvml, xid_events=False, init_timeout=0.1)
+    poller.run_cycle()
+    release = nvml.hang("nvmlShutdown")
+    started = time.monotonic()
+    poller.stop(0.3)
+    assert time.monotonic() - started < 1.0
+    release.set()
+
+
+def test_a_replaced_gpu_does_not_inherit_the_old_reading(fake_nvml: FakeNvml) -> None:
+    poller = GpuPoller(lambda: fake_nvml, xid_events=False)
+    poller.run_cycle()
+    assert poller.snapshot.devices[1].reading is not None
+    fake_nvml.fail("nvmlDeviceGetPowerUsage", pynvml.NVML_ERROR_GPU_IS_LOST, device=1, times=2)
+    poller.run_cycle()  # GPU 1 lost: its last reading is kept (not served) until re-init
+    original = fake_nvml.nvmlDeviceGetUUID
+    fake_nvml.nvmlDeviceGetUUID = lambda h: "GPU-new-board" if h.index == 1 else original(h)  # type: ignore[method-assign]
+    snap = poller.run_cycle()  # re-init finds another board at index 1, whose first read fails
+    assert snap.devices[1].identity.uuid == "GPU-new-board"
+    assert not snap.devices[1].ok
+    assert snap.devices[1].reading is None  # not the old board's numbers under the new UUID
+    assert snap.devices[0].reading is not None
+    poller.stop(1.0)

@@ -70,7 +70,8 @@ def test_success_duration_and_partial_data() -> None:
     assert 'sentinel_collector_success{collector="bad"} 0.0' in text
     assert sample(text, 'sentinel_collector_duration_seconds{collector="bad"}')
     # What a failing source yielded before failing is still served (e.g. the healthy GPUs).
-    assert "bad_value 1.0" in text and "good_value 1.0" in text
+    assert "bad_value 1.0" in text
+    assert "good_value 1.0" in text
 
 
 def test_a_crashing_collector_does_not_take_the_scrape_down() -> None:
@@ -112,7 +113,8 @@ async def test_start_stop_background_sources() -> None:
     await collectors.stop(grace=1.0)
     assert (bg.started, bg.stopped, late.started, late.stopped) == (1, 1, 1, 1)
     assert collectors.names == ("bg", "plain", "late")
-    assert collectors.get("late") is late and collectors.get("nope") is None
+    assert collectors.get("late") is late
+    assert collectors.get("nope") is None
     with pytest.raises(ValueError, match="added twice"):
         collectors.add("bg", Fixed())
 
@@ -133,7 +135,8 @@ async def test_build_from_settings() -> None:
     collectors = build_collector_set(settings)
     assert collectors.names == ("sglang_log", "sglang", "gpu")
     sglang = collectors.get("sglang")
-    assert isinstance(sglang, SGLangMetricsCollector) and sglang.url == "http://127.0.0.1:31234/metrics"
+    assert isinstance(sglang, SGLangMetricsCollector)
+    assert sglang.url == "http://127.0.0.1:31234/metrics"
     assert isinstance(collectors.get("sglang_log"), SGLangLogCollector)
     gpu = collectors.get("gpu")
     assert isinstance(gpu, GpuCollector)

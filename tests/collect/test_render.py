@@ -70,7 +70,8 @@ def test_a_new_series_reparses_only_its_family() -> None:
     before = parser.full_parses
     extra = PAYLOAD.replace(
         'sglang:num_running_reqs{engine_type="unified",',
-        'sglang:num_running_reqs{engine_type="unified",model_name="other",moe_ep_rank="0",pp_rank="0",tp_rank="1"} 3.0\n'
+        'sglang:num_running_reqs{engine_type="unified",model_name="other",moe_ep_rank="0",'
+        'pp_rank="0",tp_rank="1"} 3.0\n'
         'sglang:num_running_reqs{engine_type="unified",',
         1,
     )
@@ -89,7 +90,7 @@ def test_timestamps_and_odd_values_take_the_full_parser() -> None:
     assert parser.full_parses == 2
     ok = "# TYPE sglang:y gauge\nsglang:y 1\n"
     parser.parse(ok)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="1_000"):
         parser.parse("# TYPE sglang:y gauge\nsglang:y 1_000\n")  # same shape, value not in the format
     (family,) = parser.parse("# TYPE sglang:y gauge\nsglang:y NaN\n")
     assert family.samples[0].value != family.samples[0].value
@@ -107,4 +108,5 @@ def test_openmetrics_keeps_the_colon_on_sample_lines() -> None:
     """prometheus/client_python#1177: the 'underscores' escaping renamed only the sample lines."""
     (family,) = text_string_to_metric_families("# TYPE sglang:token_usage gauge\nsglang:token_usage 0.5\n")
     body = render(Fixed([family]), "openmetrics")
-    assert b"\nsglang:token_usage 0.5\n" in body and body.endswith(b"# EOF\n")
+    assert b"\nsglang:token_usage 0.5\n" in body
+    assert body.endswith(b"# EOF\n")

@@ -146,3 +146,23 @@ def test_nothing_fed_yet() -> None:
     assert get(s, "sentinel_sglang_log_lines_total") == 0
     assert c.last_success_timestamp() is None
     assert not [k for k in s if k[0] == "sentinel_sglang_log_last_line_timestamp_seconds"]
+
+
+async def test_follow_a_line_stream() -> None:
+    from collections.abc import AsyncIterator
+    from dataclasses import dataclass
+
+    @dataclass
+    class Line:
+        text: str
+        timestamp: float
+
+    async def stream() -> AsyncIterator[Line]:
+        for i, text in enumerate(lines("sglang-decode-log-pr22331.txt")):
+            yield Line(text, 1000.0 + i)
+
+    c = SGLangLogCollector(clock=lambda: 1007.0)
+    await c.follow(stream())
+    s = scrape(c)
+    assert get(s, "sentinel_sglang_log_batch_lines_total", dp_rank="0", kind="decode") == 8
+    assert get(s, "sentinel_sglang_log_last_line_timestamp_seconds") == 1007.0  # the line's own read time

@@ -1,4 +1,4 @@
-"""SGLang's /metrics re-exposed: real payloads pass through unchanged; down, slow, garbage never serve stale data."""
+"""SGLang's /metrics re-exposed: real payloads pass through unchanged; failures never serve stale data."""
 
 from __future__ import annotations
 
@@ -84,11 +84,13 @@ def test_down_serves_nothing_stale_and_counts() -> None:
 
     c = collector(handler)
     samples, failure = collect(c)
-    assert failure is None and "sglang:num_running_reqs" in sglang_names(samples)
+    assert failure is None
+    assert "sglang:num_running_reqs" in sglang_names(samples)
     first_success = c.last_success_timestamp()
     up[0] = False
     samples, failure = collect(c)
-    assert failure is not None and "Connection refused" in failure
+    assert failure is not None
+    assert "Connection refused" in failure
     assert not sglang_names(samples)  # nothing stale
     assert samples["sentinel_sglang_metrics_fetch_failures_total[('reason', 'connect')]"] == 1
     assert c.last_success_timestamp() == first_success
@@ -97,7 +99,8 @@ def test_down_serves_nothing_stale_and_counts() -> None:
 def test_garbage_html_is_a_parse_failure() -> None:
     c = collector(lambda r: httpx.Response(200, text="<html><body>502 Bad Gateway</body></html>"))
     samples, failure = collect(c)
-    assert failure is not None and "not the Prometheus text format" in failure
+    assert failure is not None
+    assert "not the Prometheus text format" in failure
     assert samples["sentinel_sglang_metrics_fetch_failures_total[('reason', 'parse')]"] == 1
     assert not sglang_names(samples)
 
@@ -121,7 +124,8 @@ def test_garbage_bodies_fail_cleanly(body: bytes) -> None:
 def test_empty_and_foreign_payloads() -> None:
     c = collector(lambda r: httpx.Response(200, text=""))
     _, failure = collect(c)
-    assert failure is not None and "no sglang metrics" in failure
+    assert failure is not None
+    assert "no sglang metrics" in failure
     # The URL pointing at something else (sentinel itself, node_exporter): nothing re-exposed.
     c = collector(
         lambda r: httpx.Response(200, text="# TYPE sentinel_x gauge\nsentinel_x 1\nprocess_open_fds 3\n")
@@ -143,17 +147,21 @@ def test_foreign_families_are_dropped_and_counted() -> None:
 def test_http_errors_name_the_status() -> None:
     c = collector(lambda r: httpx.Response(404, text="Not Found"))
     samples, failure = collect(c)
-    assert failure is not None and "HTTP 404" in failure and "--enable-metrics" in failure
+    assert failure is not None
+    assert "HTTP 404" in failure
+    assert "--enable-metrics" in failure
     assert samples["sentinel_sglang_metrics_fetch_failures_total[('reason', 'http_status')]"] == 1
     c = collector(lambda r: httpx.Response(503, text="overloaded"))
     _, failure = collect(c)
-    assert failure is not None and "HTTP 503" in failure
+    assert failure is not None
+    assert "HTTP 503" in failure
 
 
 def test_oversized_response_is_refused() -> None:
     c = collector(lambda r: httpx.Response(200, text=payload() * 50), max_bytes=4096)
     samples, failure = collect(c)
-    assert failure is not None and "over 4096 bytes" in failure
+    assert failure is not None
+    assert "over 4096 bytes" in failure
     assert not sglang_names(samples)
 
 
@@ -162,7 +170,8 @@ def test_timeout_from_transport() -> None:
         raise httpx.ReadTimeout("timed out", request=request)
 
     _, failure = collect(collector(handler))
-    assert failure is not None and "no response within" in failure
+    assert failure is not None
+    assert "no response within" in failure
 
 
 @pytest.fixture
@@ -197,18 +206,21 @@ def test_slow_server_is_cut_at_the_deadline(slow_server: tuple[str, list[float]]
     c = SGLangMetricsCollector(url, timeout=0.3)
     try:
         samples, failure = collect(c)
-        assert failure is None and sglang_names(samples)
+        assert failure is None
+        assert sglang_names(samples)
         delay[0] = 2.0
         started = time.monotonic()
         samples, failure = collect(c)
         took = time.monotonic() - started
-        assert failure is not None and "no response within 0.3 s" in failure
+        assert failure is not None
+        assert "no response within 0.3 s" in failure
         assert took < 1.0
         assert not sglang_names(samples)
         delay[0] = 0.0
         time.sleep(2.0)  # let the stalled handler finish before the recovery check
         samples, failure = collect(c)
-        assert failure is None and sglang_names(samples)
+        assert failure is None
+        assert sglang_names(samples)
     finally:
         c.close()
 

@@ -36,7 +36,7 @@ def fake_collectors(gpus: int = 2, sglang_sample: str = "sglang-0.5.9-tp8-synthe
 
 @pytest.fixture
 def collectors() -> Iterator[CollectorSet]:
-    yield fake_collectors()
+    return fake_collectors()
 
 
 @pytest.fixture

@@ -6,10 +6,11 @@ and review the diff like code: every line is a series an operator's dashboards d
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
-import subprocess
+from asyncio.subprocess import PIPE, STDOUT
 from pathlib import Path
 from typing import Any
 
@@ -67,11 +68,13 @@ async def test_promtool_check_metrics(collectors: CollectorSet, exporter_factory
     if promtool is None:
         pytest.skip("promtool not installed (scripts/test installs Debian's prometheus package)")
     text = sentinel_part(await scrape(collectors, exporter_factory))
-    assert "sentinel_gpu_power_watts" in text and "sentinel_sglang_log_lines_total" in text
-    result = subprocess.run(
-        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+    assert "sentinel_gpu_power_watts" in text
+    assert "sentinel_sglang_log_lines_total" in text
+    proc = await asyncio.create_subprocess_exec(
+        promtool, "check", "metrics", stdin=PIPE, stdout=PIPE, stderr=STDOUT
     )
-    assert (result.returncode, result.stdout + result.stderr) == (0, "")
+    out, _ = await asyncio.wait_for(proc.communicate(text.encode()), 60)
+    assert (proc.returncode, out.decode()) == (0, "")
 
 
 def test_no_percent_or_mib_units_in_names() -> None:

@@ -34,7 +34,8 @@ async def test_metrics_text_format(collectors: CollectorSet, exporter_factory: A
     assert r.headers["content-type"].startswith("text/plain; version=0.0.4")
     families = {f.name for f in text_string_to_metric_families(r.text)}
     assert {"sentinel_build_info", "sentinel_collector_success", "sglang:num_running_reqs"} <= families
-    assert "sentinel_gpu_power_watts" in families and "sentinel_sglang_log_lines" in families
+    assert "sentinel_gpu_power_watts" in families
+    assert "sentinel_sglang_log_lines" in families
 
 
 async def test_openmetrics_on_request(collectors: CollectorSet, exporter_factory: Any) -> None:
@@ -133,7 +134,8 @@ async def test_basic_auth(collectors: CollectorSet, exporter_factory: Any, tmp_p
     settings = ExporterSettings(port=0, basic_auth_users_file=_users_file(tmp_path))
     exporter = await exporter_factory(collectors, settings=settings)
     r = await get(exporter.url + "/metrics")
-    assert r.status_code == 401 and r.headers["www-authenticate"] == 'Basic realm="sentinel"'
+    assert r.status_code == 401
+    assert r.headers["www-authenticate"] == 'Basic realm="sentinel"'
     assert (await get(exporter.url + "/metrics", auth=("prometheus", "wrong"))).status_code == 401
     assert (await get(exporter.url + "/metrics", auth=("nobody", "s3cret"))).status_code == 401
     assert (await get(exporter.url + "/", auth=("prometheus", "wrong"))).status_code == 401
@@ -146,7 +148,7 @@ async def test_basic_auth(collectors: CollectorSet, exporter_factory: Any, tmp_p
 
 
 def test_users_file_errors(tmp_path: Path) -> None:
-    with pytest.raises(ExporterConfigError, match="not found|No such file"):
+    with pytest.raises(ExporterConfigError, match=r"not found|No such file"):
         load_users(tmp_path / "missing")
     bad = tmp_path / "bad"
     bad.write_text("prometheus:plaintext\n")
@@ -178,7 +180,8 @@ async def test_tls(collectors: CollectorSet, exporter_factory: Any, certificate:
     assert exporter.url.startswith("https://")
     ctx = ssl.create_default_context(cafile=str(cert))
     r = await get(exporter.url + "/metrics", verify=ctx)
-    assert r.status_code == 200 and "sentinel_build_info" in r.text
+    assert r.status_code == 200
+    assert "sentinel_build_info" in r.text
     with pytest.raises(httpx.HTTPError):
         await get(exporter.url.replace("https", "http") + "/metrics")
 
@@ -205,7 +208,7 @@ async def test_bad_tls_files_and_busy_port(
     missing = ExporterSettings(
         port=0, tls=TlsSettings(cert_file=tmp_path / "c.pem", key_file=tmp_path / "k.pem")
     )
-    with pytest.raises(ExporterConfigError, match="TLS: .*c.pem"):
+    with pytest.raises(ExporterConfigError, match=r"TLS: .*c\.pem"):
         await Exporter(collectors.registry(), missing).start()
     (tmp_path / "c.pem").write_text("not a certificate")
     (tmp_path / "k.pem").write_text("not a key")

@@ -84,7 +84,9 @@ async def test_bench_refused_key_is_clear_and_never_echoed(
     assert "wrong-key-XYZ" not in captured.err + captured.out + out.read_text()
 
     key_file.write_text("right-key")
-    assert await _bench(*_small(fake.base_url), "--api-key-file", str(key_file), "--warmup-requests", "0") == 0
+    assert (
+        await _bench(*_small(fake.base_url), "--api-key-file", str(key_file), "--warmup-requests", "0") == 0
+    )
     monkeypatch.setenv("OPENAI_API_KEY", "right-key")
     assert await _bench(*_small(fake.base_url)) == 0
 

@@ -29,6 +29,9 @@ class ReadyServer:
     def launch_hash(self) -> str | None:
         return "sim"
 
+    def started_warm(self) -> bool:
+        return False
+
 
 def _scheduler(tmp_path: Path, base_url: str, **schedule: Any) -> tuple[LoadScheduler, ServerLoadReader]:
     base: dict[str, Any] = {
@@ -66,22 +69,6 @@ def _value(sched: LoadScheduler, name: str, **labels: str) -> float | None:
     return reg.get_sample_value(name, labels)
 
 
-async def test_reference_run_on_the_sim(tmp_path: Path, sim_factory: Callable[..., Any]) -> None:
-    sim = sim_factory("--enable-metrics", "--speed", "50")
-    sched, reader = _scheduler(tmp_path, sim.base_url)
-    try:
-        assert await sched.fire("ref") == "completed"
-    finally:
-        await reader.aclose()
-    assert _value(sched, "sentinel_load_requests_total", profile="ref", outcome="success") == 48
-    assert (_value(sched, "sentinel_load_output_throughput_tokens_per_second", profile="ref") or 0) > 0
-    assert _value(sched, "sentinel_request_e2e_seconds_count", profile="ref") == 48
-    record = StateDir(tmp_path).history("runs.jsonl")[-1]
-    # The budget was charged what the run spent, warm-up included, never more than reserved.
-    assert 0 < record["budget_tokens"] <= 49 * 128
-    assert record["summary"]["ttft_p99"] > 0
-
-
 async def test_breaker_aborts_on_injected_errors(tmp_path: Path, sim_factory: Callable[..., Any]) -> None:
     sim = sim_factory("--enable-metrics", "--speed", "20", "--fault", "http_503:rate=0.5")
     sched, reader = _scheduler(tmp_path, sim.base_url)
@@ -96,7 +83,7 @@ async def test_breaker_aborts_on_injected_errors(tmp_path: Path, sim_factory: Ca
     assert sum(record["requests"].values()) < 48
 
 
-async def test_foreign_traffic_skips_or_shrinks(tmp_path: Path, sim_factory: Callable[..., Any]) -> None:
+async def test_reference_run_then_foreign_traffic(tmp_path: Path, sim_factory: Callable[..., Any]) -> None:
     sim = sim_factory("--enable-metrics", "--speed", "30", "--decode-log-interval", "1")
     sched, reader = _scheduler(tmp_path, sim.base_url)
 
@@ -113,6 +100,17 @@ async def test_foreign_traffic_skips_or_shrinks(tmp_path: Path, sim_factory: Cal
         await run_load(spec, cancel=stop)
 
     try:
+        # Idle server: a whole reference run, with every figure.
+        assert await sched.fire("ref") == "completed"
+        assert _value(sched, "sentinel_load_requests_total", profile="ref", outcome="success") == 48
+        assert (_value(sched, "sentinel_load_output_throughput_tokens_per_second", profile="ref") or 0) > 0
+        assert _value(sched, "sentinel_request_e2e_seconds_count", profile="ref") == 48
+        record = StateDir(tmp_path).history("runs.jsonl")[-1]
+        # The budget was charged what the run spent, warm-up included, never more than reserved.
+        assert 0 < record["budget_tokens"] <= 49 * 128
+        assert record["summary"]["ttft_p99"] > 0
+        assert record["reference"] is True
+
         stop = asyncio.Event()
         busy = asyncio.create_task(foreign(20, stop))
         await asyncio.sleep(1.0)

@@ -24,12 +24,16 @@ class FakeServer:
     def __init__(self, epoch: float | None) -> None:
         self.epoch = epoch
         self.hash = "abc123"
+        self.warm = False
 
     def ready_epoch(self) -> float | None:
         return self.epoch
 
     def launch_hash(self) -> str | None:
         return self.hash
+
+    def started_warm(self) -> bool:
+        return self.warm
 
 
 class FakeLoad:
@@ -357,3 +361,85 @@ async def test_reload_changes_jobs_and_budget(tmp_path: Path) -> None:
         assert sched.budget.tokens_per_hour == 7
     finally:
         await sched.stop()
+
+
+def _sweep(duration: float, tokens: int) -> Any:
+    """Exclusive work like a calibration: charges as it goes, stops when asked."""
+
+    async def work(run: Any) -> None:
+        for _ in range(10):
+            if run.cancel.is_set():
+                return
+            run.charged += tokens // 10
+            run.counters.in_flight = 4
+            await asyncio.sleep(duration / 10)
+            run.counters.completed += 4
+            run.counters.in_flight = 0
+
+    return work
+
+
+async def test_exclusive_work_shares_the_slot_and_the_budget(tmp_path: Path) -> None:
+    s = settings(budget={"tokens_per_hour": 1000})
+    sched = make(tmp_path, s, FakeExecutor(duration=0.5))
+    sweep = asyncio.create_task(sched.run_exclusive("calibration", 800, _sweep(0.5, 600), 30))
+    await asyncio.sleep(0.1)
+    # A reference run cannot start while the sweep holds the slot, and vice versa.
+    assert await sched.fire("ref") == "skipped:busy"
+    assert await sweep == "completed"
+    assert sched.budget.spent() == 600  # charged what it spent, not its whole reservation
+    assert await sched.run_exclusive("calibration", 800, _sweep(0.1, 100), 30) == "skipped:budget"
+    record = StateDir(tmp_path).history("runs.jsonl")[-2]
+    assert (record["kind"], record["outcome"], record["budget_tokens"]) == ("calibration", "completed", 600)
+
+
+async def test_exclusive_work_is_polite_and_restart_aware(tmp_path: Path) -> None:
+    load = FakeLoad(running=0)
+    server = FakeServer(time.time() - 1)
+    sched = make(tmp_path, settings(reference_exclusion_seconds=30), FakeExecutor(), server=server, load=load)
+    assert await sched.run_exclusive("calibration", 100, _sweep(0.1, 10), 30) == "skipped:restart_window"
+    server.epoch = time.time() - 60
+    load.running = 3
+    assert await sched.run_exclusive("calibration", 100, _sweep(0.1, 10), 30) == "skipped:foreign_traffic"
+    load.running = 0
+    task = asyncio.create_task(sched.run_exclusive("calibration", 1000, _sweep(2.0, 1000), 30))
+    await asyncio.sleep(0.3)
+    load.running = 40  # someone else's traffic arrives mid-sweep
+    assert await asyncio.wait_for(task, 5) == "aborted"
+    assert sample(sched, "sentinel_load_aborts_total", profile="calibration", reason="foreign_traffic") == 1
+    assert sched.budget.spent() < 1000
+
+
+async def test_exclusive_work_cancelled_on_stop(tmp_path: Path) -> None:
+    sched = make(tmp_path, settings(), FakeExecutor())
+    await sched.start()
+    task = asyncio.create_task(sched.run_exclusive("calibration", 1000, _sweep(5.0, 1000), 30))
+    await asyncio.sleep(0.2)
+    await asyncio.wait_for(sched.stop(), 5)
+    assert await task == "cancelled"
+    assert sched.budget.spent() <= 200
+
+
+async def test_a_server_found_already_serving_needs_no_window(tmp_path: Path) -> None:
+    # sentinel restarted, the systemd-run server did not: no warm-up, no exclusion, no on-ready run.
+    server = FakeServer(time.time() - 1)
+    server.warm = True
+    ex = FakeExecutor(duration=0.05)
+    s = settings(
+        profiles={"ref": profile(run_on_ready=True)}, warmup_seconds=60, reference_exclusion_seconds=600
+    )
+    sched = make(tmp_path, s, ex, server=server)
+    await sched.start()
+    try:
+        assert await sched.fire("ref") == "completed"
+        assert sample(sched, "sentinel_load_output_throughput_tokens_per_second", profile="ref") == 100
+        assert "ready:ref" not in sched.next_runs()
+        assert StateDir(tmp_path).history("restarts.jsonl")[-1]["observed_running"] is True
+    finally:
+        await sched.stop()
+
+
+async def test_a_full_kv_cache_does_not_stop_a_sweep(tmp_path: Path) -> None:
+    load = FakeLoad(usage=0.999)  # saturation is what a calibration sweep looks for
+    sched = make(tmp_path, settings(), FakeExecutor(), load=load)
+    assert await sched.run_exclusive("calibration", 1000, _sweep(0.3, 100), 30) == "completed"

@@ -415,3 +415,16 @@ def test_never_raises_on_noise() -> None:
         else:
             line = "".join(rng.choice(alphabet) for _ in range(rng.randrange(80)))
         parse_line(line)  # must not raise
+
+
+def test_batch_line_behind_a_foreign_prefix() -> None:
+    # SGLANG_LOGGING_CONFIG_PATH formats or a log forwarder put something else before the message.
+    line = (
+        "sglang[4242]: INFO Decode batch, #running-req: 5, #token: 20800, token usage: 0.29, "
+        "cuda graph: True, gen throughput (token/s): 144.95, #queue-req: 0"
+    )
+    event = parse_line(line)
+    assert isinstance(event, DecodeBatch)
+    assert event.timestamp is None
+    assert (event.running_req, event.gen_throughput) == (5, 144.95)
+    assert parse_line("user prompt: please Decode batch, then stop") is None

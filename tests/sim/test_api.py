@@ -45,35 +45,37 @@ async def test_health_info_and_models(sim: SimServer, client: httpx.AsyncClient)
     assert "Endpoint '/get_model_info' is deprecated" in log
 
 
-async def test_generate_stream_format(client: httpx.AsyncClient) -> None:
-    status, events = await sse(
-        client,
-        "/generate",
-        {"text": "What is 2+2?", "sampling_params": {"max_new_tokens": 64, "temperature": 0}, "stream": True},
-    )
-    assert status == 200
-    chunks = decode(events)
-    # compact JSON, no spaces after separators (orjson)
-    assert ", " not in events[0].split('"text"')[0]
-    texts = [c["text"] for c in chunks]
-    for prev, cur in itertools.pairwise(texts):
-        assert cur.startswith(prev), "text must be cumulative"
-    counts = [c["meta_info"]["completion_tokens"] for c in chunks]
-    assert counts == list(range(1, len(chunks) + 1))
-    assert all(c["meta_info"]["finish_reason"] is None for c in chunks[:-1])
-    last = chunks[-1]
-    assert last["meta_info"]["finish_reason"] == {"type": "stop", "matched": EOS}
-    assert last["text"] == "2 + 2 = 4."
-    assert last["output_ids"][-1] == EOS
-    assert len(last["output_ids"]) == last["meta_info"]["completion_tokens"] == 7
-    assert last["meta_info"]["e2e_latency"] > 0
-    assert "e2e_latency" not in chunks[0]["meta_info"]
-    assert list(last["meta_info"]) == [
-        "id", "finish_reason", "prompt_tokens", "weight_version", "total_retractions",
-        "completion_tokens", "cached_tokens", "e2e_latency",
-    ]  # fmt: skip
-    assert list(chunks[0]["meta_info"])[:7] == list(last["meta_info"])[:7]
-    assert last["meta_info"]["prompt_tokens"] == 6
+async def test_generate_stream_format() -> None:
+    # slow enough that every decode step gets its own chunk even on a loaded machine
+    async with serve(speed=10, startup_time=0) as sim, httpx.AsyncClient(base_url=sim.base_url) as client:
+        status, events = await sse(
+            client,
+            "/generate",
+            {"text": "What is 2+2?", "sampling_params": {"max_new_tokens": 64, "temperature": 0}, "stream": True},
+        )
+        assert status == 200
+        chunks = decode(events)
+        # compact JSON, no spaces after separators (orjson)
+        assert ", " not in events[0].split('"text"')[0]
+        texts = [c["text"] for c in chunks]
+        for prev, cur in itertools.pairwise(texts):
+            assert cur.startswith(prev), "text must be cumulative"
+        counts = [c["meta_info"]["completion_tokens"] for c in chunks]
+        assert counts == list(range(1, len(chunks) + 1))
+        assert all(c["meta_info"]["finish_reason"] is None for c in chunks[:-1])
+        last = chunks[-1]
+        assert last["meta_info"]["finish_reason"] == {"type": "stop", "matched": EOS}
+        assert last["text"] == "2 + 2 = 4."
+        assert last["output_ids"][-1] == EOS
+        assert len(last["output_ids"]) == last["meta_info"]["completion_tokens"] == 7
+        assert last["meta_info"]["e2e_latency"] > 0
+        assert "e2e_latency" not in chunks[0]["meta_info"]
+        assert list(last["meta_info"]) == [
+            "id", "finish_reason", "prompt_tokens", "weight_version", "total_retractions",
+            "completion_tokens", "cached_tokens", "e2e_latency",
+        ]  # fmt: skip
+        assert list(chunks[0]["meta_info"])[:7] == list(last["meta_info"])[:7]
+        assert last["meta_info"]["prompt_tokens"] == 6
 
 
 async def test_generate_non_stream_input_ids_batch_and_limits(client: httpx.AsyncClient) -> None:

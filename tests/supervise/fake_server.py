@@ -37,6 +37,7 @@ def _args() -> argparse.Namespace:
     p.add_argument("--spawn-child", default=None, help="start a worker in our group; write its pid here")
     p.add_argument("--once", default=None, help="apply the fault only when this file does not exist")
     p.add_argument("--no-metrics", action="store_true")
+    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 routes")
     return p.parse_args()
 
 
@@ -72,6 +73,8 @@ def main() -> None:
         return web.Response(status=200)
 
     async def chat(request: web.Request) -> web.Response:
+        if a.api_key and request.headers.get("Authorization") != f"Bearer {a.api_key}":
+            return web.json_response({"error": "Unauthorized"}, status=401)
         body = await request.json()
         prompt = body["messages"][-1]["content"]
         if faulty and a.garbage:

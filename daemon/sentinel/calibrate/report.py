@@ -58,6 +58,8 @@ def _sorted_trusted(result: CalibrationResult) -> list[Step]:
 def _log2_axis(ax: Axes) -> None:
     from matplotlib.ticker import FuncFormatter
 
+    if not any(len(line.get_xdata()) for line in ax.get_lines()) and not ax.collections:
+        return  # nothing plotted (no trustworthy step): a log axis would have no range
     ax.set_xscale("log", base=2)
     # Plain concurrency numbers (1, 2, 4 ...) rather than powers of two.
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
@@ -321,12 +323,18 @@ The raw result: <a href="result.json">result.json</a>.</p>
 def write_report(result: CalibrationResult, directory: Path) -> Path:
     """Write index.html, the PNGs and result.json into ``directory``; returns the HTML's path."""
     plt = _mpl()
-    images = {
-        "throughput.png": _plot_throughput(plt, result),
-        "latency.png": _plot_latency(plt, result),
-        "latency_vs_throughput.png": _plot_latency_throughput(plt, result),
-        "server.png": _plot_server(plt, result),
-    }
+    try:
+        images = {
+            "throughput.png": _plot_throughput(plt, result),
+            "latency.png": _plot_latency(plt, result),
+            "latency_vs_throughput.png": _plot_latency_throughput(plt, result),
+            "server.png": _plot_server(plt, result),
+        }
+    except Exception as exc:
+        # matplotlib raises assorted errors on degenerate data; the result itself is already safe
+        # (stored and printed), so the report fails with one line instead of a traceback.
+        plt.close("all")
+        raise ReportError(f"cannot draw the report's plots: {type(exc).__name__}: {exc}") from exc
     try:
         directory.mkdir(parents=True, exist_ok=True)
         for name, data in images.items():

@@ -5,7 +5,8 @@ Public surface::
     from sentinel.collect import build_collector_set, CollectorSet
     collectors = build_collector_set(settings)      # the [collectors] enabled ones, not started
     collectors.add("supervisor", supervisor.collector)  # any prometheus_client Collector
-    log = collectors.get("sglang_log")              # SGLangLogCollector: wire log lines to .feed
+    log = collectors.get("sglang_log")              # SGLangLogCollector: .feed(line) or
+    task = asyncio.create_task(log.follow(supervisor.subscribe_lines()))
     await collectors.start()                         # background GPU reads begin
     registry = collectors.registry()                 # serve with sentinel.export.Exporter
     ...

@@ -129,6 +129,10 @@ class CollectorSet:
         background = [s for s in self._sources.values() if isinstance(s, Background)]
         if background:
             await asyncio.gather(*(asyncio.to_thread(s.stop, grace) for s in background))
+        for source in self._sources.values():
+            close = getattr(source, "close", None)  # e.g. the SGLang collector's HTTP client
+            if callable(close):
+                close()
 
     # prometheus_client's registry calls describe() when present; without it, it would call
     # collect() at registration, which would fetch from SGLang for nothing.

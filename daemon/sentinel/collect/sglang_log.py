@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterable, Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -37,6 +37,16 @@ if TYPE_CHECKING:
 __all__ = ["SGLangLogCollector"]
 
 _P = "sentinel_sglang_log_"
+
+
+class _Line(Protocol):
+    """What the supervisor's line stream yields (``sentinel.supervise.LogLine``)."""
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def timestamp(self) -> float: ...
 
 
 @dataclass(slots=True)
@@ -70,10 +80,13 @@ class SGLangLogCollector:
         self._retracted_requests = 0
         self._health_check_failures = 0
 
-    def feed(self, line: str) -> None:
-        """Account for one server log line (with or without its newline). Never raises."""
+    def feed(self, line: str, at: float | None = None) -> None:
+        """Account for one server log line (with or without its newline). Never raises.
+
+        ``at``: wall-clock time the line was read (default: now).
+        """
         event = parse_line(line)
-        now = self._clock()
+        now = self._clock() if at is None else at
         with self._lock:
             self._lines += 1
             self._last_line_at = now
@@ -98,6 +111,14 @@ class SGLangLogCollector:
             elif event is None and ("Decode batch" in line or "Prefill batch" in line):
                 # A batch line this parser cannot read: a new SGLang log layout, worth knowing.
                 self._unparsed_batch_lines += 1
+
+    async def follow(self, lines: AsyncIterable[_Line]) -> None:
+        """Feed every line of an async stream until it ends, e.g. ``Supervisor.subscribe_lines()``.
+
+        Run it as a task; cancel the task (or close the stream) to stop.
+        """
+        async for line in lines:
+            self.feed(line.text, line.timestamp)
 
     def _rank(self, dp: int | None) -> _Rank:
         key = str(dp or 0)

@@ -117,7 +117,7 @@ class FamilyParser:
             fast = True
             for line in lines:
                 prefix, sep, value = line.rpartition(" ")
-                # '}' or a name right before the value: no timestamp/exemplar on this line.
+                # '}' or a bare name right before the value: no timestamp or exemplar on this line.
                 if (
                     not sep
                     or not prefix

@@ -11,6 +11,7 @@ query parameters filter families as prometheus_client's own servers do.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import html
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -147,7 +148,7 @@ class Exporter:
                 )
         return await handler(request)
 
-    def _render(self, accept: str, names: list[str]) -> tuple[bytes, str]:
+    def _render(self, accept: str, names: list[str], gzipped: bool) -> tuple[bytes, str]:
         _, content_type = choose_encoder(accept)
         registry: Collector = _Only(self.registry, frozenset(names)) if names else self.registry
         # Our renderer, not `encoder`: it caches each family's rendering (render.py), and it renders
@@ -157,28 +158,36 @@ class Exporter:
         # default, would see orphaned metadata and untyped series. Every name we serve is a valid
         # classic name, which no escaping scheme changes, so this is what a correct rendering is.
         fmt: Format = "openmetrics" if content_type.startswith("application/openmetrics-text") else "text"
-        return render(registry, fmt), content_type
+        body = render(registry, fmt)
+        if gzipped:
+            # Prometheus always asks for gzip. Level 1, in this worker thread: ~8× smaller for
+            # exposition text at a fraction of the default level's cost (aiohttp's own
+            # compression would use the default level and another executor hop).
+            body = gzip.compress(body, compresslevel=1, mtime=0)
+        return body, content_type
 
     async def _metrics(self, request: web.Request) -> web.StreamResponse:
         if self._inflight >= self.settings.max_concurrent_scrapes:
             return web.Response(status=503, text="too many concurrent scrapes\n")
         self._inflight += 1
+        gzipped = "gzip" in request.headers.get("Accept-Encoding", "")
         try:
             body, content_type = await asyncio.get_running_loop().run_in_executor(
                 self._executor,
                 self._render,
                 request.headers.get("Accept", ""),
                 request.query.getall("name[]", []),
+                gzipped,
             )
         except Exception:
             _log.exception("rendering /metrics failed")
             return web.Response(status=500, text="rendering metrics failed; see the daemon log\n")
         finally:
             self._inflight -= 1
-        response = web.Response(body=body, headers={"Content-Type": content_type})
-        if "gzip" in request.headers.get("Accept-Encoding", ""):
-            response.enable_compression(web.ContentCoding.gzip)
-        return response
+        headers = {"Content-Type": content_type}
+        if gzipped:
+            headers["Content-Encoding"] = "gzip"
+        return web.Response(body=body, headers=headers)
 
     async def _healthz(self, request: web.Request) -> web.StreamResponse:
         if self._health is None:

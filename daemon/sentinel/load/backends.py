@@ -177,12 +177,18 @@ class NativeParser(ResponseParser):
             t = payload.find(b'"text":')
             if i >= 0 and t >= 0:
                 total = _WS_DIGITS.match(payload, i + 20)
-                text = _WS_QUOTE_CHAR.match(payload, t + 7)
-                if total is not None and text is not None:
+                has_text: bool | None = None
+                if payload[t + 7] == 0x22:  # compact JSON (SGLang's orjson): "text":"...
+                    has_text = payload[t + 8] != 0x22
+                else:
+                    quote = _WS_QUOTE_CHAR.match(payload, t + 7)
+                    if quote is not None:
+                        has_text = quote.group(1) != b'"'
+                if total is not None and has_text is not None:
                     n = int(total.group(1))
                     self.usage_completion = n
                     new = n - self.tokens_seen
-                    if new > 0 and text.group(1) != b'"':
+                    if new > 0 and has_text:
                         # _chunk, inlined: this is the client's hottest line.
                         rec.chunk_times.append(now)
                         rec.chunk_tokens.append(new)

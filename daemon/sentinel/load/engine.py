@@ -2,9 +2,10 @@
 
 Streams go through `sentinel.load.transport` (asyncio protocol callbacks + httptools): the
 bytes of one socket read reach the response parser inside the read callback, stamped with the
-read's arrival time, with no coroutine wake-up per read. aiohttp's and httpx's clients cost
-2-6x more client CPU per streamed token (`benchmarks/load_http_clients.py`). aiohttp is still
-used for the few auxiliary calls (`/v1/models`).
+read's arrival time. With aiohttp's client each read wakes a coroutine, and the timestamp is
+only taken when that coroutine gets its turn in the loop (late under load); httpx parses HTTP in
+pure Python and cost about 3x aiohttp's CPU per event (`benchmarks/load_http_clients.py`).
+aiohttp is still used for the few auxiliary calls (`/v1/models`).
 
 Timing-path discipline: bodies are serialised before their planned time; a request's send
 time is taken right before it is written to the connection; nothing heavier than a JSON decode
@@ -447,6 +448,16 @@ async def _run(
         max_schedule_lag=spec.max_schedule_lag_s,
         max_loop_lag=spec.max_loop_lag_s,
     )
+    ds = spec.dataset
+    if isinstance(ds, SharedPrefixDataset) and metrics.completed:
+        achieved = metrics.cache_hit_ratio
+        if achieved is None:
+            notes.append("the server reported no cached_tokens; the prefix-cache hit ratio was not checked")
+        elif abs(achieved - ds.cache_hit_ratio) > 0.1:
+            notes.append(
+                f"prefix-cache hit ratio {achieved:.3f} is off the target {ds.cache_hit_ratio:.3f} "
+                "(cache disabled, evicted, or too few requests per group)"
+            )
     return RunResult(
         spec=spec,
         metrics=metrics,

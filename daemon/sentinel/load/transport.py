@@ -25,6 +25,8 @@ import httptools
 
 __all__ = ["KEEPALIVE_S", "BodySink", "ConnectError", "ConnectionLost", "HttpClient", "ProtocolError"]
 
+_perf = time.perf_counter
+
 # SGLang's uvicorn closes idle keep-alive connections after 5 s; reusing one at that moment
 # would lose the request, so ours are dropped a little earlier.
 KEEPALIVE_S = 4.0
@@ -71,7 +73,8 @@ class _Connection(asyncio.Protocol):
         self.exchange: _Exchange | None = None
         self.closed = False
         self.idle_since = 0.0
-        self._pieces: list[bytes] = []
+        self.keep_alive = False
+        self._body: bytes | None = None  # body bytes of the read being parsed
 
     # -- asyncio.Protocol --
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -79,7 +82,7 @@ class _Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
-        now = time.perf_counter()
+        now = _perf()
         ex = self.exchange
         if ex is None:  # bytes on an idle connection: not HTTP we can trust any more
             self.close()
@@ -91,10 +94,9 @@ class _Connection(asyncio.Protocol):
             ex.fail(ProtocolError(f"invalid HTTP from the server: {exc}"))
             self.close()
             return
-        pieces = self._pieces
-        if pieces:
-            body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-            pieces.clear()
+        body = self._body
+        if body is not None:
+            self._body = None
             try:
                 ex.sink.on_data(body, now)
             except Exception as exc:  # the sink's verdict (e.g. an in-band error) ends the request
@@ -118,9 +120,12 @@ class _Connection(asyncio.Protocol):
             ex.sink.on_status(ex.status)
 
     def on_body(self, body: bytes) -> None:
-        self._pieces.append(body)
+        # Usually one body piece per read; several (small chunks) are joined.
+        self._body = body if self._body is None else self._body + body
 
     def on_message_complete(self) -> None:
+        # Asked here: after the callback llhttp has reset for the next message and answers no.
+        self.keep_alive = self.parser.should_keep_alive()
         if self.exchange is not None:
             self.exchange.complete = True
 
@@ -231,7 +236,7 @@ class HttpClient:
                 self._all.discard(conn)
                 raise
             conn.exchange = None
-            if conn.parser.should_keep_alive() and not conn.closed:
+            if conn.keep_alive and not conn.closed:
                 conn.idle_since = time.monotonic()
                 self._idle.append(conn)
             else:

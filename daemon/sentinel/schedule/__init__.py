@@ -1,1 +1,70 @@
+"""The daemon's schedule: job wiring, synthetic-load budget, polite injection, breaker, state directory.
 
+Public surface (what ``sentinel.daemon`` wires)::
+
+    from sentinel.schedule import LoadScheduler, ScheduleMetrics, StateDir, LoadEngineExecutor
+    metrics = ScheduleMetrics()                       # register it with the exporter's registry
+    sched = LoadScheduler(settings.schedule, server=view, executor=LoadEngineExecutor(url),
+                          metrics=metrics, state=StateDir(path), load_reader=ServerLoadReader(...))
+    sched.restore(); await sched.start()              # history and budget back, jobs scheduled
+    await sched.fire("reference")                     # one firing (what a job does)
+    await sched.run_exclusive("calibration", tokens, work, limit_seconds)
+    sched.reload(new_settings.schedule)               # SIGHUP
+    await sched.stop()                                # cancels the run in progress
+
+Modules: ``settings`` (the ``[schedule]`` section), ``scheduler`` (APScheduler jobs and the life of
+one run), ``plan`` (what a run does and reports), ``executor`` (a plan through the load engine),
+``budget`` (the hourly token budget), ``polite`` (foreign traffic), ``breaker`` (abort reasons),
+``metrics`` (every series of this package), ``state`` (atomic files and bounded histories).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sentinel.schedule.budget import TokenBudget
+    from sentinel.schedule.executor import LoadEngineExecutor
+    from sentinel.schedule.metrics import ScheduleMetrics
+    from sentinel.schedule.plan import RunPlan, RunReport
+    from sentinel.schedule.polite import ServerLoad, ServerLoadReader
+    from sentinel.schedule.scheduler import ExclusiveRun, LoadScheduler
+    from sentinel.schedule.state import StateDir, StateError
+
+__all__ = [
+    "ExclusiveRun",
+    "LoadEngineExecutor",
+    "LoadScheduler",
+    "RunPlan",
+    "RunReport",
+    "ScheduleMetrics",
+    "ServerLoad",
+    "ServerLoadReader",
+    "StateDir",
+    "StateError",
+    "TokenBudget",
+]
+
+# Imported on first use: sentinel.config imports this package for its settings model, and every CLI
+# command loads the config; APScheduler, httpx and the load engine are not needed for that.
+_LAZY = {
+    "TokenBudget": "sentinel.schedule.budget",
+    "LoadEngineExecutor": "sentinel.schedule.executor",
+    "ScheduleMetrics": "sentinel.schedule.metrics",
+    "RunPlan": "sentinel.schedule.plan",
+    "RunReport": "sentinel.schedule.plan",
+    "ServerLoad": "sentinel.schedule.polite",
+    "ServerLoadReader": "sentinel.schedule.polite",
+    "ExclusiveRun": "sentinel.schedule.scheduler",
+    "LoadScheduler": "sentinel.schedule.scheduler",
+    "StateDir": "sentinel.schedule.state",
+    "StateError": "sentinel.schedule.state",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -72,6 +72,10 @@ class ServerView(Protocol):
     def launch_hash(self) -> str | None:
         """Hash of the launch configuration of the current server life."""
 
+    def started_warm(self) -> bool:
+        """True when the current life was already serving when sentinel first saw it (sentinel
+        restarted, the server did not): its caches are warm, so no warm-up or exclusion window."""
+
 
 class GpuView(Protocol):
     def max_temperature_celsius(self) -> float | None: ...
@@ -284,15 +288,22 @@ class LoadScheduler:
         if epoch is None or epoch == self._last_epoch:
             return
         self._last_epoch = epoch
+        warm = self.server.started_warm()
         record = {
             "ready_at": epoch,
             "ready_at_iso": _iso(epoch),
             "launch_hash": self.server.launch_hash(),
             "seen_at": self._clock(),
+            # Already serving when first seen (sentinel restarted, the server did not).
+            "observed_running": warm,
         }
         self._restarts.append(record)
         self.state.append(RESTARTS_FILE, record, self.settings.history_restarts)
-        _log.info("server_epoch", ready_at=_iso(epoch), launch_hash=record["launch_hash"])
+        _log.info(
+            "server_epoch", ready_at=_iso(epoch), launch_hash=record["launch_hash"], observed_running=warm
+        )
+        if warm:
+            return  # a warm server needs no fresh reference point: the schedule carries on
         delay = max(self.settings.warmup_seconds, self.settings.reference_exclusion_seconds)
         for name, profile in self.settings.profiles.items():
             if profile.run_on_ready and self._scheduler is not None:
@@ -342,7 +353,8 @@ class LoadScheduler:
         epoch = self.server.ready_epoch()
         if epoch is None:
             return self._skip(profile, "server_not_ready")
-        if now < epoch + self.settings.warmup_seconds:
+        warm = self.server.started_warm()
+        if not warm and now < epoch + self.settings.warmup_seconds:
             return self._skip(profile, "warmup", ready_at=epoch)
         load = await self._read_load() if self.settings.polite.enabled else None
         if load is not None:
@@ -368,7 +380,8 @@ class LoadScheduler:
         reservation = self.budget.reserve(plan.max_tokens)
         if reservation is None:
             return self._skip(profile, "budget", needed=plan.max_tokens, remaining=self.budget.remaining())
-        reference = now >= epoch + self.settings.reference_exclusion_seconds and plan.full_size
+        in_window = not warm and now < epoch + self.settings.reference_exclusion_seconds
+        reference = not in_window and plan.full_size
         launch_hash = self.server.launch_hash()
         _log.info(
             "load_run_start",
@@ -411,7 +424,7 @@ class LoadScheduler:
             self.executor(plan, current.counters, cancel)
         )
         current.task = asyncio.current_task()
-        monitor = asyncio.ensure_future(self._monitor(plan, current.counters, epoch))
+        monitor = asyncio.ensure_future(self._monitor(current.counters, epoch, plan.settings.timeout_seconds))
         abort_reason: str | None = None
         try:
             done, _ = await asyncio.wait({run_task, monitor}, return_when=asyncio.FIRST_COMPLETED)
@@ -447,12 +460,18 @@ class LoadScheduler:
             return report, "failed", None
         return report, "completed", None
 
-    async def _monitor(self, plan: RunPlan, counters: LoadCounters, epoch: float) -> str:
-        """Runs beside the load; returns an abort reason as soon as one holds."""
+    async def _monitor(
+        self, counters: LoadCounters, epoch: float, limit_seconds: float, *, watch_kv: bool = True
+    ) -> str:
+        """Runs beside the load; returns an abort reason as soon as one holds.
+
+        ``watch_kv=False`` for a calibration sweep: a full KV cache is the saturation it looks for
+        (and stops at by itself), not harm to stop it for.
+        """
         interval = min(
             self.settings.breaker.check_interval_seconds, self.settings.polite.check_interval_seconds
         )
-        deadline = time.monotonic() + plan.settings.timeout_seconds
+        deadline = time.monotonic() + limit_seconds
         while True:
             await asyncio.sleep(min(interval, max(0.0, deadline - time.monotonic())))
             if time.monotonic() >= deadline:
@@ -467,7 +486,7 @@ class LoadScheduler:
             signals = BreakerSignals(
                 finished=counters.completed + counters.failed,
                 failed=counters.failed,
-                kv_usage=load.token_usage if load is not None else None,
+                kv_usage=load.token_usage if load is not None and watch_kv else None,
                 max_gpu_temperature_celsius=self.gpu.max_temperature_celsius() if self.gpu else None,
                 gpu_throttled=self.gpu.throttled() if self.gpu else None,
             )
@@ -550,7 +569,11 @@ class LoadScheduler:
     # -- exclusive non-profile work (calibration) -----------------------------------------------
 
     async def run_exclusive(
-        self, kind: str, max_tokens: int, work: Callable[[ExclusiveRun], Coroutine[Any, Any, None]]
+        self,
+        kind: str,
+        max_tokens: int,
+        work: Callable[[ExclusiveRun], Coroutine[Any, Any, None]],
+        limit_seconds: float,
     ) -> str:
         """Run other load (calibration) in the load slot and under the budget.
 
@@ -566,8 +589,17 @@ class LoadScheduler:
             epoch = self.server.ready_epoch()
             if epoch is None:
                 return self._skip(kind, "server_not_ready")
-            if self._clock() < epoch + self.settings.warmup_seconds:
+            warm = self.server.started_warm()
+            if not warm and self._clock() < epoch + self.settings.warmup_seconds:
                 return self._skip(kind, "warmup")
+            # A sweep measures capacity: a cold server just after a restart would understate it.
+            if not warm and self._clock() < epoch + self.settings.reference_exclusion_seconds:
+                return self._skip(kind, "restart_window")
+            load = await self._read_load() if self.settings.polite.enabled else None
+            decision = decide(load, 0, self.settings.polite)
+            # A sweep cannot be scaled down (it looks for the ceiling): any foreign traffic skips it.
+            if decision.action != "run":
+                return self._skip(kind, decision.reason or "foreign_traffic", foreign=decision.foreign)
             reservation = self.budget.reserve(max_tokens)
             if reservation is None:
                 return self._skip(kind, "budget", needed=max_tokens, remaining=self.budget.remaining())
@@ -575,24 +607,39 @@ class LoadScheduler:
             run = ExclusiveRun(current.counters, asyncio.Event())
             task = asyncio.ensure_future(work(run))
             current.task = asyncio.current_task()
+            monitor = asyncio.ensure_future(
+                self._monitor(current.counters, epoch, limit_seconds, watch_kv=False)
+            )
             outcome = "completed"
+            abort_reason: str | None = None
             try:
-                await task
+                done, _ = await asyncio.wait({task, monitor}, return_when=asyncio.FIRST_COMPLETED)
+                if task not in done:
+                    abort_reason = monitor.result()
+                    outcome = "aborted"
+                    _log.warning("exclusive_run_aborted", kind=kind, reason=abort_reason)
+                    await self._stop_work(task, run)
+                else:
+                    task.result()
             except asyncio.CancelledError:
                 outcome = "cancelled"
-                run.cancel.set()
-                with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
-                    await asyncio.wait_for(asyncio.shield(task), _CANCEL_GRACE_SECONDS)
-                task.cancel()
+                abort_reason = current.cancel_reason or "shutdown"
+                await self._stop_work(task, run)
             except Exception as exc:
                 _log.error("exclusive_run_failed", kind=kind, error=repr(exc))
                 outcome = "failed"
             finally:
+                monitor.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await monitor
                 self.budget.settle(reservation, run.charged)
+            if abort_reason is not None:
+                self.metrics.aborts.labels(kind, abort_reason).inc()
             record = {
                 "kind": kind,
                 "profile": kind,
                 "outcome": outcome,
+                "abort_reason": abort_reason,
                 "started_at": started,
                 "finished_at": self._clock(),
                 "started_at_iso": _iso(started),
@@ -605,6 +652,16 @@ class LoadScheduler:
             return outcome
         finally:
             self._current = None
+
+    @staticmethod
+    async def _stop_work(task: asyncio.Future[None], run: ExclusiveRun) -> None:
+        """Ask exclusive work to stop (it returns its partial result), then tear it down if it lingers."""
+        run.cancel.set()
+        with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
+            await asyncio.wait_for(asyncio.shield(task), _CANCEL_GRACE_SECONDS)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
 
     def hourly_profile_tokens(self) -> int:
         """Upper bound of the tokens the scheduled profiles will spend in an hour (cron: one run)."""

@@ -2,10 +2,12 @@
 
 Layout (all under ``state_dir``)::
 
-    capacity.json      last calibration's capacity figures (reloaded at start for the gauges)
-    runs.jsonl         one line per load run or skipped firing, newest last, bounded
-    restarts.jsonl     one line per server (re)start seen by the daemon, bounded
-    calibration/       the calibration package's own result store
+    runs.jsonl         one line per load run, calibration or skipped firing, newest last, bounded;
+                       the budget's spending is rebuilt from it at start
+    restarts.jsonl     one line per server life (ready time, launch-config hash), bounded
+    calibration/       the calibration package's result store (atomic JSON files, bounded); the
+                       latest result sets the capacity gauges at start; report/ its HTML report
+    server.log         child mode: the server's rotated output (the supervisor's)
 
 Writes of whole documents are atomic (temporary file in the same directory, fsync, rename,
 fsync of the directory), so a power cut leaves the old or the new version, never half of one.

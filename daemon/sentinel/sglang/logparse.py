@@ -32,7 +32,9 @@ Events (all have ``timestamp: datetime | None`` and ``ranks: Ranks``):
 
 Timestamps are the server's wall clock exactly as printed (SGLang logs local time without a
 zone, optionally with milliseconds under ``SGLANG_LOG_MS``), so they are naive ``datetime``s;
-``None`` for lines without the ``[...]`` prefix (tracebacks, NCCL, uvicorn start-up).
+``None`` for lines without the ``[...]`` prefix (tracebacks, NCCL, uvicorn start-up). Batch
+lines behind a foreign prefix (a custom ``SGLANG_LOGGING_CONFIG_PATH`` format, a log forwarder's
+``sglang[42]:``) still parse, with ``timestamp=None``.
 
 Layouts covered (field order is never relied on — fields are parsed by key): v0.5.9 and newer
 (``#pending-token``, ``cuda graph`` before ``input throughput``), Feb-2025 builds (``Decode batch.``
@@ -273,6 +275,7 @@ _PREFIX = re.compile(r"\[(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:[.,](\d{1,
 _RANK = re.compile(r" ([A-Z_]+?)(\d+)")
 _RANK_FIELDS = {"DP": "dp", "PP": "pp", "ATTN_CP": "attn_cp", "MOE_DP": "moe_dp", "TP": "tp", "EP": "ep"}
 _BATCH_HEAD = re.compile(r"(Decode|Prefill) batch(?: \[(\d+)\])?[,.] ")
+_BATCH_ANYWHERE = re.compile(r"(?<![\w])(Decode|Prefill) batch(?: \[(\d+)\])?[,.] (?=#)")
 
 
 def _ranks(text: str) -> Ranks:
@@ -477,6 +480,12 @@ def _parse(line: str) -> LogEvent | None:
         if head is None:
             return None
         return _parse_batch(head.group(1), head.group(2), msg[head.end() :], ts, ranks)
+    if ts is None and " batch" in msg:
+        # A custom SGLANG_LOGGING_CONFIG_PATH format or a forwarder's prefix ("sglang[42]: ..."):
+        # the fields are still SGLang's, only the timestamp is unknown.
+        head = _BATCH_ANYWHERE.search(msg)
+        if head is not None:
+            return _parse_batch(head.group(1), head.group(2), msg[head.end() :], None, NO_RANKS)
     if " HTTP/" in msg:
         acc = _ACCESS.search(msg)
         if acc is not None:

@@ -40,6 +40,21 @@ class RestartPolicy:
             self._times.popleft()
         return len(self._times)
 
+    def snapshot(self, now: float, wall_now: float) -> dict[str, object]:
+        """The history as wall-clock timestamps, to survive a restart of sentinel itself."""
+        self.restarts_in_window(now)
+        return {"restarts": [wall_now - (now - t) for t in self._times], "attempt": self._attempt}
+
+    def restore(self, data: dict[str, object], now: float, wall_now: float) -> None:
+        """Load a :meth:`snapshot`; entries that are malformed or outside the window are dropped."""
+        restarts = data.get("restarts")
+        attempt = data.get("attempt")
+        if isinstance(restarts, list):
+            times = [now - (wall_now - float(t)) for t in restarts if isinstance(t, int | float)]
+            self._times = deque(sorted(t for t in times if 0 <= now - t <= self._s.window))
+        if isinstance(attempt, int) and attempt >= 0:
+            self._attempt = attempt
+
     def next_delay(self, now: float) -> float | None:
         """Record a restart; the delay before it, or None for a crash loop (stop restarting)."""
         if self.restarts_in_window(now) >= self._s.max_restarts:

@@ -133,6 +133,7 @@ class LogBus:
         self._listeners: list[LineListener] = []
         self.lines_total = 0
         self.write_errors_total = 0
+        self.listener_errors_total = 0
         # Lines not delivered to a subscriber whose queue was full (cumulative, all subscribers).
         self.dropped_total = 0
         self._file: RotatingFile | None = None
@@ -193,7 +194,12 @@ class LogBus:
             try:
                 listener(line)
             except Exception:
-                log.exception("log line listener failed", listener=repr(listener))
+                self.listener_errors_total += 1
+                # A broken listener fails on every line: log the first error and then every 1000th.
+                if self.listener_errors_total % 1000 == 1:
+                    log.exception(
+                        "log line listener failed", listener=repr(listener), errors=self.listener_errors_total
+                    )
         for sub in list(self._subs):
             sub._offer(line)
 

@@ -44,6 +44,8 @@ class PreflightResult:
     message: str
     # Restart reason when this failure blocks a start (port_in_use is its own crash cause).
     reason: str = "preflight"
+    # A failure that usually clears by itself within seconds (GPU memory of a dead server).
+    transient: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,12 +114,8 @@ def check_gpus(cmd: LaunchCommand, reader: GpuReader) -> tuple[PreflightResult, 
                 f"GPU{g.index} {g.memory_free_bytes / 2**30:.1f}/{g.memory_total_bytes / 2**30:.1f} GiB free"
                 for g in short
             )
-            return (
-                PreflightResult(
-                    "gpus", "fail", f"mem_fraction_static {fraction:g} needs more free memory: {detail}"
-                ),
-                gpus,
-            )
+            message = f"mem_fraction_static {fraction:g} needs more free memory: {detail}"
+            return PreflightResult("gpus", "fail", message, transient=True), gpus
     free = min(g.memory_free_bytes for g in used) / 2**30
     return PreflightResult(
         "gpus", "ok", f"{len(gpus)} GPU(s), min free {free:.1f} GiB on the {need} used"
@@ -204,7 +202,8 @@ def check_known_bad(cmd: LaunchCommand, gpus: Sequence[GpuInfo]) -> list[Preflig
             )
         )
     if not found:
-        found.append(PreflightResult("known_bad", "ok", f"no known-bad combination for SM{sorted(archs)}"))
+        names = ", ".join(f"SM{major}{minor}" for major, minor in sorted(archs))
+        found.append(PreflightResult("known_bad", "ok", f"no known-bad combination for {names}"))
     return found
 
 

@@ -191,7 +191,9 @@ async def read_progress(client: httpx.AsyncClient, timeout_s: float) -> Progress
     decode, running_gauge = _metrics_progress(resp.text)
     running = running_gauge
     try:
-        loads = await client.get("/v1/loads", params={"include": "core"}, timeout=timeout_s)
+        # /v1/loads round-trips to the scheduler: a wedged one never answers, so do not let it
+        # eat the whole check timeout; the gauge fallback still shows the last running count.
+        loads = await client.get("/v1/loads", params={"include": "core"}, timeout=timeout_s / 3)
         if loads.status_code == 200:
             agg = loads.json().get("aggregate", {})
             value = agg.get("total_running_reqs")

@@ -20,8 +20,10 @@ __all__ = [
     "LaunchCommand",
     "ProfileError",
     "SglangVersion",
+    "api_key_of",
     "detect_sglang_version",
     "parse_version",
+    "python_of",
     "render_command",
     "resolve_profile",
 ]
@@ -127,6 +129,13 @@ def resolve_profile(settings: ServerSettings) -> tuple[str, LaunchProfile]:
     raise ProfileError(f"unknown launch profile {name!r} (known: {', '.join(known)})")
 
 
+def api_key_of(settings: ServerSettings, profile: LaunchProfile | None = None) -> str:
+    """The server's API key: the profile's own, else ``[server] api_key``; "" for none."""
+    if profile is not None and profile.api_key.get_secret_value():
+        return profile.api_key.get_secret_value()
+    return settings.api_key.get_secret_value()
+
+
 def python_of(profile: LaunchProfile) -> str:
     return profile.python or sys.executable
 
@@ -187,7 +196,7 @@ def _sglang_argv(profile: LaunchProfile, settings: ServerSettings, version: Sgla
         argv += ["--reasoning-parser", profile.reasoning_parser]
     if profile.tool_call_parser:
         argv += ["--tool-call-parser", profile.tool_call_parser]
-    api_key = profile.api_key or settings.api_key
+    api_key = api_key_of(settings, profile)
     if api_key:
         argv += ["--api-key", api_key]
     argv += ["--host", settings.host, "--port", str(settings.port)]
@@ -211,7 +220,7 @@ def _sim_argv(profile: LaunchProfile, settings: ServerSettings) -> list[str]:
         argv += ["--speed", f"{profile.sim_speed:g}"]
     if profile.enable_metrics:
         argv.append("--enable-metrics")
-    api_key = profile.api_key or settings.api_key
+    api_key = api_key_of(settings, profile)
     if api_key:
         argv += ["--api-key", api_key]
     for spec in profile.sim_faults:

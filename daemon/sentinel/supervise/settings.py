@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 
 from sentinel.section import Section
 
@@ -157,7 +157,8 @@ class LaunchProfile(Section):
     enable_metrics: bool = True
     reasoning_parser: str = ""
     tool_call_parser: str = ""
-    api_key: str = ""
+    # Secret: shown as ********** by `sentinel config`.
+    api_key: SecretStr = SecretStr("")
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
     # Simulator only.
@@ -182,8 +183,9 @@ class ServerSettings(Section):
     profiles: dict[str, LaunchProfile] = Field(default_factory=dict)
     host: str = "127.0.0.1"
     port: int = Field(default=30000, ge=1, le=65535)
-    # Bearer key for the probes (and passed to a child server). Empty = none.
-    api_key: str = ""
+    # Bearer key for the probes (and passed to a child server). Empty = none. Secret: shown as
+    # ********** by `sentinel config`; sentinel.supervise.profiles.api_key_of() reads it.
+    api_key: SecretStr = SecretStr("")
     # The child's stdout+stderr; empty = <state_dir>/server.log.
     log_file: Path | None = None
     log_max_bytes: int = Field(default=64 * 1024 * 1024, ge=4096)
@@ -194,6 +196,9 @@ class ServerSettings(Section):
     start_timeout: float = Field(default=1800.0, gt=0)
     # How often /health is polled while starting.
     startup_poll_interval: float = Field(default=2.0, gt=0)
+    # After a server dies the driver needs a moment to release its GPU memory: a preflight that
+    # fails only for free memory is retried for this long before it counts as a failed start.
+    gpu_release_wait: float = Field(default=60.0, ge=0)
     # SIGTERM → wait this long for the drain → SIGKILL the process group.
     stop_timeout: float = Field(default=60.0, gt=0)
     # Limit for each before-stop hook (stop synthetic load).

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 import time
 from collections import Counter
@@ -37,6 +38,7 @@ from sentinel.supervise.probes import (
 from sentinel.supervise.profiles import (
     LaunchCommand,
     SglangVersion,
+    api_key_of,
     detect_sglang_version,
     python_of,
     render_command,
@@ -53,6 +55,8 @@ log = get_logger("sentinel.supervise")
 BeforeStopHook = Callable[[], Awaitable[None]]
 
 _ALIVE = (ServerState.READY, ServerState.UNHEALTHY)
+_GPU_RELEASE_POLL = 2.0
+_HISTORY_FILE = "supervisor-restarts.json"
 # How long a restart verdict waits for a dead server's exit to be reported (systemd mode: a
 # poll interval plus the journal settle time, with margin).
 _EXIT_GRACE = 30.0
@@ -180,7 +184,9 @@ class Supervisor:
             self._runner = ChildRunner(self.command, self.bus)
         elif s.mode == "systemd":
             self._runner = SystemdRunner(s.systemd, self.bus)
-        headers = {"Authorization": f"Bearer {s.api_key}"} if s.api_key else None
+        # The probes need the key the server was started with (a profile may carry its own).
+        api_key = api_key_of(s, self.command.profile if self.command is not None else None)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         self._client = httpx.AsyncClient(
             base_url=f"http://{_host_for_url(s.host)}:{s.port}",
             transport=self._transport,
@@ -188,6 +194,7 @@ class Supervisor:
             # Probes must not queue behind each other or behind a stuck connection.
             limits=httpx.Limits(max_connections=8, max_keepalive_connections=4),
         )
+        self._restore_history()
         log.info("supervisor starting", mode=s.mode, profile=s.profile, config_hash=self.config_hash)
         main = self._run_external() if s.mode == "external" else self._run_managed()
         self._task = asyncio.create_task(main, name="sentinel-supervisor")
@@ -229,10 +236,48 @@ class Supervisor:
     def reset(self) -> None:
         """Manual reset: forget the restart history; leave the failed state and start again."""
         self.policy.reset()
+        self._save_history()
         log.info("supervisor reset", state=self.state.value)
         self._reset_event.set()
 
     # ------------------------------------------------------------------ internals
+    @property
+    def _history_path(self) -> Path | None:
+        return self._state_dir / _HISTORY_FILE if self._state_dir is not None else None
+
+    def _restore_history(self) -> None:
+        """Restart history of the same launch config survives a restart of sentinel itself, so a
+        daemon that is itself restarted over and over cannot defeat the crash-loop limit."""
+        path = self._history_path
+        if path is None or self.settings.mode == "external":
+            return
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            log.warning("ignoring unreadable restart history", path=str(path), error=str(exc))
+            return
+        if not isinstance(data, dict) or data.get("config_hash") != self.config_hash:
+            return  # a different launch config starts with a clean slate
+        self.policy.restore(data, time.monotonic(), time.time())
+        log.info(
+            "restart history restored", restarts_in_window=self.policy.restarts_in_window(time.monotonic())
+        )
+
+    def _save_history(self) -> None:
+        path = self._history_path
+        if path is None or self.settings.mode == "external":
+            return
+        data = {"config_hash": self.config_hash, **self.policy.snapshot(time.monotonic(), time.time())}
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(data))
+            tmp.replace(path)
+        except OSError as exc:
+            log.warning("cannot save restart history", path=str(path), error=str(exc))
+
     def _request_restart(self, reason: str) -> None:
         if self._restart_request is not None and not self._restart_request.done():
             self._restart_request.set_result(reason)
@@ -283,6 +328,7 @@ class Supervisor:
                 self.last_crash = outcome.crash
             # An operator's restart is neither backed off nor counted towards the crash loop.
             delay = 0.0 if outcome.reason == "manual" else self.policy.next_delay(now)
+            self._save_history()
             if delay is None:
                 log.error(
                     "crash loop: not restarting until a manual reset",
@@ -352,15 +398,21 @@ class Supervisor:
                 self.command = cmd
                 if isinstance(self._runner, ChildRunner):
                     self._runner.command = cmd
-        self.preflight = await run_preflight(
-            cmd, s, gpu_reader=self._gpu_reader, check_port_free=child, detected=detected
-        )
-        # The unit owns model path and interpreter in systemd mode; only GPU facts apply there.
-        relevant = [r for r in self.preflight if child or r.name in ("gpus", "known_bad")]
+        deadline = time.monotonic() + s.gpu_release_wait
+        while True:
+            self.preflight = await run_preflight(
+                cmd, s, gpu_reader=self._gpu_reader, check_port_free=child, detected=detected
+            )
+            # The unit owns model path and interpreter in systemd mode; only GPU facts apply there.
+            relevant = [r for r in self.preflight if child or r.name in ("gpus", "known_bad")]
+            failed = [r for r in relevant if r.status == "fail"]
+            if not failed or not all(r.transient for r in failed) or time.monotonic() >= deadline:
+                break
+            log.info("waiting for GPU memory to be released", detail=failed[0].message)
+            await asyncio.sleep(min(_GPU_RELEASE_POLL, max(0.0, deadline - time.monotonic())))
         for r in relevant:
             if r.status == "warn":
                 log.warning("preflight warning", check=r.name, message=r.message)
-        failed = [r for r in relevant if r.status == "fail" and (child or r.name != "sglang")]
         if not failed:
             return None
         first = failed[0]

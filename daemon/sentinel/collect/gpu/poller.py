@@ -118,6 +118,7 @@ class GpuPoller:
         self.snapshot = GpuSnapshot(status="starting")
         # Called in the poller's thread after each published snapshot (the collector pre-renders).
         self.on_publish: Callable[[], None] | None = None
+        self._first_cycle = threading.Event()
 
     # ---- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
@@ -138,13 +139,20 @@ class GpuPoller:
             self._xid.stop(max(0.0, min(1.5, deadline - time.monotonic())))
             self._xid = None
         if self._initialized:
-            self._run_init_job(self._shutdown_nvml, max(0.0, deadline - time.monotonic()))
+            try:
+                self._run_init_job(self._shutdown_nvml, max(0.0, deadline - time.monotonic()))
+            except NvmlLifecycleError as exc:  # a wedged driver: abandon the shutdown, exit anyway
+                _log.warning("nvml shutdown abandoned", reason=exc.reason)
         for worker in self._workers.values():
             worker.stop(max(0.0, min(0.1, deadline - time.monotonic())))
         self._workers.clear()
         if self._init_worker is not None:
             self._init_worker.stop(0.0)
             self._init_worker = None
+
+    def wait_for_first_cycle(self, timeout: float) -> bool:
+        """Block until a first cycle has published a snapshot (True) or ``timeout`` passed."""
+        return self._first_cycle.wait(timeout)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -169,6 +177,7 @@ class GpuPoller:
             self._read_all(started)
         duration = time.monotonic() - started
         self._publish(duration)
+        self._first_cycle.set()
         if self.on_publish is not None:
             try:
                 self.on_publish()
@@ -242,12 +251,14 @@ class GpuPoller:
         self._devices = devices
         self._driver_version, self._cuda_driver_version = driver, cuda
         self._need_init = False
-        self._states = {
-            d.identity.index: self._states.get(
-                d.identity.index, GpuState(d.identity, False, None, "starting")
-            )
-            for d in devices
-        }
+        states = {}
+        for d in devices:
+            old = self._states.get(d.identity.index)
+            # Keep the last good reading only for the same GPU: after a re-init an index may name
+            # another board (one fell off the bus, or was replaced).
+            kept = old.reading if old is not None and old.identity.uuid == d.identity.uuid else None
+            states[d.identity.index] = GpuState(d.identity, False, kept, "starting")
+        self._states = states
         self._most_seen = max(self._most_seen, len(devices))
         if not devices:
             self._status, self._detail = "no_devices", "NVML initialised but reports no GPU"

@@ -1,0 +1,99 @@
+"""The daemon's wiring, in process: calibration through the scheduler's slot and budget, the GPU
+view the breaker reads, the state-directory fallback."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+
+import httpx
+import pytest
+
+from sentinel.config import load_settings
+from sentinel.daemon import Daemon, _GpuView, resolve_state_dir
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_state_dir_fallbacks(tmp_path: Path) -> None:
+    explicit = load_settings(None, environ={"SENTINEL_STATE_DIR": str(tmp_path / "x")})
+    assert resolve_state_dir(explicit, {}) == tmp_path / "x"
+    default = load_settings(None, environ={})
+    assert resolve_state_dir(default, {"STATE_DIRECTORY": "/var/lib/a:/var/lib/b"}) == Path("/var/lib/a")
+    chosen = resolve_state_dir(default, {"XDG_STATE_HOME": str(tmp_path)})
+    assert chosen in (Path("/var/lib/sentinel"), tmp_path / "sentinel")
+
+
+async def test_gpu_view_reads_the_collectors_snapshot() -> None:
+    from sentinel.collect import build_collector_set
+
+    settings = load_settings(None, environ={"SENTINEL_COLLECTORS__GPU__BACKEND": "fake"})
+    collectors = build_collector_set(settings)
+    view = _GpuView(collectors)
+    assert view.max_temperature_celsius() is None  # nothing read yet: unknown, not 0
+    await collectors.start()
+    try:
+        for _ in range(100):  # the first background read of the fake GPUs, within 10 s
+            if view.max_temperature_celsius() is not None:
+                break
+            await asyncio.sleep(0.1)
+        temp = view.max_temperature_celsius()
+        assert temp is not None
+        assert 20 < temp < 100
+        assert view.throttled() in (True, False)
+    finally:
+        await collectors.stop()
+
+
+@pytest.mark.slow
+async def test_calibration_runs_in_the_slot_and_sets_capacity(tmp_path: Path) -> None:
+    env = {
+        "SENTINEL_STATE_DIR": str(tmp_path / "state"),
+        "SENTINEL_SERVER__PORT": str(free_port()),
+        "SENTINEL_SERVER__PROFILE": "fastsim",
+        "SENTINEL_SERVER__PROFILES": '{"fastsim": {"kind": "sim", "sim_speed": 100}}',
+        "SENTINEL_SERVER__STARTUP_POLL_INTERVAL": "0.2",
+        "SENTINEL_EXPORTER__PORT": "0",
+        "SENTINEL_SCHEDULE__WARMUP_SECONDS": "0",
+        "SENTINEL_SCHEDULE__REFERENCE_EXCLUSION_SECONDS": "0",
+        "SENTINEL_SCHEDULE__PROFILES": '{"reference": {"interval_seconds": 3600, "run_on_ready": false}}',
+        "SENTINEL_CALIBRATION__MAX_CONCURRENCY": "8",
+        "SENTINEL_CALIBRATION__STEP_MIN_REQUESTS": "4",
+        "SENTINEL_CALIBRATION__INPUT_LEN": "32",
+        "SENTINEL_CALIBRATION__OUTPUT_LEN": "32",
+        "SENTINEL_CALIBRATION__MAX_REQUESTS": "200",
+    }
+    settings = load_settings(None, environ=env)
+    daemon = Daemon(settings, environ=env)
+    await daemon._start()
+    try:
+        assert daemon.supervisor is not None
+        from sentinel.supervise import ServerState
+
+        await daemon.supervisor.wait_for_state(ServerState.READY, timeout_s=30)
+        assert await asyncio.wait_for(daemon.calibrate(), 90) == "completed"
+        capacity = daemon.metrics.capacity()
+        assert capacity["sentinel_capacity_output_throughput_tokens_per_second"] > 0
+        status = daemon.status()
+        assert status["capacity"]["output_throughput"] > 0
+        assert status["schedule"]["recent"][-1]["kind"] == "calibration"
+        assert 0 < status["schedule"]["budget"]["spent"] <= 200 * 64
+        url = daemon.exporter.url
+        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+            latest = await client.get("/calibration/latest.json")
+            assert latest.status_code == 200
+            assert latest.json()["saturation_output_throughput"]["value"] > 0
+            metrics = (await client.get("/metrics")).text
+            assert 'sentinel_calibration_runs_total{outcome="completed"} 1.0' in metrics
+            assert "sentinel_capacity_knee_concurrency" in metrics
+    finally:
+        await daemon._shutdown()
+    # Capacity survives a daemon restart (reloaded from the calibration store).
+    again = Daemon(settings, environ=env)
+    again._restore_capacity()
+    assert again.metrics.capacity() == daemon.metrics.capacity()
