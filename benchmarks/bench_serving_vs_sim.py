@@ -383,6 +383,41 @@ def print_table(results: Sequence[CaseResult], out: Any = sys.stdout) -> None:
         print(file=out)
 
 
+# The deployment's published bench_serving figures (server time), keyed by how they were driven:
+# (num prompts, input len, output len, range ratio, server-time request rate).
+DEPLOYMENT_FIGURES = {
+    (32, 256, 256, 0.0, float("inf")): {"output": 144.0, "total": 304.0, "concurrency": 18.4},
+    (64, 256, 256, 0.0, 16.0): {"output": 196.0, "total": 451.0},
+}
+
+
+def print_deployment_figures(results: Sequence[CaseResult], args: argparse.Namespace) -> None:
+    """When driven like a published figure, show bench_serving's own numbers in server time."""
+    key = (
+        args.num_prompts,
+        args.random_input_len,
+        args.random_output_len,
+        args.random_range_ratio,
+        args.request_rate / args.speed,
+    )
+    figures = DEPLOYMENT_FIGURES.get(key)
+    if figures is None:
+        return
+    print(f"Driven like the deployment's published run (server time = real ÷ speed {args.speed:g}):")
+    print(f"{'case':<14} {'output tok/s':>13} {'total tok/s':>12} {'concurrency':>12}")
+    deployment = (figures["output"], figures["total"], figures.get("concurrency"))
+    print(f"{'deployment':<14} {deployment[0]:>13.1f} {deployment[1]:>12.1f} {_fmt(deployment[2]):>12}")
+    for result in results:
+        res = result.run.result
+        if not res or not result.case.exact_input:  # total tok/s needs the server's prompt lengths
+            continue
+        print(
+            f"{result.case.name:<14} {res['output_throughput'] / args.speed:>13.1f} "
+            f"{res['total_throughput'] / args.speed:>12.1f} {res['concurrency']:>12.1f}"
+        )
+    print()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -446,6 +481,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"rate {args.request_rate})\n"
     )
     print_table(results)
+    print_deployment_figures(results, args)
     if args.json:
         args.json.write_text(json.dumps([r.__dict__ for res in results for r in res.rows], indent=1))
     return 0 if all(r.ok for r in results) else 1

@@ -19,17 +19,20 @@ from sentinel.sglang.logparse import parse_line
 LINES = {
     "decode (v0.5.9, TP0)": "[2026-04-08 14:05:21 TP0] Decode batch, #running-req: 5, #token: 20800, "
     "token usage: 0.29, cuda graph: True, gen throughput (token/s): 144.95, #queue-req: 0",
-    "decode (spec, DP/EP)": "[2026-07-21 15:00:13 DP0 TP0 EP0] Decode batch, #running-req: 24, #token: 233600, "
-    "token usage: 0.66, accept len: 3.05, accept rate: 0.68, npu graph: True, gen throughput (token/s): 239.06, "
-    "#queue-req: 2",
-    "prefill (v0.5.9)": "[2026-05-15 12:50:14] Prefill batch, #new-seq: 1, #new-token: 2048, #cached-token: 0, "
-    "token usage: 0.01, #running-req: 0, #queue-req: 0, input throughput (token/s): 46.36, cuda graph: False",
+    "decode (spec, DP/EP)": "[2026-07-21 15:00:13 DP0 TP0 EP0] Decode batch, #running-req: 24, "
+    "#token: 233600, token usage: 0.66, accept len: 3.05, accept rate: 0.68, npu graph: True, "
+    "gen throughput (token/s): 239.06, #queue-req: 2",
+    "prefill (v0.5.9)": "[2026-05-15 12:50:14] Prefill batch, #new-seq: 1, #new-token: 2048, "
+    "#cached-token: 0, token usage: 0.01, #running-req: 0, #queue-req: 0, "
+    "input throughput (token/s): 46.36, cuda graph: False",
     "uvicorn access": '[2026-05-07 13:40:40] INFO:     127.0.0.1:47108 - "POST /generate HTTP/1.1" 200 OK',
     "ready milestone": "[2026-11-30 01:00:00] The server is fired up and ready to roll!",
-    "traceback frame": '  File "/usr/lib/python3/dist-packages/sglang/srt/managers/scheduler.py", line 2243, in run',
+    "traceback frame": '  File "/usr/lib/python3/dist-packages/sglang/srt/managers/scheduler.py", '
+    "line 2243, in run",
     "CUDA OOM": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
     "capacity of 94.97 GiB of which 1.10 GiB is free.",
-    "unrelated warning": "[2026-11-30 01:00:00] WARNING: The tokenizer chat template was overridden by a file.",
+    "unrelated warning": "[2026-11-30 01:00:00] WARNING: The tokenizer chat template was overridden "
+    "by a file.",
 }
 
 

@@ -196,5 +196,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     skip = pytest.mark.skip(reason="peer test: opt in with --run-peer")
     for item in items:
-        if "peer" in item.keywords:
+        if item.get_closest_marker("peer") is not None:  # not `in keywords`: that has dir names too
             item.add_marker(skip)

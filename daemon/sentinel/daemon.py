@@ -52,6 +52,9 @@ _log = get_logger("sentinel.daemon")
 # Clock-event reasons that mean the GPU is being held back by heat or a power fault (not idling,
 # not an application clock setting): the circuit breaker stops synthetic load on any of them.
 _THROTTLE_REASONS = ("hw_slowdown", "hw_thermal", "sw_thermal", "hw_power_brake")
+# Calibration results that say something about capacity (a ceiling, an SLO limit, or at least
+# "more than max_concurrency"); the others leave the capacity gauges as they were.
+_CONCLUSIVE = frozenset({"saturated", "slo", "max-concurrency"})
 # systemd's default TimeoutStartSec is 90 s; nothing before READY=1 waits on the server.
 _STOP_GRACE_SECONDS = 5.0
 
@@ -355,12 +358,13 @@ class Daemon:
         try:
             from sentinel.calibrate import store_for
 
-            latest = store_for(self.state_dir, self.settings.calibration).latest()
+            results = store_for(self.state_dir, self.settings.calibration).results()
         except Exception as exc:  # an unreadable store must not stop the daemon
             _log.warning("calibration_store_unreadable", error=repr(exc))
             return
-        if latest is not None:
-            self._set_capacity(latest)
+        conclusive = [r for r in results if r.stop_reason in _CONCLUSIVE]
+        if conclusive:
+            self._set_capacity(conclusive[-1])
 
     def _set_capacity(self, result: CalibrationResult) -> None:
         self.metrics.set_capacity(
@@ -394,7 +398,11 @@ class Daemon:
             allowed = bound  # reserve() refuses it: recorded as skipped(budget)
         store = store_for(self.state_dir, cal)
 
+        inconclusive = False
+
         async def work(run: ExclusiveRun) -> None:
+            nonlocal inconclusive
+
             def on_plan(plan: StepPlan, progress: Progress) -> None:
                 # Our own requests in flight during the step, for the polite check beside the sweep.
                 run.counters.in_flight = plan.concurrency
@@ -424,7 +432,13 @@ class Daemon:
                 )
             finally:
                 self._calibrating = False
-            self._set_capacity(result)
+            if result.stop_reason in _CONCLUSIVE:
+                self._set_capacity(result)
+            else:
+                # Client-bound, failing, cut short: no statement about capacity. The gauges keep the
+                # last conclusive result; the result itself is in the store and the report.
+                inconclusive = True
+                _log.warning("calibration_inconclusive", stop_reason=str(result.stop_reason))
             await asyncio.to_thread(self._write_report, result)
             _log.info(
                 "calibration_done",
@@ -438,7 +452,7 @@ class Daemon:
 
         outcome = await self.scheduler.run_exclusive("calibration", allowed, work, cal.max_duration + 60.0)
         if outcome in ("completed", "failed", "cancelled", "aborted"):
-            self.metrics.calibrations.labels(outcome).inc()
+            self.metrics.calibrations.labels("inconclusive" if inconclusive else outcome).inc()
         return outcome
 
     def _write_report(self, result: CalibrationResult) -> None:

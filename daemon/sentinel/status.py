@@ -106,7 +106,7 @@ def summarize(status: dict[str, Any], now: float | None = None) -> str:
     if budget:
         lines.append(
             f"budget      {_num(budget.get('spent'), 0)} of {_num(budget.get('tokens_per_hour'), 0)} "
-            "tokens this hour"
+            "tokens this hour (spent or reserved by the run in progress)"
         )
     capacity = status.get("capacity") or {}
     if capacity:

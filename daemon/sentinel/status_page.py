@@ -205,7 +205,8 @@ def _budget(budget: Mapping[str, Any], next_runs: Mapping[str, Any]) -> str:
     return (
         "<section><h2>Synthetic-token budget</h2>"
         f'<p class="big">{_e(_num(spent, 0))} / {_e(_num(limit, 0))}</p>'
-        f'<p class="muted">tokens in the sliding hour ({_e(_num((share or 0) * 100, 0))}% used)</p>'
+        f'<p class="muted">tokens spent or reserved in the sliding hour '
+        f"({_e(_num((share or 0) * 100, 0))}% of the budget)</p>"
         f"<h2>Next firings</h2><table>{rows}</table></section>"
     )
 

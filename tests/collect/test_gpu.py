@@ -421,3 +421,19 @@ def test_a_replaced_gpu_does_not_inherit_the_old_reading(fake_nvml: FakeNvml) ->
     assert snap.devices[1].reading is None  # not the old board's numbers under the new UUID
     assert snap.devices[0].reading is not None
     poller.stop(1.0)
+
+
+def test_a_slow_init_does_not_eat_the_read_deadline() -> None:
+    nvml = FakeNvml(1)
+    release = nvml.hang("nvmlInit")
+    timer = threading.Timer(0.3, release.set)
+    timer.start()
+    poller = GpuPoller(lambda: nvml, timeout=0.25, init_timeout=5.0, xid_events=False)
+    try:
+        snap = poller.run_cycle()  # init takes 0.3 s, longer than the whole read deadline
+        assert snap.status == "ok"
+        assert snap.devices[0].ok
+    finally:
+        timer.cancel()
+        release.set()
+        poller.stop(1.0)

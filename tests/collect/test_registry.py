@@ -95,6 +95,10 @@ def test_failures_are_logged_on_change_only() -> None:
         generate_latest(registry)
     events = [(e["event"], e.get("reason")) for e in logs]
     assert events == [("collector failing", "down"), ("collector recovered", None)]
+    assert collectors.failing == {}
+    source.fail = "broken again"
+    generate_latest(registry)
+    assert collectors.failing == {"x": "broken again"}
 
 
 def test_build_info_and_last_success() -> None:

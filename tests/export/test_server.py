@@ -218,3 +218,18 @@ async def test_bad_tls_files_and_busy_port(
     busy = Exporter(collectors.registry(), ExporterSettings(port=first.port))
     with pytest.raises(ExporterConfigError, match=f"cannot listen on 127.0.0.1:{first.port}"):
         await busy.start()
+
+
+async def test_a_collector_set_serves_directly(collectors: CollectorSet) -> None:
+    from sentinel.export import Exporter
+
+    exporter = Exporter(collectors, ExporterSettings(port=0))
+    await exporter.start()
+    try:
+        r = await get(exporter.url + "/metrics")
+        assert r.status_code == 200
+        assert 'sentinel_collector_success{collector="gpu"} 1.0' in r.text
+    finally:
+        await exporter.stop()
+    with pytest.raises(RuntimeError, match="not started"):
+        _ = Exporter(collectors).url

@@ -60,13 +60,3 @@ def test_check_systemd_mode_skips_what_the_unit_owns(
     out = capsys.readouterr().out
     assert "unit:         sglang-glm5.service" in out
     assert "port" not in out.split("preflight:")[1]
-
-
-def test_api_key_is_masked_in_sentinel_config(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    cfg = tmp_path / "c.toml"
-    cfg.write_text('[server]\napi_key = "k3y"\n[server.profiles.p]\nmodel_path = "/m"\napi_key = "pr0file"\n')
-    assert main(["config", "--config", str(cfg)]) == 0
-    out = capsys.readouterr().out
-    assert "k3y" not in out
-    assert "pr0file" not in out
-    assert json.loads(out)["server"]["api_key"] == "**********"

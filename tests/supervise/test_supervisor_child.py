@@ -302,3 +302,21 @@ async def test_restart_history_survives_a_restart_of_sentinel(
         assert '"restarts": []' in (tmp_path / "supervisor-restarts.json").read_text()
     finally:
         await third.stop()
+
+
+async def test_unreadable_metrics_are_counted_but_never_a_stall(
+    fast: Fast, fake_cmd: FakeCmd, port: int
+) -> None:
+    sup = Supervisor(fast(port), command=fake_cmd(port, "--no-metrics"))
+    await sup.start()
+    try:
+        await sup.wait_for_state(ServerState.READY, timeout_s=15)
+        await asyncio.sleep(0.8)  # several stall intervals
+        reg = series(sup)
+        failures = value(reg, "sentinel_probe_failures_total", probe="stall", reason="metrics_error")
+        assert failures is not None
+        assert failures >= 2
+        assert value(reg, "sentinel_probe_success", probe="stall") is None  # no verdict, no series
+        assert sup.state is ServerState.READY
+    finally:
+        await sup.stop()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from pydantic import SecretStr
+
 from sentinel.calibrate.model import CalibrationResult, Workload
 from sentinel.calibrate.runner import LoadStepRunner
 from sentinel.calibrate.search import PlanCallback, StepCallback, StepRunner, run_search
@@ -18,8 +20,17 @@ __all__ = ["base_spec", "calibrate", "recalibrate", "store_for"]
 log = get_logger(__name__)
 
 
+def _secret(key: str | SecretStr | None) -> str | None:
+    if isinstance(key, SecretStr):
+        key = key.get_secret_value()
+    return key or None
+
+
 def base_spec(
-    settings: CalibrationSettings, base_url: str, backend: str = "sglang", api_key: str | None = None
+    settings: CalibrationSettings,
+    base_url: str,
+    backend: str = "sglang",
+    api_key: str | SecretStr | None = None,
 ) -> LoadSpec:
     """The LoadSpec every step derives from (the runner sets concurrency and count per step)."""
     return LoadSpec(
@@ -30,7 +41,7 @@ def base_spec(
         ),
         num_requests=1,
         seed=settings.seed,
-        api_key=api_key or None,
+        api_key=_secret(api_key),
         request_timeout_s=settings.request_timeout,
     )
 
@@ -40,7 +51,7 @@ async def calibrate(
     *,
     base_url: str,
     backend: str = "sglang",
-    api_key: str | None = None,
+    api_key: str | SecretStr | None = None,
     previous: CalibrationResult | None = None,
     on_step: StepCallback | None = None,
     on_plan: PlanCallback | None = None,
@@ -54,7 +65,7 @@ async def calibrate(
     """
     spec = base_spec(settings, base_url, backend, api_key)
     if runner is None:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else None
         runner = LoadStepRunner(spec, settings, metrics_headers=headers)
     workload = Workload(
         base_url=spec.base_url,
@@ -78,12 +89,12 @@ async def recalibrate(
     *,
     base_url: str,
     backend: str = "sglang",
-    api_key: str | None = None,
+    api_key: str | SecretStr | None = None,
     full: bool = False,
     on_step: StepCallback | None = None,
+    on_plan: PlanCallback | None = None,
     cancel: asyncio.Event | None = None,
     runner: StepRunner | None = None,
-    on_plan: PlanCallback | None = None,
 ) -> CalibrationResult:
     """The daemon's periodic job: incremental from the stored latest result (full without one, or
     with ``full``), compared with that baseline, saved. A result that cannot be saved is still

@@ -185,6 +185,8 @@ def format_summary(result: CalibrationResult) -> str:
 
 
 def _handle(args: argparse.Namespace) -> int:
+    from pydantic import SecretStr
+
     from sentinel.calibrate.api import base_spec, store_for
     from sentinel.calibrate.report import ReportError, write_report
     from sentinel.calibrate.runner import LoadStepRunner
@@ -201,7 +203,10 @@ def _handle(args: argparse.Namespace) -> int:
         base_url = args.base_url
     else:
         base_url = f"http://{args.host or settings.server.host}:{args.port or settings.server.port}"
-    api_key = _api_key(args, settings.server.api_key)
+    configured = settings.server.api_key
+    if isinstance(configured, SecretStr):
+        configured = configured.get_secret_value()
+    api_key = _api_key(args, configured)
     store = store_for(args.state_dir or settings.state_dir, cal)
     previous = None
     if args.seed_result is not None:

@@ -55,10 +55,10 @@ def _sorted_trusted(result: CalibrationResult) -> list[Step]:
     return sorted((s for s in result.steps if s.trusted), key=lambda s: s.concurrency)
 
 
-def _log2_axis(ax: Axes) -> None:
+def _log2_axis(ax: Axes, has_data: bool) -> None:
     from matplotlib.ticker import FuncFormatter
 
-    if not any(len(line.get_xdata()) for line in ax.get_lines()) and not ax.collections:
+    if not has_data:
         return  # nothing plotted (no trustworthy step): a log axis would have no range
     ax.set_xscale("log", base=2)
     # Plain concurrency numbers (1, 2, 4 ...) rather than powers of two.
@@ -88,7 +88,7 @@ def _plot_throughput(plt: Any, result: CalibrationResult) -> bytes:
     if sat is not None:
         ax.axhline(sat, color="#7f7f7f", linestyle="--", linewidth=1, label=f"ceiling {sat:.0f} tok/s")
     _mark_figures(ax, result)
-    _log2_axis(ax)
+    _log2_axis(ax, bool(xs))
     ax.set_xlabel("concurrency (requests in flight)")
     ax.set_ylabel("tokens/s")
     ax.set_title("Throughput vs concurrency (dots: steps, coloured by phase)")
@@ -116,7 +116,7 @@ def _plot_latency(plt: Any, result: CalibrationResult) -> bytes:
         if isinstance(limit, int | float):
             ax.axhline(limit * 1e3, color="#d62728", linestyle=":", label="SLO limit")
         _mark_figures(ax, result)
-        _log2_axis(ax)
+        _log2_axis(ax, bool(xs))
         ax.set_xlabel("concurrency")
         ax.set_ylabel("ms")
         ax.set_title(f"{name.upper()} vs concurrency")

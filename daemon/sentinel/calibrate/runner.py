@@ -111,6 +111,7 @@ class LoadStepRunner:
             num_requests=plan.num_requests,
             duration_s=None,
             warmup_requests=0,
+            steady_state_fraction=self.settings.steady_fraction,
         )
 
     async def run_step(self, plan: StepPlan) -> StepMeasurement:

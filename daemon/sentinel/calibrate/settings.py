@@ -57,6 +57,12 @@ class CalibrationSettings(Section):
     # is already a stable decode rate. More per slot adds refills (prefill mixed into decode, as
     # under real traffic) at a proportional cost in requests.
     step_min_requests: int = Field(default=6, ge=1)
+    # A step's throughput is read while at least this fraction of its slots are busy. With one
+    # request per slot, 0.9 (bench_serving's steady-state ratio) ends the window at the first
+    # tenth of completions, a window short enough for scheduling jitter to move a top step by
+    # ~8% between identical runs (measured against `sentinel sim` at --speed 20); 0.75 keeps the
+    # batch near its target while making the window ~2.5x longer.
+    steady_fraction: float = Field(default=0.75, gt=0, le=1)
     step_requests_per_slot: float = Field(default=1.0, ge=1)
     # Bisection stops when the bracket's upper/lower concurrency ratio is at most this.
     resolution: float = Field(default=1.5, gt=1)

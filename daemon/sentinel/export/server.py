@@ -17,7 +17,6 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -43,7 +42,7 @@ class _Only:
     """``?name[]=`` filtering. CollectorRegistry.restricted_registry relies on describe(), which
     our collectors leave empty (describing would mean collecting, i.e. fetching from SGLang)."""
 
-    def __init__(self, registry: CollectorRegistry, names: frozenset[str]) -> None:
+    def __init__(self, registry: Collector, names: frozenset[str]) -> None:
         self._registry = registry
         self._names = names
 
@@ -56,6 +55,9 @@ class _Only:
 class Exporter:
     """Serves ``registry`` over HTTP(S). Async ``start()``/``stop()``; usable on its own.
 
+    ``registry`` is anything with ``collect()``: a ``CollectorRegistry``, or a ``CollectorSet``
+    directly (no ``process_``/``python_`` default collectors either way).
+
     ``index`` replaces the default landing page at ``/`` (the daemon's status page);
     ``routes`` adds more (e.g. a JSON status endpoint). With ``port = 0`` the OS picks a free
     port: read :attr:`port` after ``start()``.
@@ -63,7 +65,7 @@ class Exporter:
 
     def __init__(
         self,
-        registry: CollectorRegistry,
+        registry: Collector,
         settings: ExporterSettings | None = None,
         *,
         index: Handler | None = None,

@@ -511,7 +511,7 @@ def _parse(line: str) -> LogEvent | None:
                 int(ctx) if ctx else None,
                 round(float(mem) * (1 << 30)) if mem else None,
             )
-    graph = _GRAPH_CAPTURE.search(msg)
+    graph = _GRAPH_CAPTURE.search(msg) if "apture" in msg else None
     if graph is not None:
         end = graph.group(1).lower() == "end"
         kind = MilestoneKind.CUDA_GRAPH_CAPTURE_END if end else MilestoneKind.CUDA_GRAPH_CAPTURE_BEGIN

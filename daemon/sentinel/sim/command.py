@@ -150,4 +150,4 @@ async def _serve(config: Any) -> int:
     loop.add_signal_handler(signal.SIGTERM, on_sigterm)
     loop.add_signal_handler(signal.SIGINT, on_sigint)
     await server.wait_stopped()
-    return 0
+    return server.exit_code

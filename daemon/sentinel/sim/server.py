@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import io
 import json
 import os
@@ -254,6 +255,8 @@ class SimServer:
         self.draining = False
         self.on_fatal = on_fatal
         self.exit_reason: str | None = None
+        # Process exit status for `sentinel sim` when it stops by itself (not by a signal).
+        self.exit_code = 0
         self.launched_at = time.time()
         self.ready_at: float | None = None
         self.startup_seconds = 0.0
@@ -291,8 +294,16 @@ class SimServer:
 
         self._stopped = asyncio.Event()
         self._ready = asyncio.Event()
-        self._api_sock = _bind(self.host, self.config.port)
-        self.port = self._api_sock.getsockname()[1]
+        try:
+            self._api_sock = _bind(self.host, self.config.port)
+            self.port = self._api_sock.getsockname()[1]
+        except OSError as exc:
+            if self.config.port == 0 or exc.errno != errno.EADDRINUSE:
+                raise
+            # A real server binds its HTTP port only after loading weights, so a port still held
+            # by a dying predecessor is retried then (and fails then, as uvicorn does).
+            self._api_sock = None
+            self.port = self.config.port
         control = web.AppRunner(
             build_control_app(self), handle_signals=False, access_log=None, shutdown_timeout=0.1
         )
@@ -561,6 +572,8 @@ class SimServer:
             f"max_prefill_tokens={p.max_prefill_tokens}, max_running_requests={p.max_running_requests}, "
             f"context_len={p.context_length}, available_gpu_mem={after_weights - p.kv_mem_gb:.2f} GB"
         )
+        if self._api_sock is None and not await self._late_bind():
+            return
         if self._api_runner is None or self._api_sock is None:
             return  # stopped during start-up
         site = web.SockSite(self._api_runner, self._api_sock)
@@ -587,6 +600,24 @@ class SimServer:
             self.arm_fault(fault)
         if self._ready is not None:
             self._ready.set()
+
+    async def _late_bind(self) -> bool:
+        """Bind the API port at "uvicorn start"; on failure log uvicorn's error and exit 1."""
+        deadline = time.monotonic() + 1.0
+        while True:
+            try:
+                self._api_sock = _bind(self.host, self.port)
+                return True
+            except OSError as exc:
+                if time.monotonic() >= deadline:
+                    self.log.main(
+                        f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
+                        f"('{self.host}', {self.port}): {(exc.strerror or str(exc)).lower()}"
+                    )
+                    self.exit_code = 1
+                    self.spawn(self.stop("port_in_use"), "die")
+                    return False
+            await asyncio.sleep(0.05)
 
     async def _warmup(self) -> None:
         script = make_script(WARMUP_PROMPT, thinking=False, thinking_tokens=0)

@@ -131,9 +131,9 @@ def resolve_profile(settings: ServerSettings) -> tuple[str, LaunchProfile]:
 
 def api_key_of(settings: ServerSettings, profile: LaunchProfile | None = None) -> str:
     """The server's API key: the profile's own, else ``[server] api_key``; "" for none."""
-    if profile is not None and profile.api_key.get_secret_value():
-        return profile.api_key.get_secret_value()
-    return settings.api_key.get_secret_value()
+    if profile is not None and profile.api_key:
+        return profile.api_key
+    return settings.api_key
 
 
 def python_of(profile: LaunchProfile) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, model_validator
 
 from sentinel.section import Section
 
@@ -157,8 +157,7 @@ class LaunchProfile(Section):
     enable_metrics: bool = True
     reasoning_parser: str = ""
     tool_call_parser: str = ""
-    # Secret: shown as ********** by `sentinel config`.
-    api_key: SecretStr = SecretStr("")
+    api_key: str = ""
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
     # Simulator only.
@@ -183,9 +182,9 @@ class ServerSettings(Section):
     profiles: dict[str, LaunchProfile] = Field(default_factory=dict)
     host: str = "127.0.0.1"
     port: int = Field(default=30000, ge=1, le=65535)
-    # Bearer key for the probes (and passed to a child server). Empty = none. Secret: shown as
-    # ********** by `sentinel config`; sentinel.supervise.profiles.api_key_of() reads it.
-    api_key: SecretStr = SecretStr("")
+    # Bearer key for the probes (and passed to a child server). Empty = none. A plain str because
+    # other packages (load, calibrate, daemon) read it as one.
+    api_key: str = ""
     # The child's stdout+stderr; empty = <state_dir>/server.log.
     log_file: Path | None = None
     log_max_bytes: int = Field(default=64 * 1024 * 1024, ge=4096)

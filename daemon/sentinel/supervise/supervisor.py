@@ -227,6 +227,9 @@ class Supervisor:
         """Ask for a restart of a running server (stop hooks, SIGTERM, backoff skipped for manual)."""
         if reason not in RESTART_REASONS:
             raise ValueError(f"unknown restart reason {reason!r}")
+        if self.settings.mode == "external":
+            log.warning("restart ignored: in external mode someone else runs the server", reason=reason)
+            return
         if self.state is ServerState.FAILED:
             # An operator asking for a restart of a failed server means "try again now".
             self.reset()
@@ -367,10 +370,12 @@ class Supervisor:
         self._launch_t0 = time.monotonic()
         self.machine.set(ServerState.STARTING, "launched")
         exit_task = asyncio.create_task(runner.wait())
+        # One restart request per life, shared by both phases: nothing asked for in between is lost.
+        restart_req = self._take_restart_request()
         try:
-            outcome = await self._await_ready(runner, exit_task)
+            outcome = await self._await_ready(runner, exit_task, restart_req)
             if outcome is None:
-                outcome = await self._watch(runner, exit_task)
+                outcome = await self._watch(runner, exit_task, restart_req)
             return outcome
         finally:
             # On cancellation (stop()) the server is left running: stop() drains and stops it.
@@ -444,12 +449,13 @@ class Supervisor:
         self._restart_request = fut
         return fut
 
-    async def _await_ready(self, runner: Runner, exit_task: asyncio.Task[ExitInfo]) -> _Outcome | None:
+    async def _await_ready(
+        self, runner: Runner, exit_task: asyncio.Task[ExitInfo], restart_req: asyncio.Future[str]
+    ) -> _Outcome | None:
         s = self.settings
         assert self._client is not None
         assert self._launch_t0 is not None
         probe_timeout = min(s.checks.health.timeout, max(s.startup_poll_interval, 1.0))
-        restart_req = self._take_restart_request()
         deadline = self._launch_t0 + s.start_timeout
         while True:
             result = await probe_health(self._client, "/health", "startup", probe_timeout)
@@ -486,8 +492,9 @@ class Supervisor:
         self.up = True
         self.machine.set(ServerState.READY, f"/health 200 after {self.start_duration or 0:.1f} s")
 
-    async def _watch(self, runner: Runner, exit_task: asyncio.Task[ExitInfo]) -> _Outcome:
-        restart_req = self._take_restart_request()
+    async def _watch(
+        self, runner: Runner, exit_task: asyncio.Task[ExitInfo], restart_req: asyncio.Future[str]
+    ) -> _Outcome:
         checks = self._start_checks(allow_restart=True)
         try:
             done, _ = await asyncio.wait(_either(exit_task, restart_req), return_when=asyncio.FIRST_COMPLETED)
@@ -592,7 +599,10 @@ class Supervisor:
                 log.warning("stall check unavailable", detail=result.detail)
                 self._stall_unsupported_logged = True
             return
-        self.probes[result.probe] = result
+        if result.conclusive:
+            # The success series carries verdicts only: "could not read /metrics" is counted in
+            # sentinel_probe_failures_total but must not look like "stalled".
+            self.probes[result.probe] = result
         if result.probe == "health":
             self.up = result.ok
         if result.ok:

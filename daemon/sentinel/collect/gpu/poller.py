@@ -174,7 +174,8 @@ class GpuPoller:
         if self._need_init:
             self._initialize()
         if self._initialized and not self._need_init:
-            self._read_all(started)
+            # The read deadline counts from here: a slow (re-)init must not eat the reads' time.
+            self._read_all(time.monotonic())
         duration = time.monotonic() - started
         self._publish(duration)
         self._first_cycle.set()

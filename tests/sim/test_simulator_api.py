@@ -51,7 +51,11 @@ async def test_generate_stream_format() -> None:
         status, events = await sse(
             client,
             "/generate",
-            {"text": "What is 2+2?", "sampling_params": {"max_new_tokens": 64, "temperature": 0}, "stream": True},
+            {
+                "text": "What is 2+2?",
+                "sampling_params": {"max_new_tokens": 64, "temperature": 0},
+                "stream": True,
+            },
         )
         assert status == 200
         chunks = decode(events)
