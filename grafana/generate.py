@@ -596,6 +596,23 @@ def gpu() -> dict[str, Any]:
     return _dashboard("sentinel-gpu", "sglang-sentinel: GPUs", b, with_profile=False)
 
 
+def _annotations() -> list[dict[str, Any]]:
+    # Every server (re)start on every panel: a throughput step right after one is a cold server.
+    return [
+        {
+            "name": "Server (re)starts",
+            "datasource": DS,
+            "enable": True,
+            "iconColor": "orange",
+            "expr": f"changes(sentinel_server_ready_timestamp_seconds{{{INST}}}[$__rate_interval]) > 0",
+            "step": "60s",
+            "titleFormat": "server ready (new epoch)",
+            "textFormat": "{{instance}}",
+            "useValueForTime": False,
+        }
+    ]
+
+
 def _dashboard(uid: str, title: str, board: Board, *, with_profile: bool) -> dict[str, Any]:
     return {
         "id": None,
@@ -617,7 +634,7 @@ def _dashboard(uid: str, title: str, board: Board, *, with_profile: bool) -> dic
                 "asDropdown": True,
             }
         ],
-        "annotations": {"list": []},
+        "annotations": {"list": _annotations()},
         "templating": {"list": _variables(with_profile)},
         "panels": board.panels,
     }

@@ -227,3 +227,40 @@ def test_interpolation_on_log_log_axes() -> None:
     assert _interpolate(steps, 32) == pytest.approx(200.0)  # a power law is a line on log-log axes
     assert _interpolate(steps, 16) == 100.0
     assert _interpolate(steps, 128) is None
+
+
+async def test_incremental_falls_back_to_full_sweep_when_seed_is_unusable(synthetic: Any) -> None:
+    cfg = settings(full_sweep_every=2)
+    full = await run_search(synthetic(), cfg, WORKLOAD)
+    other = WORKLOAD.model_copy(update={"input_len": 1024})
+    r = await run_search(synthetic(), cfg, other, previous=full)
+    assert r.mode == "full"
+    assert any("another server or workload" in w for w in r.warnings)
+    inc1 = await run_search(synthetic(), cfg, WORKLOAD, previous=full)
+    inc2 = await run_search(synthetic(), cfg, WORKLOAD, previous=inc1)
+    assert (inc1.mode, inc1.incremental_depth, inc2.mode, inc2.incremental_depth) == (
+        "incremental",
+        1,
+        "incremental",
+        2,
+    )
+    assert inc2.full_sweep_requests == full.requests_spent
+    third = await run_search(synthetic(), cfg, WORKLOAD, previous=inc2)
+    assert third.mode == "full"
+    assert third.incremental_depth == 0
+
+
+async def test_cancel_returns_the_partial_result(synthetic: Any) -> None:
+    import asyncio
+
+    cancel = asyncio.Event()
+    server = synthetic()
+
+    def on_step(step: Any, _progress: Any) -> None:
+        if step.index == 2:
+            cancel.set()
+
+    r = await run_search(server, settings(), WORKLOAD, on_step=on_step, cancel=cancel)
+    assert r.stop_reason == "cancelled"
+    assert len(r.steps) == 3
+    assert r.saturation_output_throughput.value is not None

@@ -42,12 +42,16 @@ def _panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _exprs() -> list[tuple[str, str, str]]:
-    return [
+    panels = [
         (name, panel["title"], target["expr"])
         for name, d in _dashboards().items()
         for panel in _panels(d)
         for target in panel["targets"]
     ]
+    annotations = [
+        (name, a["name"], a["expr"]) for name, d in _dashboards().items() for a in d["annotations"]["list"]
+    ]
+    return panels + annotations
 
 
 def _substitute(expr: str) -> str:

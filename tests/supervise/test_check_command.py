@@ -60,3 +60,8 @@ def test_check_systemd_mode_skips_what_the_unit_owns(
     out = capsys.readouterr().out
     assert "unit:         sglang-glm5.service" in out
     assert "port" not in out.split("preflight:")[1]
+    # The hash printed is the one the supervisor reports (and tags results with) in this mode.
+    from sentinel.config import load_settings
+    from sentinel.supervise import Supervisor
+
+    assert f"config hash:  {Supervisor(load_settings(cfg).server).config_hash}" in out

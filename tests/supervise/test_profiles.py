@@ -137,3 +137,40 @@ def test_detect_version_reports_missing_sglang_and_missing_interpreter() -> None
     version, msg = detect_sglang_version("/nonexistent/python3")
     assert version is None
     assert "not found" in msg
+
+
+def test_a_profile_named_like_a_builtin_adjusts_it() -> None:
+    s = ServerSettings.model_validate({"profile": GLM, "profiles": {GLM: {"model_path": "/data/glm5"}}})
+    cmd = render_command(s, detected_version=(0, 5, 9))
+    assert flag(cmd.argv, "--model-path") == "/data/glm5"
+    assert flag(cmd.argv, "--tp-size") == "8"  # everything else is the built-in's
+    assert flag(cmd.argv, "--kv-cache-dtype") == "bf16"
+
+
+def test_base_chains_and_explicit_fields_win() -> None:
+    profiles = {
+        "site": {"base": GLM, "python": "/opt/sglang/bin/python", "extra_args": []},
+        "canary-box": {"base": "site", "tp_size": 4, "kv_cache_dtype": ""},
+    }
+    s = ServerSettings.model_validate({"profile": "canary-box", "profiles": profiles})
+    cmd = render_command(s, detected_version=(0, 5, 23))
+    assert cmd.argv[0] == "/opt/sglang/bin/python"
+    assert flag(cmd.argv, "--tp-size") == "4"
+    assert "--kv-cache-dtype" not in cmd.argv  # explicitly emptied
+    assert "--disable-custom-all-reduce" not in cmd.argv
+    assert flag(cmd.argv, "--dsa-decode-backend") == "trtllm"
+    assert cmd.profile.required_gpus == 4
+
+
+@pytest.mark.parametrize(
+    ("profiles", "message"),
+    [
+        ({"a": {"base": "b"}, "b": {"base": "a"}}, r"extends itself \(a -> b -> a\)"),
+        ({"a": {"base": "a"}}, "extends itself"),
+        ({"a": {"base": "nope"}}, r"unknown launch profile 'nope' \(extended by 'a'\)"),
+    ],
+)
+def test_bad_base_chains(profiles: dict[str, dict[str, str]], message: str) -> None:
+    s = ServerSettings.model_validate({"profile": "a", "profiles": profiles})
+    with pytest.raises(ProfileError, match=message):
+        render_command(s, detected_version=(0, 5, 9))

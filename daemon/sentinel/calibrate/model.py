@@ -208,6 +208,8 @@ class CalibrationResult(_Frozen):
     # Requests of the last full sweep in this result's lineage (itself, for a full sweep): the
     # yardstick for an incremental run's budget, which must not shrink run after run.
     full_sweep_requests: int
+    # Incremental runs since the last full sweep (0 for a full sweep).
+    incremental_depth: int = 0
     # Incremental runs: when the result they were seeded from started.
     seeded_from: datetime | None = None
     warnings: tuple[str, ...] = ()

@@ -255,6 +255,10 @@ def _slo_bracket(ok: Sequence[Step]) -> tuple[Step | None, Step] | None:
     return (max(passing, key=lambda st: st.concurrency) if passing else None), hi
 
 
+def _workload_key(w: Workload) -> tuple[str, str, int, int, float]:
+    return (w.base_url, w.backend, w.input_len, w.output_len, w.range_ratio)
+
+
 def _saturation_concurrency(prev: CalibrationResult) -> int | None:
     """Where the previous run established its ceiling: its lowest saturated step, else its best."""
     sat = [st for st in prev.steps if st.trusted and st.saturated]
@@ -374,8 +378,18 @@ async def run_search(
     (``stop_reason`` "cancelled"): an interrupted calibration still yields its steps.
     """
     started = datetime.now(UTC)
-    seed_c = _saturation_concurrency(previous) if previous is not None else None
-    incremental = previous is not None and seed_c is not None
+    why_full = None
+    if previous is not None:
+        if _workload_key(previous.workload) != _workload_key(workload):
+            why_full = "the previous result measured another server or workload: ran a full sweep instead"
+        elif previous.incremental_depth + 1 > settings.full_sweep_every:
+            why_full = (
+                f"{previous.incremental_depth} incremental runs since the last full sweep: ran a full one"
+            )
+        elif _saturation_concurrency(previous) is None:
+            why_full = "the previous result has no usable ceiling: ran a full sweep instead"
+    seed_c = _saturation_concurrency(previous) if previous is not None and why_full is None else None
+    incremental = seed_c is not None
     if incremental:
         assert previous is not None
         budget = min(
@@ -385,8 +399,8 @@ async def run_search(
     else:
         budget = settings.max_requests
     search = _Search(runner, settings, budget, on_step, on_plan, clock, cancel or asyncio.Event())
-    if previous is not None and not incremental:
-        search.warnings.append("the previous result has no usable ceiling: ran a full sweep instead")
+    if why_full is not None:
+        search.warnings.append(why_full)
     stop: StopReason
     try:
         if incremental:
@@ -417,6 +431,7 @@ async def run_search(
         requests_spent=spent,
         full_sweep_requests=previous.full_sweep_requests if incremental and previous else spent,
         seeded_from=previous.started_at if incremental and previous else None,
+        incremental_depth=previous.incremental_depth + 1 if incremental and previous else 0,
         warnings=tuple(search.warnings),
         saturation_output_throughput=figures["saturation_output_throughput"],
         saturation_total_throughput=figures["saturation_total_throughput"],

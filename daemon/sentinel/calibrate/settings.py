@@ -90,6 +90,9 @@ class CalibrationSettings(Section):
     max_duration: float = Field(default=3600.0, gt=0)
     # Incremental re-calibration spends at most this fraction of the previous result's requests.
     incremental_budget_ratio: float = Field(default=1 / 3, gt=0, le=4)
+    # After this many incremental runs in a row the next one is a full sweep: carried-over and
+    # scaled figures must not drift from a measurement that grows ever older.
+    full_sweep_every: int = Field(default=12, ge=1)
     request_timeout: float = Field(default=600.0, gt=0)
 
     # --- results ---

@@ -216,7 +216,11 @@ class ScheduleMetrics(Collector):
         # name -> value; an unknown figure is absent, not 0 (a 0 capacity would page someone).
         self._capacity: dict[str, float] = {}
         self.calibrations = Counter(
-            "sentinel_calibration_runs", "Calibration sweeps by how they ended.", ["outcome"], registry=None
+            "sentinel_calibration_runs",
+            "Calibration sweeps by how they ended (inconclusive: finished without a capacity finding, "
+            "e.g. client-bound; the capacity gauges keep the last conclusive result).",
+            ["outcome"],
+            registry=None,
         )
         self._all: tuple[MetricWrapperBase, ...] = tuple(
             v for v in vars(self).values() if isinstance(v, MetricWrapperBase)

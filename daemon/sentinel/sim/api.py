@@ -357,7 +357,7 @@ class SglangApi:
         stop = None
         if gp.stop:
             limit = gp.max_new_tokens if gp.ignore_eos else min(gp.max_new_tokens, script.natural_len)
-            stop = stop_position(list(script.pieces(limit)), gp.stop, limit)
+            stop = stop_position(script.pieces(limit), gp.stop, limit)
         return Request(
             gp.rid,
             gp.prompt_tokens,
@@ -379,11 +379,11 @@ class SglangApi:
         fault = self.srv.faults.active("garbage", time.monotonic())
         if fault is not None:
             return _GARBAGE[fault.text("style")] * (end - start)
-        return "".join(req.script.pieces(end)[start:end])
+        return "".join(req.script.slice(start, end))
 
     @staticmethod
     def _ids(req: Request, start: int, end: int) -> list[int]:
-        ids = [token_id(piece) for piece in req.script.pieces(end)[start:end]]
+        ids = [token_id(piece) for piece in req.script.slice(start, end)]
         if req.finish_matched == EOS_TOKEN_ID and end > req.script.natural_len >= start:
             ids[req.script.natural_len - start] = EOS_TOKEN_ID
         return ids

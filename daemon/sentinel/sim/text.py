@@ -109,38 +109,60 @@ def _digest(text: str) -> int:
     )
 
 
-class Script:
-    """The token pieces one request would generate, produced lazily and cached.
-
-    ``thinking`` pieces come first (ending with ``</think>``), then the answer; ``natural_len``
-    is where the model would emit EOS. Beyond the script, filler continues indefinitely.
-    """
-
-    __slots__ = ("_filler_state", "_pieces", "answer_start", "natural_len")
-
-    def __init__(self, pieces: list[str], answer_start: int, seed: int) -> None:
-        self._pieces = pieces
-        self.answer_start = answer_start
-        self.natural_len = len(pieces)
-        self._filler_state = seed or 1
-
-    def _next_filler(self, index: int) -> str:
-        # xorshift64: cheap, deterministic, no per-call object churn beyond the string.
-        x = self._filler_state
+def _filler_cycle(length: int) -> tuple[str, ...]:
+    """A fixed pseudo-random sequence of filler pieces; scripts read it from an offset."""
+    x = 0x9E3779B97F4A7C15
+    out: list[str] = []
+    for i in range(length):
+        # xorshift64
         x ^= (x << 13) & 0xFFFFFFFFFFFFFFFF
         x ^= x >> 7
         x ^= (x << 17) & 0xFFFFFFFFFFFFFFFF
-        self._filler_state = x
-        if index % 12 == 11:
-            return "."
-        return " " + _WORDS[x % len(_WORDS)]
+        out.append("." if i % 12 == 11 else " " + _WORDS[x % len(_WORDS)])
+    return tuple(out)
 
-    def pieces(self, n: int) -> Sequence[str]:
-        """The first ``n`` pieces (extending the cache with filler as needed)."""
-        pieces = self._pieces
-        while len(pieces) < n:
-            pieces.append(self._next_filler(len(pieces)))
-        return pieces
+
+# Long enough that no two requests visibly repeat each other; built once at import (~1 ms).
+_CYCLE: Final = _filler_cycle(8191)
+
+
+class Script:
+    """The token pieces one request generates: an explicit part (thinking, known answers) and
+    then filler read from a shared cycle at a per-prompt offset -- no per-token generation work.
+
+    ``answer_start`` is the first piece after ``</think>`` (0 without thinking); ``natural_len``
+    is where the model would emit EOS. Beyond the script, filler continues indefinitely.
+    """
+
+    __slots__ = ("_explicit", "_offset", "answer_start", "natural_len")
+
+    def __init__(
+        self, explicit: list[str], answer_start: int, seed: int, natural_len: int | None = None
+    ) -> None:
+        self._explicit = explicit
+        self._offset = seed % len(_CYCLE)
+        self.answer_start = answer_start
+        self.natural_len = len(explicit) if natural_len is None else natural_len
+
+    def slice(self, start: int, end: int) -> list[str]:
+        """Pieces ``start`` (inclusive) to ``end`` (exclusive)."""
+        explicit = self._explicit
+        n_exp = len(explicit)
+        if end <= n_exp:
+            return explicit[start:end]
+        out = explicit[start:] if start < n_exp else []
+        i = max(start, n_exp)
+        size = len(_CYCLE)
+        while i < end:
+            pos = (self._offset + i) % size
+            take = min(end - i, size - pos)
+            out.extend(_CYCLE[pos : pos + take])
+            i += take
+        return out
+
+    def pieces(self, n: int) -> list[str]:
+        """The first ``n`` pieces."""
+        return self.slice(0, n)
 
 
 def make_script(
@@ -162,18 +184,14 @@ def make_script(
             think_text = "Let me think about this request step by step."
         pieces.extend(split_tokens(think_text))
         # Pad hidden reasoning towards the profile's typical length, deterministically.
-        script = Script([], 0, seed ^ 0x9E3779B97F4A7C15)
         want = max(thinking_tokens, len(pieces))
         if want > len(pieces):
-            pieces.extend(script.pieces(want - len(pieces)))
+            pieces.extend(Script([], 0, seed ^ 0x9E3779B97F4A7C15).pieces(want - len(pieces)))
         pieces.append(THINK_END)
         answer_start = len(pieces)
     if answer:
         pieces.extend(split_tokens(answer))
-    else:
-        # Unknown prompt: an answer of 24..279 tokens of deterministic filler.
-        n = 24 + seed % 256
-        filler = Script([], 0, seed)
-        pieces.append(" Sure")
-        pieces.extend(filler.pieces(n - 1))
-    return Script(pieces, answer_start, seed)
+        return Script(pieces, answer_start, seed)
+    # Unknown prompt: " Sure" and then 23..278 tokens of filler (from the cycle) before EOS.
+    pieces.append(" Sure")
+    return Script(pieces, answer_start, seed, natural_len=len(pieces) - 1 + 24 + seed % 256)

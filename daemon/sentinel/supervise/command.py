@@ -31,6 +31,7 @@ def _handle(args: argparse.Namespace) -> int:
     from sentinel.supervise.preflight import run_preflight
     from sentinel.supervise.profiles import (
         ProfileError,
+        config_hash_of,
         detect_sglang_version,
         python_of,
         render_command,
@@ -70,7 +71,7 @@ def _handle(args: argparse.Namespace) -> int:
                     "argv": list(cmd.argv),
                     "env": cmd.env,
                     "command_line": cmd.display(),
-                    "config_hash": cmd.config_hash,
+                    "config_hash": config_hash_of(s, cmd),
                     "sglang_version": ".".join(map(str, cmd.sglang_version)) if cmd.sglang_version else None,
                     "version_source": cmd.version_source or None,
                     "unit": s.systemd.unit if s.mode == "systemd" else None,
@@ -91,7 +92,7 @@ def _handle(args: argparse.Namespace) -> int:
     print(f"profile:      {cmd.profile_name} ({cmd.profile.kind})")
     if cmd.profile.kind == "sglang":
         print(f"sglang:       {cmd.version_source}")
-    print(f"config hash:  {cmd.config_hash}")
+    print(f"config hash:  {config_hash_of(s, cmd)}")
     print(f"endpoint:     http://{s.host}:{s.port}")
     print("command line:")
     print(f"  {cmd.display()}")

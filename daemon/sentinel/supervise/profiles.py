@@ -21,6 +21,7 @@ __all__ = [
     "ProfileError",
     "SglangVersion",
     "api_key_of",
+    "config_hash_of",
     "detect_sglang_version",
     "parse_version",
     "python_of",
@@ -120,13 +121,41 @@ def parse_version(text: str) -> SglangVersion | None:
 
 
 def resolve_profile(settings: ServerSettings) -> tuple[str, LaunchProfile]:
-    name = settings.profile
-    if name in settings.profiles:
-        return name, settings.profiles[name]
-    if name in BUILTIN_PROFILES:
-        return name, BUILTIN_PROFILES[name]
-    known = sorted({*BUILTIN_PROFILES, *settings.profiles})
-    raise ProfileError(f"unknown launch profile {name!r} (known: {', '.join(known)})")
+    """The profile named by ``settings.profile``, with its ``base`` chain applied."""
+    return settings.profile, _resolve(settings, settings.profile, ())
+
+
+def _resolve(settings: ServerSettings, name: str, seen: tuple[str, ...]) -> LaunchProfile:
+    if name in seen:
+        raise ProfileError(f"launch profile {name!r} extends itself ({' -> '.join((*seen, name))})")
+    configured = settings.profiles.get(name)
+    if configured is None:
+        if name in BUILTIN_PROFILES:
+            return BUILTIN_PROFILES[name]
+        known = sorted({*BUILTIN_PROFILES, *settings.profiles})
+        where = f" (extended by {seen[-1]!r})" if seen else ""
+        raise ProfileError(f"unknown launch profile {name!r}{where} (known: {', '.join(known)})")
+    base_name = configured.base or (name if name in BUILTIN_PROFILES else "")
+    if not base_name:
+        return configured
+    if base_name == name:
+        if name not in BUILTIN_PROFILES:
+            raise ProfileError(f"launch profile {name!r} extends itself")
+        base = BUILTIN_PROFILES[name]  # [server.profiles.<built-in>] adjusts that built-in
+    else:
+        base = _resolve(settings, base_name, (*seen, name))
+    # Only the fields written in the config override the base; the rest come from it.
+    explicit = configured.model_dump(include=configured.model_fields_set - {"base"})
+    return LaunchProfile.model_validate({**base.model_dump(exclude={"base"}), **explicit})
+
+
+def config_hash_of(settings: ServerSettings, command: LaunchCommand | None) -> str:
+    """The launch-config hash the supervisor reports: the command's in child mode; elsewhere sentinel
+    does not choose the command line, so only what it watches (mode, unit, endpoint) counts."""
+    if settings.mode == "child" and command is not None:
+        return command.config_hash
+    blob = f"{settings.mode}|{settings.systemd.unit}|{settings.host}:{settings.port}"
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def api_key_of(settings: ServerSettings, profile: LaunchProfile | None = None) -> str:

@@ -135,6 +135,9 @@ class SystemdSettings(Section):
 class LaunchProfile(Section):
     """How to start the server in child mode (host and port come from ``[server]``)."""
 
+    # Start from this profile (built-in or configured) and change only the fields given here.
+    # A configured profile named like a built-in one extends it implicitly.
+    base: str = ""
     kind: Literal["sglang", "sim"] = "sglang"
     # Interpreter that runs the server; empty = the one running sentinel.
     python: str = ""

@@ -39,6 +39,7 @@ from sentinel.supervise.profiles import (
     LaunchCommand,
     SglangVersion,
     api_key_of,
+    config_hash_of,
     detect_sglang_version,
     python_of,
     render_command,
@@ -140,12 +141,7 @@ class Supervisor:
     @property
     def config_hash(self) -> str:
         """Hash of what is launched (child mode: argv + env); changes when the launch config changes."""
-        if self.command is not None:
-            return self.command.config_hash
-        import hashlib
-
-        blob = f"{self.settings.mode}|{self.settings.systemd.unit}|{self.settings.host}:{self.settings.port}"
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return config_hash_of(self.settings, self.command)
 
     def subscribe_state(self, listener: StateListener) -> Callable[[], None]:
         return self.machine.subscribe(listener)

@@ -77,20 +77,22 @@ async def test_calibration_runs_in_the_slot_and_sets_capacity(tmp_path: Path) ->
 
         await daemon.supervisor.wait_for_state(ServerState.READY, timeout_s=30)
         assert await asyncio.wait_for(daemon.calibrate(), 90) == "completed"
-        capacity = daemon.metrics.capacity()
-        assert capacity["sentinel_capacity_output_throughput_tokens_per_second"] > 0
         status = daemon.status()
-        assert status["capacity"]["output_throughput"] > 0
         assert status["schedule"]["recent"][-1]["kind"] == "calibration"
         assert 0 < status["schedule"]["budget"]["spent"] <= 200 * 64
         url = daemon.exporter.url
         async with httpx.AsyncClient(base_url=url, timeout=10) as client:
-            latest = await client.get("/calibration/latest.json")
-            assert latest.status_code == 200
-            assert latest.json()["saturation_output_throughput"]["value"] > 0
+            latest = (await client.get("/calibration/latest.json")).json()
             metrics = (await client.get("/metrics")).text
+        if latest["stop_reason"] in ("saturated", "slo", "max-concurrency"):
+            assert latest["saturation_output_throughput"]["value"] > 0
+            assert status["capacity"]["output_throughput"] == latest["saturation_output_throughput"]["value"]
             assert 'sentinel_calibration_runs_total{outcome="completed"} 1.0' in metrics
             assert "sentinel_capacity_knee_concurrency" in metrics
+        else:
+            # A sweep that says nothing about capacity (client-bound on a busy machine) sets no gauge.
+            assert 'sentinel_calibration_runs_total{outcome="inconclusive"} 1.0' in metrics
+            assert "sentinel_capacity_knee_concurrency" not in metrics
     finally:
         await daemon._shutdown()
     # Capacity survives a daemon restart (reloaded from the calibration store).

@@ -258,3 +258,31 @@ def test_schedule_settings_validation(tmp_path: Path) -> None:
     env = {"SENTINEL_SCHEDULE__BUDGET__TOKENS_PER_HOUR": "42"}
     assert load_settings(None, environ=env).schedule.budget.tokens_per_hour == 42
     assert json.dumps(load_settings(None, environ={}).schedule.model_dump(mode="json"))
+
+
+def test_exposition_passes_promtool_lint() -> None:
+    import shutil
+    import subprocess
+    import time
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from sentinel.schedule.metrics import RequestTimings, RunFigures, ScheduleMetrics
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool missing (Debian package prometheus)")
+    m = ScheduleMetrics()
+    m.declare_profiles(["reference"])
+    m.set_figures("reference", RunFigures(196.0, 451.0, 31.0, 64.0, False, time.time()))
+    m.observe("reference", [RequestTimings(0.2, 0.08, 20.0, [0.08, 0.07])])
+    m.set_capacity(208.0, 16.0, None, time.time())
+    m.skipped.labels("reference", "budget").inc()
+    registry = CollectorRegistry()
+    registry.register(m)
+    text = generate_latest(registry)
+    # Unknown capacity figures are absent, not 0.
+    assert b"sentinel_capacity_slo_concurrency" not in text
+    assert b"sentinel_capacity_knee_concurrency 16.0" in text
+    result = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=30)
+    assert result.returncode == 0, (result.stdout + result.stderr).decode()
