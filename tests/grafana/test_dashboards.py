@@ -129,7 +129,8 @@ def _metric_names(expr: str) -> set[str]:
     expr = re.sub(r"\{[^}]*\}", "{}", expr)  # label matchers
     expr = re.sub(r"\[[^\]]*\]", "[]", expr)  # ranges
     expr = re.sub(r"\b(?:by|without|on|ignoring)\s*\([^)]*\)", "", expr)  # grouping labels
-    names = set(re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", expr))
+    # An identifier followed by "(" is a function or an aggregation, not a series.
+    names = set(re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*(?![a-zA-Z0-9_:]|\s*\()", expr))
     return {n for n in names if n not in _NOT_METRICS and not re.fullmatch(r"[0-9e]+", n)}
 
 

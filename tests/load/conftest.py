@@ -106,7 +106,7 @@ class FakeSGLang:
         mode = self._failing(n)
         out = max_new - 1 if mode == "short" else max_new
         rid = body.get("rid", str(n))
-        if not body.get("stream"):
+        if not body.get("stream") or mode == "json_body":
             await asyncio.sleep(b.first_delay + b.token_delay * out)
             return web.json_response(self._whole(path, out, prompt_len))
         gen = {

@@ -299,3 +299,10 @@ async def test_result_block_and_json(fake_sglang: Any) -> None:
     assert d["completed"] == 4
     assert d["request_rate"] == "inf"
     assert not math.isnan(d["duration"])
+
+
+async def test_stream_request_answered_with_plain_json(fake_sglang: Any) -> None:
+    fake = await fake_sglang(fail_mode="json_body")
+    result = await run_load(_spec(fake.base_url, num_requests=1))
+    assert result.metrics.failures == {FailureReason.MALFORMED: 1}
+    assert "expected an event stream" in (result.records[0].error or "")

@@ -114,7 +114,7 @@ def _split_events(buf: bytes) -> tuple[list[bytes], bytes]:
 class _Sink:
     """Receives a response's body bytes inside the connection's read callback."""
 
-    __slots__ = ("buf", "done", "error_body", "feed", "ok", "rec", "sent", "stream", "whole")
+    __slots__ = ("buf", "done", "error_body", "feed", "head", "ok", "rec", "sent", "stream", "whole")
 
     def __init__(self, rec: RequestRecord, parser: ResponseParser, stream: bool) -> None:
         self.rec = rec
@@ -126,6 +126,7 @@ class _Sink:
         self.buf = b""
         self.whole = bytearray()
         self.error_body = bytearray()
+        self.head = b""  # the first bytes of a 200 body, to explain a stream that is not SSE
 
     def on_status(self, status: int) -> None:
         self.ok = status == 200
@@ -137,6 +138,8 @@ class _Sink:
             return
         rel = now - self.sent
         self.rec.latency = rel
+        if not self.head:
+            self.head = data[:200]
         if not self.stream:
             self.whole += data
             return
@@ -285,6 +288,10 @@ class _Run:
             rec.latency = perf() - sent
             return
         done = sink.done
+        if spec.stream and not done and not parser.finished and not rec.chunk_times and sink.head:
+            rec.failure = FailureReason.MALFORMED
+            rec.error = f"expected an event stream, got: {sink.head!r}"
+            return
         if spec.stream and not done and not parser.finished:
             rec.failure = FailureReason.DISCONNECTED
             rec.error = "the response ended before the request finished (no [DONE], no finish_reason)"

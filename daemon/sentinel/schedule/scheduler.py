@@ -431,7 +431,9 @@ class LoadScheduler:
             if run_task not in done:
                 abort_reason = monitor.result()
         except asyncio.CancelledError:
-            # stop() or cancel_current(): the reason was left on `current`.
+            # stop() or cancel_current(): the reason was left on `current`. The cancellation is
+            # handled here (the run is stopped and recorded), so it is not left pending on the task.
+            _uncancel()
             abort_reason = current.cancel_reason or "shutdown"
         monitor.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -622,6 +624,7 @@ class LoadScheduler:
                 else:
                     task.result()
             except asyncio.CancelledError:
+                _uncancel()
                 outcome = "cancelled"
                 abort_reason = current.cancel_reason or "shutdown"
                 await self._stop_work(task, run)
@@ -713,6 +716,12 @@ def _report_from_counters(counters: LoadCounters) -> RunReport:
         cancelled=True,
         exact_tokens=False,
     )
+
+
+def _uncancel() -> None:
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
 
 
 def _dt(ts: float) -> datetime:

@@ -151,6 +151,8 @@ class SglangApi:
             return web.Response(status=503)
         if srv.status in ("starting", "warming"):
             return web.Response(status=503)
+        if not srv.config.health_generation and request.path == "/health":
+            return web.Response(status=200)  # SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=false
         tic_unix = time.time()
         tic = time.monotonic()
         probe = Request(
@@ -488,6 +490,20 @@ class SglangApi:
             "completion_tokens": n,
             "cached_tokens": req.cached_tokens,
         }
+        if final and self.metrics is not None:
+            # --enable-metrics adds the scheduler's timings and the tokenizer's timestamps.
+            unix = self.srv.truth.unix
+            meta["queue_time"] = max(0.0, req.scheduled_at - req.arrival) if req.scheduled_at else 0.0
+            meta["prefill_launch_delay"] = 0.0
+            meta["prefill_finished_ts"] = unix(req.first_token_at) if req.first_token_at else None
+            meta["request_received_ts"] = unix(req.arrival)
+            meta["request_sent_to_scheduler_ts"] = unix(req.arrival)
+            meta["response_sent_to_client_ts"] = time.time()
+            meta["decode_finished_ts"] = unix(req.finished_at)
+            meta["inference_time"] = max(0.0, req.finished_at - (req.scheduled_at or req.arrival))
+            decode_time = req.finished_at - req.first_token_at
+            if decode_time > 0:
+                meta["decode_throughput"] = n / decode_time
         if final:
             meta["e2e_latency"] = max(0.0, req.finished_at - req.arrival)
             if self.profile.mtp_accept_length > 1.0:

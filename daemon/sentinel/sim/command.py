@@ -106,6 +106,8 @@ def _handle(args: argparse.Namespace) -> int:
         reasoning_parser=args.reasoning_parser,
         startup_time=args.startup_time,
         health_timeout=args.health_timeout,
+        health_generation=os.environ.get("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "true").lower()
+        not in ("0", "false", "no"),
         ready_file=args.ready_file,
         seed=args.seed,
         log_ms=os.environ.get("SGLANG_LOG_MS", "").lower() in ("1", "true"),

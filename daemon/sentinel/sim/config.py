@@ -37,6 +37,8 @@ class SimConfig:
     startup_time: float | None = None
     # SGLANG_HEALTH_CHECK_TIMEOUT, server seconds.
     health_timeout: float = 20.0
+    # SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION: false = plain /health answers 200 without a probe.
+    health_generation: bool = True
     ready_file: str | None = None
     seed: int = 0
     log_ms: bool = False

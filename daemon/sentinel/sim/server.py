@@ -322,6 +322,11 @@ class SimServer:
         await self._api_runner.setup()
         self.engine.start()
         self._write_ready_file()
+        # Not an SGLang line (log parsers ignore it): where the simulator's own API is.
+        self.log.main(
+            f"sentinel sim: control API on {self.control_url} (loopback only); profile {self.profile.name}, "
+            f"speed {self.speed:g}, API port {self.port}"
+        )
         self.spawn(self._startup(), "startup")
         if self.config.lifetime is not None:
             self.spawn(self._lifetime(self.config.lifetime), "lifetime")
