@@ -61,3 +61,13 @@ def test_cli_exit_code_2_without_traceback(tmp_path: Path, capsys: pytest.Captur
     err = capsys.readouterr().err
     assert "server.mode" in err
     assert "Traceback" not in err
+
+
+def test_config_command_masks_secrets(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SENTINEL_SERVER__API_KEY", "hunter2-secret")
+    assert main(["config"]) == 0
+    out = capsys.readouterr().out
+    assert "hunter2-secret" not in out
+    assert '"api_key": "<set>"' in out

@@ -21,7 +21,24 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=_handle)
 
 
+# Keys whose values are credentials: shown as set/unset, never printed (configs get pasted into tickets).
+_SECRET_WORDS = ("api_key", "password", "token", "secret")
+
+
+def _mask(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: ("<set>" if v else "<unset>")
+            if any(w in k.lower() for w in _SECRET_WORDS) and not isinstance(v, dict | list)
+            else _mask(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_mask(v) for v in value]
+    return value
+
+
 def _handle(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
-    print(json.dumps(settings.model_dump(mode="json"), indent=2, sort_keys=True))
+    print(json.dumps(_mask(settings.model_dump(mode="json")), indent=2, sort_keys=True))
     return 0

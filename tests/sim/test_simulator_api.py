@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import itertools
 import json
 
 import httpx
 from simtest_sse import decode, sse
 
+from sentinel.sglang.logparse import DecodeBatch, parse_line
 from sentinel.sim import SimServer, serve
 
 EOS = 154820
@@ -331,3 +333,63 @@ async def test_ground_truth_matches_client(sim: SimServer, client: httpx.AsyncCl
         assert rec["arrival_time"] <= rec["first_token_time"] <= rec["last_token_time"] <= rec["finish_time"]
         assert rec["route"] == "/generate"
     json.dumps(summary)
+
+
+async def test_mtp_profile_streams_several_tokens_per_chunk() -> None:
+    err = io.StringIO()
+    async with (
+        serve(speed=10, profile="glm5-nvfp4-8x-rtxpro6000-mtp", startup_time=0, err=err) as sim,
+        httpx.AsyncClient(base_url=sim.base_url) as c,
+    ):
+        _, events = await sse(
+            c,
+            "/generate",
+            {"text": "x", "sampling_params": {"max_new_tokens": 130, "ignore_eos": True}, "stream": True},
+        )
+        chunks = decode(events)
+        steps = [
+            b["meta_info"]["completion_tokens"] - a["meta_info"]["completion_tokens"]
+            for a, b in itertools.pairwise(chunks)
+        ]
+        assert max(steps) > 1
+        assert max(steps) <= 4  # 3 draft tokens + 1
+        final = chunks[-1]["meta_info"]
+        assert final["completion_tokens"] == 130
+        assert 1.8 < final["spec_accept_length"] < 3.0
+        info = (await c.get("/server_info")).json()
+        assert info["speculative_algorithm"] == "EAGLE"
+        assert info["internal_states"][0]["avg_spec_accept_length"] > 1.5
+    decode_lines = [parse_line(line) for line in err.getvalue().splitlines() if "Decode batch" in line]
+    assert decode_lines
+    assert all(
+        isinstance(d, DecodeBatch) and d.accept_len is not None and d.accept_len > 1.5 for d in decode_lines
+    )
+
+
+async def test_health_without_generation_and_metrics_meta_info(
+    sim: SimServer, client: httpx.AsyncClient
+) -> None:
+    r = (
+        await client.post(
+            "/generate", json={"text": "x", "sampling_params": {"max_new_tokens": 5, "ignore_eos": True}}
+        )
+    ).json()
+    meta = r["meta_info"]
+    # --enable-metrics timing fields (the fixture's server runs with metrics on)
+    for key in (
+        "queue_time",
+        "request_received_ts",
+        "decode_finished_ts",
+        "inference_time",
+        "decode_throughput",
+    ):
+        assert key in meta, key
+    assert meta["decode_finished_ts"] >= meta["request_received_ts"]
+    async with (
+        serve(speed=200, health_generation=False) as quick,
+        httpx.AsyncClient(base_url=quick.base_url) as c,
+    ):
+        async with httpx.AsyncClient(base_url=quick.control_url) as ctl:
+            await ctl.post("/faults", json={"name": "hang", "params": {"watchdog": 0}})
+        assert (await c.get("/health")).status_code == 200  # liveness only
+        assert (await c.get("/health_generate")).status_code == 503  # always probes

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import time
 from collections.abc import Callable
 from typing import Any
@@ -181,7 +182,9 @@ class _Run:
         self.model = model
         self.path = spec.backend.path
         self.t0 = time.perf_counter()
-        self.run_id = f"{int(time.time() * 1e3):x}"
+        # Unique per run even for runs started in the same millisecond: SGLang refuses a rid
+        # that is already in flight.
+        self.run_id = f"{int(time.time() * 1e3):x}{secrets.token_hex(3)}"
         self.slots: asyncio.Queue[float] | None = None
 
     def now(self) -> float:
