@@ -210,6 +210,8 @@ def test_daemon_end_to_end(
     assert d.value(m, "sentinel_collector_success", collector="gpu") is not None
     assert (d.value(m, "sentinel_load_runs_total", profile="reference", outcome="completed") or 0) >= 2
     assert (d.value(m, "sentinel_request_ttft_seconds_count", profile="reference") or 0) >= 1
+    # The server's log lines reach the log collector through the supervisor.
+    assert (d.value(m, "sentinel_sglang_log_lines_total") or 0) > 0
     excluded_before = d.value(
         m, "sentinel_load_runs_excluded_total", profile="reference", reason="restart_window"
     )

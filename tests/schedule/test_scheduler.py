@@ -165,7 +165,7 @@ async def test_completed_run_feeds_reference_series(tmp_path: Path) -> None:
 
 
 async def test_schedules_fire_and_never_overlap(tmp_path: Path) -> None:
-    ex = FakeExecutor(duration=0.35)
+    ex = FakeExecutor(duration=0.6)
     s = settings(
         profiles={"a": profile(interval_seconds=0.1), "b": profile(interval_seconds=0.13)},
     )
@@ -177,9 +177,9 @@ async def test_schedules_fire_and_never_overlap(tmp_path: Path) -> None:
 
     await sched.start()
     sched.add_interval_job("probe:health", probe, 0.05)
-    await asyncio.sleep(1.6)
+    await asyncio.sleep(2.0)
     await sched.stop()
-    assert len(ex.plans) >= 3
+    assert len(ex.plans) >= 2
     assert ex.max_active == 1
     ordered = sorted(ex.intervals)
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(ordered))
@@ -193,7 +193,7 @@ async def test_schedules_fire_and_never_overlap(tmp_path: Path) -> None:
     # Probes kept their cadence while loads ran: no gap near a run's length.
     gaps = [b - a for a, b in itertools.pairwise(ticks)]
     assert len(ticks) >= 20
-    assert max(gaps) < 0.3
+    assert max(gaps) < 0.45  # a probe queued behind a run would wait >= 0.6 s
 
 
 async def test_not_ready_and_warmup_skip(tmp_path: Path) -> None:

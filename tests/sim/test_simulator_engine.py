@@ -107,3 +107,16 @@ def test_prefix_cache_hits_repeated_prompts() -> None:
     third = Request("c", 300, 5, Script([], 0, 1), prompt_key="same", ignore_eos=True)
     _drive(engine, [third])
     assert third.cached_tokens == 0
+
+
+def test_lone_request_outgrowing_the_pool_is_aborted_not_overcommitted() -> None:
+    profile = get_profile("tiny-llama-1x-h200").with_overrides(max_total_num_tokens=300)
+    engine = Engine(profile, clock=lambda: 0.0)
+    req = Request("grow", 100, 400, Script([], 0, 1), ignore_eos=True)
+    _drive(engine, [req])
+    reason = req.finish_reason()
+    assert reason is not None
+    assert reason["type"] == "abort"
+    assert "Out of memory" in reason["message"]
+    assert req.generated == 200  # exactly what fit
+    assert engine.kv_used == 0

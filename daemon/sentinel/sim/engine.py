@@ -488,7 +488,7 @@ class Engine:
             need = remaining + int((req.target - req.generated) * self.new_token_ratio)
             if need > free and (self.running or batch or req.kv_held):
                 break
-            if need > self.capacity and not self.running and not batch:
+            if total >= self.capacity and not self.running and not batch:
                 # Can never fit: SGLang rejects such prompts up front; abort it here.
                 self.waiting.remove(req)
                 self._abort(req, f"Input length ({total} tokens) exceeds the KV cache capacity.")
@@ -547,12 +547,20 @@ class Engine:
             req.cached_tokens = 0
             req.retractions += 1
             req.state = RequestState.WAITING
-        if not retracted:
+        if len(order) == 1 and self.capacity - self.kv_used < k:
+            # SGLang raises "Out of memory even after retracting all other requests in the
+            # decode batch." here; the simulator ends just that request instead of the server.
+            last = order.pop()
+            self._release(last)
+            self._abort(last, "Out of memory even after retracting all other requests in the decode batch.")
+        if not retracted and order:
             return
         keep = set(map(id, order))
         self.running = [r for r in running if id(r) in keep]
         for req in reversed(retracted):
             self.waiting.appendleft(req)
+        if not retracted:
+            return
         decoded = sum(r.generated for r in self.running)
         max_new = sum(r.max_new_tokens for r in self.running)
         old = self.new_token_ratio
