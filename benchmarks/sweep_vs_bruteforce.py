@@ -32,6 +32,7 @@ from typing import Any
 
 from sentinel.calibrate import CalibrationResult, CalibrationSettings, LoadStepRunner, StepPlan, calibrate
 from sentinel.calibrate.api import base_spec
+from sentinel.calibrate.judge import trusted
 from sentinel.calibrate.model import StepMeasurement
 
 BRUTE = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -93,14 +94,15 @@ async def brute_force(url: str, cfg: CalibrationSettings) -> list[StepMeasuremen
         out.append(m)
         print(
             f"  brute c={c:<4} steady {m.steady_output_throughput or 0:8.1f}  run {m.output_throughput:8.1f} "
-            f"tok/s  client_bound={m.client_bound}",
+            f"tok/s  trusted={trusted(m, cfg)}",
             file=sys.stderr,
         )
     return out
 
 
-def _best(steps: list[StepMeasurement]) -> StepMeasurement:
-    return max((s for s in steps if not s.client_bound), key=lambda s: s.throughput)
+def _best(steps: list[StepMeasurement], cfg: CalibrationSettings) -> StepMeasurement:
+    # The same trust rule as the sweep's own steps (sentinel.calibrate.judge.trusted).
+    return max((s for s in steps if trusted(s, cfg)), key=lambda s: s.throughput)
 
 
 async def sweep(
@@ -156,7 +158,7 @@ def main() -> int:
         full = asyncio.run(sweep(sim.base_url, cfg))
     finally:
         sim.stop()
-    bf_best = _best(bf)
+    bf_best = _best(bf, cfg)
     bf_requests = PROMPTS * len(BRUTE)
     bf_run = max(s.output_throughput for s in bf)
     sat = full.saturation_output_throughput.value or 0.0
@@ -192,7 +194,7 @@ def main() -> int:
             full2 = asyncio.run(sweep(sim.base_url, cfg))
         finally:
             sim.stop()
-        truth2 = _best(bf2)
+        truth2 = _best(bf2, cfg)
         s_inc = inc.saturation_output_throughput.value or 0.0
         s_full2 = full2.saturation_output_throughput.value or 0.0
         change = truth2.throughput / bf_best.throughput - 1

@@ -12,6 +12,8 @@ async def sse(client: httpx.AsyncClient, path: str, body: dict[str, Any], **kw: 
     """POST and return (status, raw SSE payloads after 'data: ')."""
     events: list[str] = []
     async with client.stream("POST", path, json=body, **kw) as resp:
+        if resp.status_code == 200:
+            assert resp.headers["content-type"] == "text/event-stream; charset=utf-8"
         buf = ""
         async for text in resp.aiter_text():
             buf += text

@@ -6,6 +6,7 @@ import asyncio
 import io
 import itertools
 import json
+import time
 
 import httpx
 from simtest_sse import decode, sse
@@ -17,7 +18,9 @@ EOS = 154820
 
 
 async def test_health_info_and_models(sim: SimServer, client: httpx.AsyncClient) -> None:
-    assert (await client.get("/health")).status_code == 200
+    health = await client.get("/health")
+    assert health.status_code == 200
+    assert health.headers["server"] == "uvicorn"
     assert (await client.get("/health_generate")).status_code == 200
     assert (await client.get("/ping")).status_code == 200
     for path in ("/model_info", "/get_model_info"):
@@ -321,7 +324,14 @@ async def test_ground_truth_matches_client(sim: SimServer, client: httpx.AsyncCl
             }
             for i in range(5)
         ]
-        await asyncio.gather(*(client.post("/generate", json=b) for b in bodies))
+        spans: dict[str, tuple[float, float]] = {}
+
+        async def timed(body: dict[str, object]) -> None:
+            start = time.time()
+            r = await client.post("/generate", json=body)
+            spans[r.json()["meta_info"]["id"]] = (start, time.time())
+
+        await asyncio.gather(*(timed(b) for b in bodies))
         summary = (await ctl.get("/summary")).json()
         records = (await ctl.get("/requests")).json()["requests"]
     assert summary["completed"] == 5
@@ -332,6 +342,11 @@ async def test_ground_truth_matches_client(sim: SimServer, client: httpx.AsyncCl
         assert rec["status"] == "ok"
         assert rec["arrival_time"] <= rec["first_token_time"] <= rec["last_token_time"] <= rec["finish_time"]
         assert rec["route"] == "/generate"
+        # the truth lies inside what the client saw (same clock; 5 ms of slack for rounding)
+        sent, received = spans[rec["rid"]]
+        assert sent - 0.005 <= rec["arrival_time"]
+        assert rec["finish_time"] <= received + 0.005
+        assert rec["e2e_s"] <= received - sent + 0.005
     json.dumps(summary)
 
 

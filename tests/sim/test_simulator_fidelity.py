@@ -20,7 +20,7 @@ from sentinel.sim.profiles import DEFAULT_PROFILE, get_profile
 # concurrency with a monotone step-time model (see sentinel.sim.fidelity); everything else is tight.
 TOLERANCE = {
     "single_stream_out_tps": 0.03,
-    "decode_tps_at_21": 0.12,
+    "decode_tps_at_21": 0.03,
     "s32_out_tps": 0.05,
     "s32_total_tps": 0.05,
     "s32_mean_concurrency": 0.10,

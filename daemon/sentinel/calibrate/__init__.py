@@ -31,7 +31,14 @@ from sentinel.calibrate.model import (
     Workload,
 )
 from sentinel.calibrate.runner import LoadStepRunner
-from sentinel.calibrate.search import Progress, StepRunner, run_search, step_requests
+from sentinel.calibrate.search import (
+    PlanCallback,
+    Progress,
+    StepCallback,
+    StepRunner,
+    run_search,
+    step_requests,
+)
 from sentinel.calibrate.settings import CalibrationSettings, SloSettings
 from sentinel.calibrate.store import ResultStore, StoreError, compare, load_result
 
@@ -42,11 +49,13 @@ __all__ = [
     "Figure",
     "Latency",
     "LoadStepRunner",
+    "PlanCallback",
     "Progress",
     "ResultStore",
     "ServerSignals",
     "SloSettings",
     "Step",
+    "StepCallback",
     "StepMeasurement",
     "StepPlan",
     "StepRunner",

@@ -44,7 +44,7 @@ from sentinel.calibrate.model import (
 )
 from sentinel.calibrate.settings import CalibrationSettings
 
-__all__ = ["Progress", "StepCallback", "StepRunner", "run_search", "step_requests"]
+__all__ = ["PlanCallback", "Progress", "StepCallback", "StepRunner", "run_search", "step_requests"]
 
 
 class StepRunner(Protocol):

@@ -34,7 +34,8 @@ __all__ = ["build_api_app"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-_SSE_HEADERS: Final = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+# Starlette appends the charset to text/* media types.
+_SSE_HEADERS: Final = {"Content-Type": "text/event-stream; charset=utf-8"}
 _DONE: Final = b"data: [DONE]\n\n"
 _ACTIVE_KEY: Final = web.RequestKey("sim_active", bool)
 # Non-stream requests get intermediate scheduler outputs every 50 tokens (TTFT metric quirk).
@@ -946,9 +947,15 @@ class SglangApi:
         return resp
 
 
+async def _uvicorn_server_header(request: web.Request, response: web.StreamResponse) -> None:
+    # SGLang answers through uvicorn; clients and proxies see "server: uvicorn".
+    response.headers["Server"] = "uvicorn"
+
+
 def build_api_app(srv: SimServer) -> web.Application:
     api = SglangApi(srv)
     app = web.Application(middlewares=[api.middleware], client_max_size=64 * 1024 * 1024)
+    app.on_response_prepare.append(_uvicorn_server_header)
     r = app.router
     r.add_get("/health", api.health)
     r.add_get("/health_generate", api.health)

@@ -22,7 +22,7 @@ import math
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 from sentinel.sim.profiles import Profile
@@ -180,7 +180,6 @@ class EngineStats:
     slipped_s: float = 0.0
     max_running: int = 0
     max_waiting: int = 0
-    extra: dict[str, float] = field(default_factory=dict)
 
 
 class EngineHooks:
@@ -455,8 +454,8 @@ class Engine:
         if b == 0:
             return 0.0
         cost = p.decode_base_s + p.decode_per_req_s * b + p.decode_per_kv_token_s * self.kv_used
-        if p.decode_per_max_seq_s:
-            cost += p.decode_per_max_seq_s * max(r.prompt_tokens + r.generated for r in self.running)
+        if p.decode_per_gen_token_s:
+            cost += p.decode_per_gen_token_s * sum(r.generated for r in self.running)
         return cost
 
     def _reserved_decode_tokens(self) -> int:

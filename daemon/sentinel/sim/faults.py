@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 __all__ = ["FAULTS", "Fault", "FaultError", "FaultSet", "FaultSpec", "parse_fault_spec"]
@@ -106,9 +106,10 @@ class Fault:
     # time.monotonic() at which the fault takes effect (None until armed)
     active_from: float | None = None
     armed_at_unix: float | None = None
+    # time.monotonic() of arming: with armed_at_unix, converts active_from to a Unix time
+    armed_at_mono: float = 0.0
     _counter: int = 0
     _hits: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def num(self, key: str) -> float:
         value = self.params[key]
@@ -138,8 +139,8 @@ class Fault:
             "active": self.is_active(now),
             "armed_at": self.armed_at_unix,
             "active_from": None
-            if self.active_from is None
-            else (self.armed_at_unix or time.time()) + max(0.0, self.active_from - now),
+            if self.active_from is None or self.armed_at_unix is None
+            else self.armed_at_unix + (self.active_from - self.armed_at_mono),
             "hits": self._hits,
         }
 
@@ -199,6 +200,7 @@ class FaultSet:
     def arm(self, fault: Fault, *, now: float, delay_s: float) -> Fault:
         fault.active_from = now + delay_s
         fault.armed_at_unix = time.time()
+        fault.armed_at_mono = now
         self._faults[fault.name] = fault
         return fault
 

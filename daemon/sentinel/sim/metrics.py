@@ -22,7 +22,6 @@ own registry) can share a process.
 from __future__ import annotations
 
 import os
-import time
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -339,7 +338,3 @@ class SimMetrics:
         if has_samples:
             out.extend(block)
         return b"".join(out)
-
-
-def now_s() -> float:
-    return time.time()

@@ -47,8 +47,8 @@ class Profile:
     decode_base_s: float
     decode_per_req_s: float
     decode_per_kv_token_s: float
-    # Cost that follows the longest sequence in the batch (padded attention/indexer work).
-    decode_per_max_seq_s: float = 0.0
+    # Extra cost per generated (not prompt) token held by the running batch.
+    decode_per_gen_token_s: float = 0.0
     # Multi-token prediction: mean tokens accepted per decode step (1.0 = off) and draft length.
     mtp_accept_length: float = 1.0
     mtp_draft_tokens: int = 0
