@@ -10,8 +10,8 @@ are the HTTP stack's.
 Variants:
 - httpx  aiter_raw: httpx.AsyncClient (pooled), raw byte chunks, our event splitter.
 - httpx  aiter_lines: httpx's own line iterator (the common way to read SSE with httpx).
-- aiohttp readany: aiohttp ClientSession (pooled), whole reads, our splitter.
-- sentinel.load.transport: the engine's client (asyncio protocol + httptools), our splitter.
+- aiohttp readany: aiohttp ClientSession (pooled), whole reads, our splitter (the engine's way).
+- aiohttp readuntil: aiohttp ClientSession (pooled), one `readuntil(b"\\n\\n")` per event.
 - aiohttp lines, session per request: bench_serving v0.5.9's way (`async for line in content`,
   a new ClientSession per request).
 
@@ -34,7 +34,6 @@ import aiohttp
 import httpx
 
 from sentinel.load.engine import _split_events
-from sentinel.load.transport import HttpClient
 
 
 def _serve(port_q: Any, tokens: int) -> None:
@@ -131,6 +130,22 @@ async def aiohttp_readany(url: str, n: int, conc: int, counter: list[int]) -> No
         await asyncio.gather(*(one() for _ in range(n)))
 
 
+async def aiohttp_readuntil(url: str, n: int, conc: int, counter: list[int]) -> None:
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0), read_bufsize=1 << 20, auto_decompress=False
+    ) as session:
+        sem = asyncio.Semaphore(conc)
+
+        async def one() -> None:
+            async with sem, session.post(url, data=BODY) as resp:
+                readuntil = resp.content.readuntil
+                while ev := await readuntil(b"\n\n", max_size=1 << 26):
+                    if ev.startswith(b"data: "):
+                        _consume([ev[6:].rstrip(b"\n")], counter)
+
+        await asyncio.gather(*(one() for _ in range(n)))
+
+
 async def aiohttp_bench_serving(url: str, n: int, conc: int, counter: list[int]) -> None:
     sem = asyncio.Semaphore(conc)
 
@@ -149,40 +164,12 @@ async def aiohttp_bench_serving(url: str, n: int, conc: int, counter: list[int])
     await asyncio.gather(*(one() for _ in range(n)))
 
 
-class _Sink:
-    def __init__(self, counter: list[int]) -> None:
-        self.counter = counter
-        self.buf = b""
-
-    def on_status(self, status: int) -> None:
-        pass
-
-    def on_data(self, data: bytes, now: float) -> None:
-        events, self.buf = _split_events(self.buf + data if self.buf else data)
-        _consume(events, self.counter)
-
-
-async def sentinel_transport(url: str, n: int, conc: int, counter: list[int]) -> None:
-    base, _, path = url.rpartition("/")
-    client = HttpClient(base, {"Content-Type": "application/json"})
-    sem = asyncio.Semaphore(conc)
-
-    async def one() -> None:
-        async with sem:
-            await client.post("/" + path, BODY, _Sink(counter))
-
-    try:
-        await asyncio.gather(*(one() for _ in range(n)))
-    finally:
-        await client.close()
-
-
 Variant = Callable[[str, int, int, list[int]], Awaitable[None]]
 VARIANTS: dict[str, Variant] = {
     "httpx aiter_raw": httpx_raw,
     "httpx aiter_lines": httpx_lines,
     "aiohttp readany": aiohttp_readany,
-    "sentinel.load.transport (httptools)": sentinel_transport,
+    "aiohttp readuntil": aiohttp_readuntil,
     "aiohttp lines, session/req (bench_serving)": aiohttp_bench_serving,
 }
 

@@ -125,7 +125,7 @@ def _sim_args(speed: float, scale: float | None, running: int, help_text: str) -
     if "--capacity-scale" in help_text:
         return [*args, "--capacity-scale", str(scale)], f"--capacity-scale {scale:g}"
     # Without a performance scale, cap the running batch (as a smaller KV pool or SGLang's
-    # --max-running-requests would): 48 of 64 slots costs the default profile ~15% of its ceiling.
+    # --max-running-requests would): 40 of 64 slots costs the default profile ~15% of its ceiling.
     return [*args, "--max-running-requests", str(running)], f"--max-running-requests {running}"
 
 
@@ -138,7 +138,7 @@ def main() -> int:
     ap.add_argument(
         "--running",
         type=int,
-        default=48,
+        default=40,
         help="without --capacity-scale in the simulator: --max-running-requests of the changed server",
     )
     ap.add_argument("--skip-incremental", action="store_true")

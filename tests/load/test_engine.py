@@ -235,8 +235,11 @@ async def test_cancel_returns_partial_results(fake_sglang: Any) -> None:
         num_requests=1000,
         dataset=RandomDataset(8, 20, 1.0),
     )
-    task = asyncio.create_task(run_load(spec, cancel=cancel))
-    await asyncio.sleep(0.5)
+    counters = LoadCounters()
+    task = asyncio.create_task(run_load(spec, counters=counters, cancel=cancel))
+    async with asyncio.timeout(10.0):  # the run's clock starts after the pool is warm: wait on it
+        while counters.completed <= 5:
+            await asyncio.sleep(0.02)
     cancel.set()
     result = await asyncio.wait_for(task, 5.0)
     assert result.cancelled

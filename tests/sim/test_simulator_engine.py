@@ -14,9 +14,13 @@ def test_single_request_timing_follows_the_model() -> None:
     (r,) = simulate(GLM, [(0.0, 100, 10)])
     prefill = GLM.prefill_base_s + 100 / GLM.prefill_tokens_per_s
     assert abs(r.ttft - prefill) < 1e-9
-    # 9 decode steps with 1 running and 101..109 KV tokens
+    # 9 decode steps with 1 running, 101..109 KV tokens of which 1..9 generated
     steps = sum(
-        GLM.decode_base_s + GLM.decode_per_req_s + GLM.decode_per_kv_token_s * (101 + k) for k in range(9)
+        GLM.decode_base_s
+        + GLM.decode_per_req_s
+        + GLM.decode_per_kv_token_s * (101 + k)
+        + GLM.decode_per_gen_token_s * (1 + k)
+        for k in range(9)
     )
     assert abs(r.e2e - (prefill + steps)) < 1e-9
     assert r.output_tokens == 10

@@ -1,25 +1,28 @@
-"""The load engine: one event loop, one connection pool, an absolute-time schedule.
+"""The load engine: one event loop, one aiohttp connection pool, an absolute-time schedule.
 
-Streams go through `sentinel.load.transport` (asyncio protocol callbacks + httptools): the
-bytes of one socket read reach the response parser inside the read callback, stamped with the
-read's arrival time. With aiohttp's client each read wakes a coroutine, and the timestamp is
-only taken when that coroutine gets its turn in the loop (late under load); httpx parses HTTP in
-pure Python and cost about 3x aiohttp's CPU per event (`benchmarks/load_http_clients.py`).
-aiohttp is still used for the few auxiliary calls (`/v1/models`).
+Streams go through aiohttp's client (one `ClientSession` per run, its connector sized to the
+run's concurrency, keep-alive). httpx cost about 3x aiohttp's client CPU per streamed event and
+a hand-written HTTP/1.1 client only ~6% less than aiohttp (`benchmarks/load_http_clients.py`):
+not worth owning an HTTP client. Each request's body is read with `readany()` (all bytes
+buffered so far, in one call) and split into SSE events by `_Sink`; that measured cheaper than
+one `readuntil(b"\\n\\n")` call per event.
 
 Timing-path discipline: bodies are serialised before their planned time; a request's send
-time is taken right before it is written to the connection; nothing heavier than a JSON decode
-(or, for native events, three byte searches) and a few list appends runs per event; metrics are
+time is taken right before it is handed to the session; the arrival time of a read is taken
+as soon as `readany()` returns it (before any parsing); nothing heavier than a JSON decode (or,
+for native events, three byte searches) and a few list appends runs per event; metrics are
 computed after the run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import time
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -32,7 +35,6 @@ from sentinel.load.metrics import compute_metrics
 from sentinel.load.records import FailureReason, LoadCounters, RequestRecord
 from sentinel.load.result import RunResult
 from sentinel.load.spec import ArrivalProcess, Backend, LoadSpec, SharedPrefixDataset
-from sentinel.load.transport import KEEPALIVE_S, ConnectError, ConnectionLost, HttpClient, ProtocolError
 
 __all__ = ["RecordCallback", "make_session", "resolve_model", "run_load"]
 
@@ -40,7 +42,15 @@ RecordCallback = Callable[[RequestRecord], None]
 
 _ERROR_BODY_LIMIT = 2048
 _PRECISE_WINDOW_S = 0.0015
+# aiohttp's per-response buffer (its flow control pauses the socket at twice this). readany()
+# has no line limit, so a long cumulative-text event (vLLM's 64 KB line bug) cannot fail us;
+# 1 MiB just keeps a fast server's burst in one read.
 _READ_BUFSIZE = 1 << 20
+# SGLang's uvicorn closes idle keep-alive connections after 5 s; reusing one at that moment
+# would lose the request (aiohttp does not retry a POST), so ours are dropped a little earlier.
+KEEPALIVE_S = 4.0
+# A cheap GET that every SGLang has, used to open the pool's connections before the clock.
+_PREWARM_PATH = "/v1/models"
 
 
 def _headers(spec: LoadSpec) -> dict[str, str]:
@@ -51,17 +61,32 @@ def _headers(spec: LoadSpec) -> dict[str, str]:
     return headers
 
 
-def make_session(spec: LoadSpec) -> aiohttp.ClientSession:
-    """An aiohttp session for auxiliary calls to the server (must be made inside a loop)."""
+def make_session(
+    spec: LoadSpec,
+    *,
+    limit: int = 0,
+    headers: dict[str, str] | None = None,
+    trace_configs: list[aiohttp.TraceConfig] | None = None,
+) -> aiohttp.ClientSession:
+    """An aiohttp session to the server (must be made inside a loop).
+
+    `limit` caps its connections (0: no cap, for callers that bound their own concurrency);
+    `headers` are sent with every request."""
     connector = aiohttp.TCPConnector(
-        limit=0,  # callers bound their own concurrency
+        limit=limit,
+        limit_per_host=0,
         keepalive_timeout=KEEPALIVE_S,
         ttl_dns_cache=300,
     )
     return aiohttp.ClientSession(
         connector=connector,
+        headers=headers,
+        trace_configs=trace_configs,
+        # Per-request deadlines are the engine's own (asyncio.timeout around each request).
         timeout=aiohttp.ClientTimeout(total=None, connect=min(30.0, spec.request_timeout_s)),
         cookie_jar=aiohttp.DummyCookieJar(),
+        # We ask for no compression: a compressed stream would delay tokens and cost CPU.
+        skip_auto_headers=("Accept-Encoding", "User-Agent"),
         auto_decompress=False,
         read_bufsize=_READ_BUFSIZE,
         trust_env=False,
@@ -91,6 +116,25 @@ async def resolve_model(session: aiohttp.ClientSession, spec: LoadSpec) -> tuple
     return "default", note
 
 
+async def _on_body_sent(
+    session: aiohttp.ClientSession, ctx: SimpleNamespace, params: aiohttp.TraceRequestChunkSentParams
+) -> None:
+    """A request's send time is when its bytes go to the socket (aiohttp awaits this just before
+    the write), not when it was handed to the session: on Python < 3.12 aiohttp writes the body
+    from a task of its own, one loop pass later, and under load a loop pass is milliseconds that
+    the server never saw. That delay stays visible, as schedule lag."""
+    sink = ctx.trace_request_ctx
+    if isinstance(sink, _Sink) and not sink.written:
+        sink.sent = time.perf_counter()
+        sink.written = True
+
+
+def _stream_tracing() -> list[aiohttp.TraceConfig]:
+    trace = aiohttp.TraceConfig()
+    trace.on_request_chunk_sent.append(_on_body_sent)
+    return [trace]
+
+
 def _split_events(buf: bytes) -> tuple[list[bytes], bytes]:
     """Complete SSE events (their data payloads) and the unfinished rest of the buffer."""
     if b"\r" in buf:
@@ -113,30 +157,22 @@ def _split_events(buf: bytes) -> tuple[list[bytes], bytes]:
 
 
 class _Sink:
-    """Receives a response's body bytes inside the connection's read callback."""
+    """Receives a 200 response's body bytes, one read at a time, with the read's arrival time."""
 
-    __slots__ = ("buf", "done", "error_body", "feed", "head", "ok", "rec", "sent", "stream", "whole")
+    __slots__ = ("buf", "done", "feed", "head", "rec", "sent", "stream", "whole", "written")
 
     def __init__(self, rec: RequestRecord, parser: ResponseParser, stream: bool) -> None:
         self.rec = rec
         self.feed = parser.feed_bytes
         self.stream = stream
-        self.sent = 0.0
-        self.ok = False
+        self.sent = 0.0  # perf_counter() when the request was written (see _on_body_sent)
+        self.written = False
         self.done = False  # saw data: [DONE]
         self.buf = b""
         self.whole = bytearray()
-        self.error_body = bytearray()
         self.head = b""  # the first bytes of a 200 body, to explain a stream that is not SSE
 
-    def on_status(self, status: int) -> None:
-        self.ok = status == 200
-
     def on_data(self, data: bytes, now: float) -> None:
-        if not self.ok:
-            if len(self.error_body) < _ERROR_BODY_LIMIT:
-                self.error_body += data[: _ERROR_BODY_LIMIT - len(self.error_body)]
-            return
         rel = now - self.sent
         self.rec.latency = rel
         if not self.head:
@@ -170,17 +206,17 @@ class _Run:
     def __init__(
         self,
         spec: LoadSpec,
-        client: HttpClient,
+        session: aiohttp.ClientSession,
         counters: LoadCounters,
         on_record: RecordCallback | None,
         model: str,
     ) -> None:
         self.spec = spec
-        self.client = client
+        self.session = session
         self.counters = counters
         self.on_record = on_record
         self.model = model
-        self.path = spec.backend.path
+        self.url = spec.base_url.rstrip("/") + spec.backend.path
         self.t0 = time.perf_counter()
         # Unique per run even for runs started in the same millisecond: SGLang refuses a rid
         # that is already in flight.
@@ -230,22 +266,42 @@ class _Run:
                     get_logger(__name__).exception("load.on_record_failed", index=rec.index)
 
     async def _execute(self, rec: RequestRecord, body: bytes) -> None:
-        spec = self.spec
-        perf = time.perf_counter
-        parser = make_parser(spec.backend, rec, spec.keep_text)
-        sink = _Sink(rec, parser, spec.stream)
-        sent = perf()
-        sink.sent = sent
-        rec.sent = sent - self.t0
+        parser = make_parser(self.spec.backend, rec, self.spec.keep_text)
+        sink = _Sink(rec, parser, self.spec.stream)
+        sink.sent = time.perf_counter()  # until the body is written (a connect error keeps this)
+        rec.sent = sink.sent - self.t0
         rec.dispatched = True
         try:
+            await self._exchange(rec, body, parser, sink)
+        finally:
+            rec.sent = sink.sent - self.t0
+
+    async def _exchange(self, rec: RequestRecord, body: bytes, parser: ResponseParser, sink: _Sink) -> None:
+        spec = self.spec
+        perf = time.perf_counter
+        try:
             async with asyncio.timeout(spec.request_timeout_s):
-                status = await self.client.post(self.path, body, sink)
-            rec.http_status = status
-            if status != 200:
-                raise StreamFailure(FailureReason.http(status), _http_error(status, bytes(sink.error_body)))
+                async with self.session.post(self.url, data=body, trace_request_ctx=sink) as resp:
+                    status = resp.status
+                    rec.http_status = status
+                    content = resp.content
+                    if status != 200:
+                        raise StreamFailure(
+                            FailureReason.http(status), _http_error(status, await _head(content))
+                        )
+                    try:
+                        on_data = sink.on_data
+                        readany = content.readany
+                        while data := await readany():
+                            on_data(data, perf())
+                    except BaseException:
+                        # Cancelled, timed out, or the stream was refused mid-way: drop the
+                        # connection so that the server sees the request go away (SGLang aborts
+                        # a request whose client disconnected) and it is never reused.
+                        resp.close()
+                        raise
             if rec.latency is None:
-                rec.latency = perf() - sent
+                rec.latency = perf() - sink.sent
             if spec.stream:
                 parser.finish()
             else:
@@ -259,27 +315,30 @@ class _Run:
             rec.failure = exc.reason
             rec.error = str(exc)[:1000]
             if rec.latency is None:
-                rec.latency = perf() - sent
+                rec.latency = perf() - sink.sent
+            return
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+            # Before TimeoutError: aiohttp's connect timeout is one too.
+            rec.failure = FailureReason.CONNECT
+            rec.error = f"cannot connect to {spec.base_url}: {exc}"[:1000]
+            rec.latency = perf() - sink.sent
             return
         except TimeoutError:
             rec.failure = FailureReason.TIMEOUT
             rec.error = f"no complete response within {spec.request_timeout_s:g} s"
-            rec.latency = perf() - sent
+            rec.latency = perf() - sink.sent
             return
-        except ConnectError as exc:
-            rec.failure = FailureReason.CONNECT
-            rec.error = f"cannot connect to {spec.base_url}: {exc}"
-            rec.latency = perf() - sent
-            return
-        except ProtocolError as exc:
+        except aiohttp.ClientResponseError as exc:
+            # Bytes that are not HTTP (bad status line, headers, chunk framing).
             rec.failure = FailureReason.MALFORMED
-            rec.error = str(exc)[:1000]
-            rec.latency = perf() - sent
+            rec.error = f"invalid HTTP from the server: {exc.message or exc}"[:1000]
+            rec.latency = perf() - sink.sent
             return
-        except (ConnectionLost, OSError) as exc:
+        except (aiohttp.ClientError, OSError) as exc:
+            # ServerDisconnectedError, ClientPayloadError (body cut short), ClientOSError...
             rec.failure = FailureReason.DISCONNECTED
             rec.error = str(exc)[:1000] or type(exc).__name__
-            rec.latency = perf() - sent
+            rec.latency = perf() - sink.sent
             return
         except Exception as exc:
             # Our own bug must cost one request, not the run (and never its other results).
@@ -288,7 +347,7 @@ class _Run:
             get_logger(__name__).exception("load.request_client_error", index=rec.index)
             rec.failure = FailureReason.CLIENT_ERROR
             rec.error = f"{type(exc).__name__}: {exc}"[:1000]
-            rec.latency = perf() - sent
+            rec.latency = perf() - sink.sent
             return
         done = sink.done
         if spec.stream and not done and not parser.finished and not rec.chunk_times and sink.head:
@@ -308,6 +367,14 @@ class _Run:
             rec.error = f"{rec.output_len} output tokens < {rec.planned_output_len} requested with ignore_eos"
             return
         rec.success = True
+
+
+async def _head(content: aiohttp.StreamReader) -> bytes:
+    """At most _ERROR_BODY_LIMIT bytes of an error response's body (it may never end)."""
+    out = bytearray()
+    while len(out) < _ERROR_BODY_LIMIT and (data := await content.readany()):
+        out += data
+    return bytes(out[:_ERROR_BODY_LIMIT])
 
 
 def _http_error(status: int, raw: bytes) -> str:
@@ -352,7 +419,7 @@ async def run_load(
     - `cancel`: set it to stop: no new sends, in-flight requests are aborted (recorded as
       `cancelled`), and the partial result is returned with `cancelled=True`.
     - `session`: an aiohttp session for the auxiliary calls (model lookup); the streams
-      themselves use the engine's own connection pool.
+      themselves use the engine's own session, whose pool is sized to the run's concurrency.
 
     Never raises for a server's behaviour (every failure is a counted reason in the result);
     `sentinel.load.SpecError` only for a dataset file that cannot be read.
@@ -360,7 +427,11 @@ async def run_load(
     counters = counters if counters is not None else LoadCounters()
     cancel = cancel if cancel is not None else asyncio.Event()
     source = PromptSource(spec)  # may raise SpecError before anything is sent
-    client = HttpClient(spec.base_url, _headers(spec), connect_timeout=min(30.0, spec.request_timeout_s))
+    # Connections capped at the run's own cap: the engine never has more streams in flight,
+    # so a request never waits in the pool for a connection (that wait would count in TTFT).
+    streams = make_session(
+        spec, limit=spec.max_concurrency or 0, headers=_headers(spec), trace_configs=_stream_tracing()
+    )
     cancel_task = asyncio.create_task(cancel.wait())
     try:
         notes: list[str] = []
@@ -373,15 +444,15 @@ async def run_load(
                 model, note = await resolve_model(session, spec)
             if note:
                 notes.append(note)
-        return await _run(spec, client, counters, on_record, cancel_task, source, model, notes)
+        return await _run(spec, streams, counters, on_record, cancel_task, source, model, notes)
     finally:
         cancel_task.cancel()
-        await client.close()
+        await streams.close()
 
 
 async def _run(
     spec: LoadSpec,
-    client: HttpClient,
+    streams: aiohttp.ClientSession,
     counters: LoadCounters,
     on_record: RecordCallback | None,
     cancel_task: asyncio.Task[Any],
@@ -398,7 +469,7 @@ async def _run(
         n_warm = max(n_warm, spec.dataset.num_groups)
     if n_warm:
         counters.warmup = True
-        run = _Run(spec, client, counters, on_record, model)
+        run = _Run(spec, streams, counters, on_record, model)
         warm: list[tuple[RequestRecord, bytes]] = []
         for k, p in enumerate(source.warmup(n_warm)):
             rec = RequestRecord(index=k, warmup=True, planned=0.0, prompt_len=p.prompt_len)
@@ -416,7 +487,7 @@ async def _run(
             notes.append("every warm-up request failed; the measured phase was not run")
 
     # ---- measured phase ----
-    run = _Run(spec, client, counters, on_record, model)
+    run = _Run(spec, streams, counters, on_record, model)
     counters.planned = spec.num_requests
     lag = LoopLagMonitor()
     inflight: set[asyncio.Task[None]] = set()
@@ -425,7 +496,10 @@ async def _run(
     if not warmup_failed and not cancelled:
         # Connections are opened before the clock starts, so no request's TTFT carries a TCP
         # (or TLS) handshake that a long-lived client would not pay.
-        await _wait(asyncio.ensure_future(client.prewarm(_prewarm_count(spec))), 60.0, cancel_task)
+        prewarm = asyncio.ensure_future(_prewarm(streams, spec, _prewarm_count(spec)))
+        if await _wait(prewarm, 60.0, cancel_task) or not prewarm.done():
+            prewarm.cancel()
+            await asyncio.gather(prewarm, return_exceptions=True)
         if spec.arrival is ArrivalProcess.BURST and spec.num_requests is not None:
             # Everything is due at t=0: serialise all bodies first, or the last would wait.
             prepared = [run.prepare(i, 0.0, next(source)) for i in range(spec.num_requests)]
@@ -479,6 +553,24 @@ async def _run(
         warmup_failed=warmup_failed,
         notes=notes,
     )
+
+
+async def _prewarm(session: aiohttp.ClientSession, spec: LoadSpec, n: int) -> None:
+    """Leave `n` open keep-alive connections in the session's pool.
+
+    aiohttp has no call that only connects, so this sends `n` cheap GETs at once and holds
+    every response until all have their headers: each then has its own connection, and all go
+    back to the pool together. Any failure is left for the real requests to report."""
+    url = spec.base_url.rstrip("/") + _PREWARM_PATH
+    accept = {"Accept": "application/json"}
+    responses = await asyncio.gather(
+        *(session.get(url, headers=accept) for _ in range(n)), return_exceptions=True
+    )
+    for resp in responses:
+        if isinstance(resp, aiohttp.ClientResponse):
+            with contextlib.suppress(aiohttp.ClientError, OSError):
+                await resp.read()  # read to the end, so the connection goes back to the pool
+            resp.release()
 
 
 def _prewarm_count(spec: LoadSpec) -> int:

@@ -216,7 +216,7 @@ class SglangApi:
     def _server_info(self) -> dict[str, Any]:
         srv = self.srv
         p = self.profile
-        args = srv._server_args()
+        args = srv.server_args()
         state: dict[str, Any] = {
             **args,
             "last_gen_throughput": float(getattr(srv.engine.hooks, "last_gen_throughput", 0.0)),

@@ -487,7 +487,7 @@ class SimServer:
         tmp.write_text(json.dumps(self.info()) + "\n", encoding="utf-8")
         tmp.replace(target)
 
-    def _server_args(self) -> dict[str, Any]:
+    def server_args(self) -> dict[str, Any]:
         p = self.profile
         c = self.config
         return {
@@ -548,7 +548,7 @@ class SimServer:
             (f for f in self._startup_faults if f.name == "crash" and f.text("phase") == "startup"), None
         )
         t0 = time.monotonic()
-        args = ", ".join(f"{k}={v!r}" for k, v in self._server_args().items())
+        args = ", ".join(f"{k}={v!r}" for k, v in self.server_args().items())
         log.main(f"server_args=ServerArgs({args})")
         log.all_ranks("Init torch distributed begin.")
         await self._sleep_server(min(0.2, p.load_weights_s * 0.05))

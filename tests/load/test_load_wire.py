@@ -1,0 +1,250 @@
+"""The engine's HTTP use against raw loopback servers: pooling, pre-warm, bad bytes, cut streams, aborts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from sentinel.load import ArrivalProcess, FailureReason, LoadSpec, RandomDataset, run_load
+
+pytestmark = pytest.mark.asyncio
+
+# (reader, writer, method+path, request number on this server) -> keep the connection open?
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, bytes, int], Awaitable[bool]]
+
+
+class RawServer:
+    """HTTP/1.1 by hand, so that tests can send what no framework would; counts connections."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.connections = 0
+        self.posts = 0
+        self.requests = 0
+        self.closed_by_peer = asyncio.Event()
+        self.server: asyncio.Server | None = None
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                await reader.readexactly(length)
+                self.requests += 1
+                line = head.split(b"\r\n", 1)[0]
+                if line.startswith(b"GET "):  # the engine's pre-warm
+                    writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                    await writer.drain()
+                    continue
+                self.posts += 1
+                if not await self.handler(reader, writer, line, self.posts):
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            self.closed_by_peer.set()
+        finally:
+            writer.close()
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+
+@pytest.fixture
+async def raw_server() -> AsyncIterator[Callable[[Handler], Awaitable[RawServer]]]:
+    servers: list[asyncio.Server] = []
+
+    async def start(handler: Handler) -> RawServer:
+        rs = RawServer(handler)
+        rs.server = await asyncio.start_server(rs.serve, "127.0.0.1", 0)
+        servers.append(rs.server)
+        return rs
+
+    yield start
+    for s in servers:
+        s.close()
+
+
+def _event(n: int, finish: bool = False) -> bytes:
+    meta = {"completion_tokens": n, "prompt_tokens": 4, "finish_reason": {"type": "length"} if finish else None}
+    return b"data: " + json.dumps({"text": "x" * n, "meta_info": meta}).encode() + b"\n\n"
+
+
+def _chunked(*pieces: bytes, end: bool = True) -> bytes:
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    return head + b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + (b"0\r\n\r\n" if end else b"")
+
+
+def _spec(url: str, **kw: Any) -> LoadSpec:
+    defaults: dict[str, Any] = {
+        "base_url": url,
+        "dataset": RandomDataset(input_len=4, output_len=2, range_ratio=1.0),
+        "num_requests": 3,
+        "warmup_requests": 0,
+        "request_timeout_s": 5.0,
+    }
+    defaults.update(kw)
+    return LoadSpec(**defaults)
+
+
+async def _good(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: bytes, n: int) -> bool:
+    writer.write(_chunked(_event(1), _event(2, finish=True) + b"data: [DONE]\n\n"))
+    await writer.drain()
+    return True
+
+
+async def test_keep_alive_reuse_across_requests(raw_server: Callable[[Handler], Awaitable[RawServer]]) -> None:
+    server = await raw_server(_good)
+    spec = _spec(server.url, arrival=ArrivalProcess.CLOSED, max_concurrency=1, num_requests=4)
+    result = await run_load(spec)
+    assert result.metrics.completed == 4
+    assert result.metrics.total_output_tokens == 8
+    assert server.posts == 4
+    assert server.connections == 1  # the pre-warmed connection carried every request
+
+
+async def test_prewarm_opens_one_connection_per_stream(
+    raw_server: Callable[[Handler], Awaitable[RawServer]],
+) -> None:
+    server = await raw_server(_good)
+    spec = _spec(server.url, arrival=ArrivalProcess.BURST, max_concurrency=5, num_requests=10)
+    result = await run_load(spec)
+    assert result.metrics.completed == 10
+    assert server.connections == 5  # opened before the clock, reused, never more than the cap
+    assert server.requests == 15  # 5 pre-warm GETs + 10 POSTs
+
+
+async def test_path_prefix_of_base_url_is_kept(raw_server: Callable[[Handler], Awaitable[RawServer]]) -> None:
+    lines: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: bytes, n: int) -> bool:
+        lines.append(line)
+        return await _good(reader, writer, line, n)
+
+    server = await raw_server(handler)
+    result = await run_load(_spec(server.url + "/sglang/", num_requests=1))
+    assert result.metrics.completed == 1
+    assert lines == [b"POST /sglang/generate HTTP/1.1"]
+
+
+async def test_garbage_is_malformed(raw_server: Callable[[Handler], Awaitable[RawServer]]) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: bytes, n: int) -> bool:
+        writer.write(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
+        await writer.drain()
+        return False
+
+    server = await raw_server(handler)
+    result = await run_load(_spec(server.url, num_requests=2))
+    assert result.metrics.failures == {FailureReason.MALFORMED: 2}
+    assert "invalid HTTP" in (result.records[0].error or "")
+
+
+async def test_bad_chunk_framing_is_not_a_success(raw_server: Callable[[Handler], Awaitable[RawServer]]) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: bytes, n: int) -> bool:
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        writer.write(head + b"zz\r\n" + _event(1) + b"\r\n0\r\n\r\n")
+        await writer.drain()
+        return False
+
+    server = await raw_server(handler)
+    result = await run_load(_spec(server.url, num_requests=1))
+    assert result.metrics.completed == 0
+    assert result.records[0].failure in (FailureReason.MALFORMED, FailureReason.DISCONNECTED)
+
+
+async def test_connection_lost_mid_stream_is_disconnected(
+    raw_server: Callable[[Handler], Awaitable[RawServer]],
+) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: bytes, n: int) -> bool:
+        writer.write(_chunked(_event(1), end=False))
+        await writer.drain()
+        return False  # closes the socket in the middle of the chunked body
+
+    server = await raw_server(handler)
+    result = await run_load(_spec(server.url, num_requests=2))
+    assert result.metrics.failures == {FailureReason.DISCONNECTED: 2}
+    rec = result.records[0]
+    assert rec.chunk_times  # the token that did arrive was recorded
+    assert rec.error
+
+
+async def test_content_length_error_body(raw_server: Callable[[Handler], Awaitable[RawServer]]) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: bytes, n: int) -> bool:
+        body = b'{"error":{"message":"Unauthorized"}}'
+        writer.write(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        return True
+
+    server = await raw_server(handler)
+    result = await run_load(_spec(server.url, num_requests=1))
+    assert result.metrics.failures == {"http_401": 1}
+    assert result.records[0].error == "HTTP 401: Unauthorized"
+
+
+async def test_endless_error_body_is_cut_not_waited_for(
+    raw_server: Callable[[Handler], Awaitable[RawServer]],
+) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: bytes, n: int) -> bool:
+        writer.write(b"HTTP/1.1 500 Internal Server Error\r\nTransfer-Encoding: chunked\r\n\r\n")
+        while True:
+            writer.write(b"400\r\n" + b"e" * 1024 + b"\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.005)
+
+    server = await raw_server(handler)
+    result = await run_load(_spec(server.url, num_requests=1, request_timeout_s=3.0))
+    rec = result.records[0]
+    assert rec.failure == "http_500"
+    assert (rec.latency or 99) < 2.0
+    await asyncio.wait_for(server.closed_by_peer.wait(), 2.0)
+
+
+async def test_cancel_drops_the_connection(raw_server: Callable[[Handler], Awaitable[RawServer]]) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: bytes, n: int) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        k = 0
+        while True:  # stream until the client goes away
+            k += 1
+            ev = _event(k)
+            writer.write(b"%x\r\n%s\r\n" % (len(ev), ev))
+            await writer.drain()
+            await asyncio.sleep(0.01)
+
+    server = await raw_server(handler)
+    cancel = asyncio.Event()
+    task = asyncio.create_task(run_load(_spec(server.url, num_requests=1), cancel=cancel))
+    async with asyncio.timeout(5.0):
+        while server.posts == 0:
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)
+    cancel.set()
+    result = await asyncio.wait_for(task, 5.0)
+    assert result.cancelled
+    assert result.metrics.cancelled == 1
+    assert result.records[0].chunk_times
+    await asyncio.wait_for(server.closed_by_peer.wait(), 2.0)
+
+
+async def test_long_cumulative_event_is_read_whole(
+    raw_server: Callable[[Handler], Awaitable[RawServer]],
+) -> None:
+    """One event far over 64 KB (cumulative text of a long answer) must not break the stream."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: bytes, n: int) -> bool:
+        big = b"data: " + json.dumps({"text": "y" * 3_000_000, "meta_info": {"completion_tokens": 1}}).encode()
+        writer.write(_chunked(big + b"\n\n", _event(2, finish=True) + b"data: [DONE]\n\n"))
+        await writer.drain()
+        return True
+
+    server = await raw_server(handler)
+    result = await run_load(_spec(server.url, num_requests=1))
+    assert result.metrics.completed == 1
+    assert result.records[0].chunk_tokens == [1, 1]
