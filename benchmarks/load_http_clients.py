@@ -1,7 +1,11 @@
 """Which HTTP client should the load engine stream with? httpx vs aiohttp, client CPU per event.
 
 A local server (separate process, so its CPU is not counted) streams SGLang-native SSE events
-(cumulative text + meta_info, as v0.5.9 does) as fast as it can to C concurrent requests. Each
+(cumulative text + meta_info, as v0.5.9 does) to C concurrent requests, either paced
+(`--pace-ms`: one event per stream every P ms, as a real server's forward steps: the client
+keeps up, so nearly every socket read holds ONE event and per-read costs show) or, with
+`--pace-ms 0`, as fast as it can (the client falls behind and reads hold many events: this hides
+per-read costs, and overstates how close the clients are). Each
 client variant consumes the same total number of events with the same event handling (split
 events, json.loads, read completion_tokens), and we report the client process's CPU seconds
 per 1,000 events and events per CPU-second. The event handling is identical, so differences
@@ -16,7 +20,7 @@ Variants:
   a new ClientSession per request).
 
 Usage: .venv/bin/python benchmarks/load_http_clients.py [--concurrency 64] [--requests 256]
-       [--tokens 256] [--repeat 2]
+       [--tokens 256] [--pace-ms 5] [--repeat 2]
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import httpx
 from sentinel.load.engine import _split_events
 
 
-def _serve(port_q: Any, tokens: int) -> None:
+def _serve(port_q: Any, tokens: int, pace_s: float) -> None:
     from aiohttp import web
 
     async def generate(request: web.Request) -> web.StreamResponse:
@@ -55,7 +59,9 @@ def _serve(port_q: Any, tokens: int) -> None:
             }
             ev = {"text": text, "output_ids": [], "meta_info": meta}
             await resp.write(b"data: " + json.dumps(ev).encode() + b"\n\n")
-            if i % 8 == 0:
+            if pace_s > 0:
+                await asyncio.sleep(pace_s)
+            elif i % 8 == 0:
                 await asyncio.sleep(0)  # interleave streams like a batching server
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
@@ -184,10 +190,12 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--requests", type=int, default=256)
     ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--pace-ms", type=float, default=5.0, help="per-stream event interval; 0 = flat out")
     ap.add_argument("--repeat", type=int, default=2, help="runs per variant; the best is kept")
     args = ap.parse_args()
     q: Any = mp.get_context("spawn").Queue()
-    server = mp.get_context("spawn").Process(target=_serve, args=(q, args.tokens), daemon=True)
+    serve_args = (q, args.tokens, args.pace_ms / 1e3)
+    server = mp.get_context("spawn").Process(target=_serve, args=serve_args, daemon=True)
     server.start()
     try:
         url = f"http://127.0.0.1:{q.get(timeout=30)}/generate"
@@ -204,7 +212,8 @@ def main() -> None:
             assert best is not None
             rows.append((name, *best))
         print(
-            f"\n{args.requests} requests x {args.tokens} events, concurrency {args.concurrency} "
+            f"\n{args.requests} requests x {args.tokens} events, concurrency {args.concurrency}, "
+            f"pace {args.pace_ms:g} ms/event/stream "
             f"(best of {args.repeat}; same event handling in every variant)"
         )
         cols = f"{'events':>8} {'CPU s':>7} {'wall s':>7} {'CPU us/event':>13} {'events/CPU-s':>13}"

@@ -40,7 +40,7 @@ PROMPTS = 64
 
 
 class Sim:
-    def __init__(self, args: list[str], lifetime: float) -> None:
+    def __init__(self, args: list[str], lifetime: float, port: int = 0) -> None:
         self.dir = tempfile.mkdtemp(prefix="sweep-bench-")
         ready = Path(self.dir) / "ready.json"
         cmd = [
@@ -49,7 +49,7 @@ class Sim:
             "sentinel",
             "sim",
             "--port",
-            "0",
+            str(port),
             "--ready-file",
             str(ready),
             "--enable-metrics",
@@ -67,7 +67,9 @@ class Sim:
                 self.stop()
                 raise SystemExit(f"simulator did not start: {' '.join(cmd)}")
             time.sleep(0.02)
-        self.base_url = json.loads(ready.read_text())["base_url"]
+        info = json.loads(ready.read_text())
+        self.base_url = info["base_url"]
+        self.port = int(info["port"])
         import httpx
 
         while time.monotonic() < deadline:
@@ -125,7 +127,7 @@ def _sim_args(speed: float, scale: float | None, running: int, help_text: str) -
     if "--capacity-scale" in help_text:
         return [*args, "--capacity-scale", str(scale)], f"--capacity-scale {scale:g}"
     # Without a performance scale, cap the running batch (as a smaller KV pool or SGLang's
-    # --max-running-requests would): 40 of 64 slots costs the default profile ~15% of its ceiling.
+    # --max-running-requests would): 44 of 64 slots costs the default profile ~15% of its ceiling.
     return [*args, "--max-running-requests", str(running)], f"--max-running-requests {running}"
 
 
@@ -138,7 +140,7 @@ def main() -> int:
     ap.add_argument(
         "--running",
         type=int,
-        default=40,
+        default=44,
         help="without --capacity-scale in the simulator: --max-running-requests of the changed server",
     )
     ap.add_argument("--skip-incremental", action="store_true")
@@ -151,6 +153,7 @@ def main() -> int:
 
     sim_args, _ = _sim_args(a.speed, None, a.running, help_text)
     sim = Sim(sim_args, lifetime=1800)
+    first_port = sim.port
     try:
         print("brute force, default profile", file=sys.stderr)
         bf = asyncio.run(brute_force(sim.base_url, cfg))
@@ -184,7 +187,9 @@ def main() -> int:
 
     if not a.skip_incremental:
         sim_args, changed = _sim_args(a.speed, a.scale, a.running, help_text)
-        sim = Sim(sim_args, lifetime=1800)
+        # The same port: to the calibration it is the same server, changed (a result from another
+        # address would rightly not seed an incremental run).
+        sim = Sim(sim_args, lifetime=1800, port=first_port)
         try:
             print(f"brute force, {changed}", file=sys.stderr)
             bf2 = asyncio.run(brute_force(sim.base_url, cfg))
