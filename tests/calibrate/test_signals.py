@@ -115,3 +115,28 @@ async def test_sampler_counts_failures() -> None:
             await asyncio.sleep(0.03)
     assert sampler.summary() is None
     assert sampler._samples.failures >= 2
+
+
+def test_summary_judges_the_steady_window_only() -> None:
+    sampler = ServerSampler(httpx.AsyncClient(), "http://127.0.0.1:1/metrics", interval=1.0)
+    q, r = "sglang:num_queue_reqs", "sglang:num_running_reqs"
+    # A closed loop of 16 against a 12-request cap: queued while the slots are full, drained after.
+    sampler._samples.gauges = [
+        (100.0, {q: 4.0, r: 12.0}),
+        (101.0, {q: 3.0, r: 12.0}),
+        (102.0, {q: 0.0, r: 9.0}),
+        (103.0, {q: 0.0, r: 5.0}),
+        (104.0, {q: 0.0, r: 1.0}),
+    ]
+    whole = sampler.summary()
+    assert whole is not None
+    assert whole.queue_nonzero_ratio == pytest.approx(0.4)
+    steady = sampler.summary((99.5, 101.5))
+    assert steady is not None
+    assert steady.samples == 2
+    assert steady.queue_nonzero_ratio == 1.0
+    assert steady.running_max == 12.0
+    # A window no sample falls in: everything is used rather than nothing.
+    empty = sampler.summary((200.0, 201.0))
+    assert empty is not None
+    assert empty.samples == 5

@@ -13,8 +13,10 @@ from sentinel.load import ArrivalProcess, FailureReason, LoadSpec, RandomDataset
 
 pytestmark = pytest.mark.asyncio
 
-# (reader, writer, method+path, request number on this server) -> keep the connection open?
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, bytes, int], Awaitable[bool]]
+Reader = asyncio.StreamReader
+Writer = asyncio.StreamWriter
+# (reader, writer, request line, POST number on this server) -> keep the connection open?
+Handler = Callable[[Reader, Writer, bytes, int], Awaitable[bool]]
 
 
 class RawServer:
@@ -24,6 +26,7 @@ class RawServer:
         self.handler = handler
         self.connections = 0
         self.posts = 0
+        self.first_post = asyncio.Event()
         self.requests = 0
         self.closed_by_peer = asyncio.Event()
         self.server: asyncio.Server | None = None
@@ -45,6 +48,7 @@ class RawServer:
                     await writer.drain()
                     continue
                 self.posts += 1
+                self.first_post.set()
                 if not await self.handler(reader, writer, line, self.posts):
                     break
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -58,8 +62,11 @@ class RawServer:
         return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
 
 
+Start = Callable[[Handler], Awaitable[RawServer]]
+
+
 @pytest.fixture
-async def raw_server() -> AsyncIterator[Callable[[Handler], Awaitable[RawServer]]]:
+async def raw_server() -> AsyncIterator[Start]:
     servers: list[asyncio.Server] = []
 
     async def start(handler: Handler) -> RawServer:
@@ -74,7 +81,8 @@ async def raw_server() -> AsyncIterator[Callable[[Handler], Awaitable[RawServer]
 
 
 def _event(n: int, finish: bool = False) -> bytes:
-    meta = {"completion_tokens": n, "prompt_tokens": 4, "finish_reason": {"type": "length"} if finish else None}
+    fr = {"type": "length"} if finish else None
+    meta = {"completion_tokens": n, "prompt_tokens": 4, "finish_reason": fr}
     return b"data: " + json.dumps({"text": "x" * n, "meta_info": meta}).encode() + b"\n\n"
 
 
@@ -95,13 +103,13 @@ def _spec(url: str, **kw: Any) -> LoadSpec:
     return LoadSpec(**defaults)
 
 
-async def _good(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: bytes, n: int) -> bool:
+async def _good(reader: Reader, writer: Writer, line: bytes, n: int) -> bool:
     writer.write(_chunked(_event(1), _event(2, finish=True) + b"data: [DONE]\n\n"))
     await writer.drain()
     return True
 
 
-async def test_keep_alive_reuse_across_requests(raw_server: Callable[[Handler], Awaitable[RawServer]]) -> None:
+async def test_keep_alive_reuse_across_requests(raw_server: Start) -> None:
     server = await raw_server(_good)
     spec = _spec(server.url, arrival=ArrivalProcess.CLOSED, max_concurrency=1, num_requests=4)
     result = await run_load(spec)
@@ -112,7 +120,7 @@ async def test_keep_alive_reuse_across_requests(raw_server: Callable[[Handler], 
 
 
 async def test_prewarm_opens_one_connection_per_stream(
-    raw_server: Callable[[Handler], Awaitable[RawServer]],
+    raw_server: Start,
 ) -> None:
     server = await raw_server(_good)
     spec = _spec(server.url, arrival=ArrivalProcess.BURST, max_concurrency=5, num_requests=10)
@@ -122,10 +130,10 @@ async def test_prewarm_opens_one_connection_per_stream(
     assert server.requests == 15  # 5 pre-warm GETs + 10 POSTs
 
 
-async def test_path_prefix_of_base_url_is_kept(raw_server: Callable[[Handler], Awaitable[RawServer]]) -> None:
+async def test_path_prefix_of_base_url_is_kept(raw_server: Start) -> None:
     lines: list[bytes] = []
 
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: bytes, n: int) -> bool:
+    async def handler(reader: Reader, writer: Writer, line: bytes, n: int) -> bool:
         lines.append(line)
         return await _good(reader, writer, line, n)
 
@@ -135,8 +143,8 @@ async def test_path_prefix_of_base_url_is_kept(raw_server: Callable[[Handler], A
     assert lines == [b"POST /sglang/generate HTTP/1.1"]
 
 
-async def test_garbage_is_malformed(raw_server: Callable[[Handler], Awaitable[RawServer]]) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: bytes, n: int) -> bool:
+async def test_garbage_is_malformed(raw_server: Start) -> None:
+    async def handler(reader: Reader, writer: Writer, line: bytes, n: int) -> bool:
         writer.write(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
         await writer.drain()
         return False
@@ -147,8 +155,8 @@ async def test_garbage_is_malformed(raw_server: Callable[[Handler], Awaitable[Ra
     assert "invalid HTTP" in (result.records[0].error or "")
 
 
-async def test_bad_chunk_framing_is_not_a_success(raw_server: Callable[[Handler], Awaitable[RawServer]]) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: bytes, n: int) -> bool:
+async def test_bad_chunk_framing_is_not_a_success(raw_server: Start) -> None:
+    async def handler(reader: Reader, writer: Writer, line: bytes, n: int) -> bool:
         head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
         writer.write(head + b"zz\r\n" + _event(1) + b"\r\n0\r\n\r\n")
         await writer.drain()
@@ -161,9 +169,9 @@ async def test_bad_chunk_framing_is_not_a_success(raw_server: Callable[[Handler]
 
 
 async def test_connection_lost_mid_stream_is_disconnected(
-    raw_server: Callable[[Handler], Awaitable[RawServer]],
+    raw_server: Start,
 ) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: bytes, n: int) -> bool:
+    async def handler(reader: Reader, writer: Writer, line: bytes, n: int) -> bool:
         writer.write(_chunked(_event(1), end=False))
         await writer.drain()
         return False  # closes the socket in the middle of the chunked body
@@ -176,8 +184,8 @@ async def test_connection_lost_mid_stream_is_disconnected(
     assert rec.error
 
 
-async def test_content_length_error_body(raw_server: Callable[[Handler], Awaitable[RawServer]]) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: bytes, n: int) -> bool:
+async def test_content_length_error_body(raw_server: Start) -> None:
+    async def handler(reader: Reader, writer: Writer, line: bytes, n: int) -> bool:
         body = b'{"error":{"message":"Unauthorized"}}'
         writer.write(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
         await writer.drain()
@@ -190,9 +198,9 @@ async def test_content_length_error_body(raw_server: Callable[[Handler], Awaitab
 
 
 async def test_endless_error_body_is_cut_not_waited_for(
-    raw_server: Callable[[Handler], Awaitable[RawServer]],
+    raw_server: Start,
 ) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: bytes, n: int) -> bool:
+    async def handler(reader: Reader, writer: Writer, line: bytes, n: int) -> bool:
         writer.write(b"HTTP/1.1 500 Internal Server Error\r\nTransfer-Encoding: chunked\r\n\r\n")
         while True:
             writer.write(b"400\r\n" + b"e" * 1024 + b"\r\n")
@@ -207,8 +215,8 @@ async def test_endless_error_body_is_cut_not_waited_for(
     await asyncio.wait_for(server.closed_by_peer.wait(), 2.0)
 
 
-async def test_cancel_drops_the_connection(raw_server: Callable[[Handler], Awaitable[RawServer]]) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: bytes, n: int) -> bool:
+async def test_cancel_drops_the_connection(raw_server: Start) -> None:
+    async def handler(reader: Reader, writer: Writer, line: bytes, n: int) -> bool:
         writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
         k = 0
         while True:  # stream until the client goes away
@@ -221,9 +229,7 @@ async def test_cancel_drops_the_connection(raw_server: Callable[[Handler], Await
     server = await raw_server(handler)
     cancel = asyncio.Event()
     task = asyncio.create_task(run_load(_spec(server.url, num_requests=1), cancel=cancel))
-    async with asyncio.timeout(5.0):
-        while server.posts == 0:
-            await asyncio.sleep(0.01)
+    await asyncio.wait_for(server.first_post.wait(), 5.0)
     await asyncio.sleep(0.1)
     cancel.set()
     result = await asyncio.wait_for(task, 5.0)
@@ -234,12 +240,13 @@ async def test_cancel_drops_the_connection(raw_server: Callable[[Handler], Await
 
 
 async def test_long_cumulative_event_is_read_whole(
-    raw_server: Callable[[Handler], Awaitable[RawServer]],
+    raw_server: Start,
 ) -> None:
     """One event far over 64 KB (cumulative text of a long answer) must not break the stream."""
 
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: bytes, n: int) -> bool:
-        big = b"data: " + json.dumps({"text": "y" * 3_000_000, "meta_info": {"completion_tokens": 1}}).encode()
+    async def handler(reader: Reader, writer: Writer, line: bytes, n: int) -> bool:
+        event = {"text": "y" * 3_000_000, "meta_info": {"completion_tokens": 1}}
+        big = b"data: " + json.dumps(event).encode()
         writer.write(_chunked(big + b"\n\n", _event(2, finish=True) + b"data: [DONE]\n\n"))
         await writer.drain()
         return True

@@ -129,7 +129,11 @@ class LoadStepRunner:
                     result = await run_load(spec, counters=counters)
                 if sampler.disabled_reason is not None:
                     self.metrics_note = sampler.disabled_reason
-                server = sampler.summary()
+                steady = result.metrics.steady_state
+                window = (
+                    (result.started_at + steady.start, result.started_at + steady.end) if steady else None
+                )
+                server = sampler.summary(window)
         finally:
             self.counters = None
         return measurement_from_run(result, plan.concurrency, self.settings.slo, server)

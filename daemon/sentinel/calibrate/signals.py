@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from dataclasses import dataclass, field
 from types import TracebackType
 
@@ -60,12 +61,10 @@ def parse_sample(text: str) -> dict[str, float]:
 
 @dataclass
 class _Samples:
-    queue: list[float] = field(default_factory=list)
-    running: list[float] = field(default_factory=list)
-    usage: list[float] = field(default_factory=list)
+    # (Unix time of the scrape, the wanted gauges' values)
+    gauges: list[tuple[float, dict[str, float]]] = field(default_factory=list)
     retracted_first: float | None = None
     retracted_last: float | None = None
-    count: int = 0
     failures: int = 0
 
 
@@ -126,21 +125,26 @@ class ServerSampler:
             if s.retracted_first is None:
                 s.retracted_first = values[RETRACTED]
             s.retracted_last = values[RETRACTED]
-        if not gauges:
-            return
-        s.count += 1
-        if QUEUE in values:
-            s.queue.append(values[QUEUE])
-        if RUNNING in values:
-            s.running.append(values[RUNNING])
-        if TOKEN_USAGE in values:
-            s.usage.append(values[TOKEN_USAGE])
+        if gauges:
+            s.gauges.append((time.time(), values))
 
-    def summary(self) -> ServerSignals | None:
-        """None when the server exposes no metrics at all (nothing to judge from)."""
+    def summary(self, window: tuple[float, float] | None = None) -> ServerSignals | None:
+        """None when the server exposes no metrics at all (nothing to judge from).
+
+        ``window`` (Unix times): judge only the samples taken inside it — the step's steady-state
+        window, so that the server's view and the throughput describe the same seconds (a closed
+        loop's queue drains during its closing tail). Without a sample inside it, all are used.
+        """
         s = self._samples
-        if s.count == 0 and (self.disabled_reason is not None or s.failures > 0):
+        if not s.gauges and (self.disabled_reason is not None or s.failures > 0):
             return None
+        chosen = s.gauges
+        if window is not None:
+            inside = [g for g in s.gauges if window[0] <= g[0] <= window[1]]
+            chosen = inside or s.gauges
+        queue = [v[QUEUE] for _, v in chosen if QUEUE in v]
+        running = [v[RUNNING] for _, v in chosen if RUNNING in v]
+        usage = [v[TOKEN_USAGE] for _, v in chosen if TOKEN_USAGE in v]
 
         def mean(xs: list[float]) -> float | None:
             return sum(xs) / len(xs) if xs else None
@@ -151,14 +155,14 @@ class ServerSampler:
             delta = s.retracted_last - s.retracted_first
             retractions = delta if delta >= 0 else s.retracted_last
         return ServerSignals(
-            samples=s.count,
+            samples=len(chosen),
             scrape_failures=s.failures,
-            queue_mean=mean(s.queue),
-            queue_max=max(s.queue) if s.queue else None,
-            queue_nonzero_ratio=(sum(1 for q in s.queue if q > 0) / len(s.queue)) if s.queue else None,
-            running_mean=mean(s.running),
-            running_max=max(s.running) if s.running else None,
-            token_usage_mean=mean(s.usage),
-            token_usage_max=max(s.usage) if s.usage else None,
+            queue_mean=mean(queue),
+            queue_max=max(queue) if queue else None,
+            queue_nonzero_ratio=(sum(1 for q in queue if q > 0) / len(queue)) if queue else None,
+            running_mean=mean(running),
+            running_max=max(running) if running else None,
+            token_usage_mean=mean(usage),
+            token_usage_max=max(usage) if usage else None,
             retractions=retractions,
         )

@@ -26,6 +26,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
+import yarl
 
 from sentinel.load.arrivals import planned_offsets
 from sentinel.load.backends import ResponseParser, StreamFailure, build_body, make_parser, parse_whole
@@ -216,7 +217,8 @@ class _Run:
         self.counters = counters
         self.on_record = on_record
         self.model = model
-        self.url = spec.base_url.rstrip("/") + spec.backend.path
+        # Parsed once: aiohttp would parse a str URL again on every request.
+        self.url = yarl.URL(spec.base_url.rstrip("/") + spec.backend.path)
         self.t0 = time.perf_counter()
         # Unique per run even for runs started in the same millisecond: SGLang refuses a rid
         # that is already in flight.
