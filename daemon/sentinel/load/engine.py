@@ -1,17 +1,19 @@
 """The load engine: one event loop, one aiohttp connection pool, an absolute-time schedule.
 
 Streams go through aiohttp's client (one `ClientSession` per run, its connector sized to the
-run's concurrency, keep-alive). httpx cost about 3x aiohttp's client CPU per streamed event and
-a hand-written HTTP/1.1 client only ~6% less than aiohttp (`benchmarks/load_http_clients.py`):
-not worth owning an HTTP client. Each request's body is read with `readany()` (all bytes
-buffered so far, in one call) and split into SSE events by `_Sink`; that measured cheaper than
-one `readuntil(b"\\n\\n")` call per event.
+run's concurrency, keep-alive). httpx cost 2-3x aiohttp's client CPU per streamed event
+(`benchmarks/load_http_clients.py`). A hand-written HTTP/1.1 client on protocol callbacks
+(removed) saved the coroutine wake-up per socket read: about a third less client CPU per token
+when each read holds one event (`benchmarks/load_efficiency.py`), but an HTTP client of our own
+to keep correct was judged not worth it. Each body is read with `readany()` (all bytes buffered
+so far, one call per read) and split into SSE events by `_Sink`; one `readuntil(b"\\n\\n")`
+per event measured the same CPU (within noise) and would not handle CRLF or multi-line events.
 
 Timing-path discipline: bodies are serialised before their planned time; a request's send
-time is taken right before it is handed to the session; the arrival time of a read is taken
-as soon as `readany()` returns it (before any parsing); nothing heavier than a JSON decode (or,
-for native events, three byte searches) and a few list appends runs per event; metrics are
-computed after the run.
+time is when aiohttp hands its bytes to the socket (`_on_body_sent`); the arrival time of a read
+is taken as soon as `readany()` returns it (before any parsing); nothing heavier than a JSON
+decode (or, for native events, three byte searches) and a few list appends runs per event;
+metrics are computed after the run.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
-import yarl
 
 from sentinel.load.arrivals import planned_offsets
 from sentinel.load.backends import ResponseParser, StreamFailure, build_body, make_parser, parse_whole
@@ -217,8 +218,7 @@ class _Run:
         self.counters = counters
         self.on_record = on_record
         self.model = model
-        # Parsed once: aiohttp would parse a str URL again on every request.
-        self.url = yarl.URL(spec.base_url.rstrip("/") + spec.backend.path)
+        self.url = spec.base_url.rstrip("/") + spec.backend.path
         self.t0 = time.perf_counter()
         # Unique per run even for runs started in the same millisecond: SGLang refuses a rid
         # that is already in flight.
