@@ -1,4 +1,4 @@
-"""Which HTTP client should the load engine stream with? httpx vs aiohttp, client CPU per event.
+"""Which HTTP client should the engine stream with? httpx, aiohttp, our httptools transport: CPU per event.
 
 A local server (separate process, so its CPU is not counted) streams SGLang-native SSE events
 (cumulative text + meta_info, as v0.5.9 does) to C concurrent requests, either paced
@@ -14,7 +14,8 @@ are the HTTP stack's.
 Variants:
 - httpx  aiter_raw: httpx.AsyncClient (pooled), raw byte chunks, our event splitter.
 - httpx  aiter_lines: httpx's own line iterator (the common way to read SSE with httpx).
-- aiohttp readany: aiohttp ClientSession (pooled), whole reads, our splitter (the engine's way).
+- aiohttp readany: aiohttp ClientSession (pooled), whole reads, our splitter.
+- sentinel.load.transport: the engine's client (asyncio protocol + httptools), our splitter.
 - aiohttp readuntil: aiohttp ClientSession (pooled), one `readuntil(b"\\n\\n")` per event.
 - aiohttp lines, session per request: bench_serving v0.5.9's way (`async for line in content`,
   a new ClientSession per request).
@@ -38,6 +39,7 @@ import aiohttp
 import httpx
 
 from sentinel.load.engine import _split_events
+from sentinel.load.transport import HttpClient
 
 
 def _serve(port_q: Any, tokens: int, pace_s: float) -> None:
@@ -170,12 +172,44 @@ async def aiohttp_bench_serving(url: str, n: int, conc: int, counter: list[int])
     await asyncio.gather(*(one() for _ in range(n)))
 
 
+class _Sink:
+    def __init__(self, counter: list[int]) -> None:
+        self.counter = counter
+        self.buf = b""
+
+    def on_sent(self, now: float) -> None:
+        pass
+
+    def on_status(self, status: int) -> None:
+        pass
+
+    def on_data(self, data: bytes, now: float) -> None:
+        events, self.buf = _split_events(self.buf + data if self.buf else data)
+        _consume(events, self.counter)
+
+
+async def sentinel_transport(url: str, n: int, conc: int, counter: list[int]) -> None:
+    base, _, path = url.rpartition("/")
+    client = HttpClient(base, {"Content-Type": "application/json"})
+    sem = asyncio.Semaphore(conc)
+
+    async def one() -> None:
+        async with sem:
+            await client.post("/" + path, BODY, _Sink(counter))
+
+    try:
+        await asyncio.gather(*(one() for _ in range(n)))
+    finally:
+        await client.close()
+
+
 Variant = Callable[[str, int, int, list[int]], Awaitable[None]]
 VARIANTS: dict[str, Variant] = {
     "httpx aiter_raw": httpx_raw,
     "httpx aiter_lines": httpx_lines,
     "aiohttp readany": aiohttp_readany,
     "aiohttp readuntil": aiohttp_readuntil,
+    "sentinel.load.transport (httptools)": sentinel_transport,
     "aiohttp lines, session/req (bench_serving)": aiohttp_bench_serving,
 }
 

@@ -14,6 +14,11 @@ steady-state where the step held its concurrency (see `sentinel.calibrate.model`
 shows bench_serving's whole-run output throughput of the brute-force sweep for reference.
 Acceptance: sweep within 5% of brute force using <= 40% of its requests; incremental within 5%
 of the new brute force using <= 1/3 of a full sweep's requests.
+
+Measured 2026-11-30 on the shared 2-core host, `--speed 6` (tok/s in server time):
+brute force 379.2 (512 requests); sweep 380.9 (+0.5%, 183 requests = 36%); changed server
+(--max-running-requests 44, -12.3%) brute force 332.7, incremental 339.8 (+2.1%, 61 requests =
+33% of the full sweep), full sweep 337.4. More in docs/calibrate.md.
 """
 
 from __future__ import annotations

@@ -127,7 +127,7 @@ async def test_prewarm_opens_one_connection_per_stream(
     result = await run_load(spec)
     assert result.metrics.completed == 10
     assert server.connections == 5  # opened before the clock, reused, never more than the cap
-    assert server.requests == 15  # 5 pre-warm GETs + 10 POSTs
+    assert server.requests == 10  # pre-warm only connects: no request of its own
 
 
 async def test_path_prefix_of_base_url_is_kept(raw_server: Start) -> None:
@@ -255,3 +255,17 @@ async def test_long_cumulative_event_is_read_whole(
     result = await run_load(_spec(server.url, num_requests=1))
     assert result.metrics.completed == 1
     assert result.records[0].chunk_tokens == [1, 1]
+
+
+async def test_server_closing_an_idle_connection_costs_no_request(raw_server: Start) -> None:
+    """The server drops a kept-alive connection just as it is reused: the request is resent."""
+
+    async def handler(reader: Reader, writer: Writer, line: bytes, n: int) -> bool:
+        await _good(reader, writer, line, n)
+        return n != 1  # closes after the first POST, as an idle timeout would
+
+    server = await raw_server(handler)
+    spec = _spec(server.url, arrival=ArrivalProcess.CLOSED, max_concurrency=1, num_requests=3)
+    result = await run_load(spec)
+    assert result.metrics.completed == 3
+    assert result.metrics.failures == {}

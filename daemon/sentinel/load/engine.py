@@ -1,30 +1,28 @@
-"""The load engine: one event loop, one aiohttp connection pool, an absolute-time schedule.
+"""The load engine: one event loop, one connection pool, an absolute-time schedule.
 
-Streams go through aiohttp's client (one `ClientSession` per run, its connector sized to the
-run's concurrency, keep-alive). httpx cost 2-3x aiohttp's client CPU per streamed event
-(`benchmarks/load_http_clients.py`). A hand-written HTTP/1.1 client on protocol callbacks
-(removed) saved the coroutine wake-up per socket read: about a third less client CPU per token
-when each read holds one event (`benchmarks/load_efficiency.py`), but an HTTP client of our own
-to keep correct was judged not worth it. Each body is read with `readany()` (all bytes buffered
-so far, one call per read) and split into SSE events by `_Sink`; one `readuntil(b"\\n\\n")`
-per event measured the same CPU (within noise) and would not handle CRLF or multi-line events.
+Streams go through `sentinel.load.transport` (asyncio protocol callbacks + httptools): the
+bytes of one socket read reach the response parser inside the read callback, stamped with the
+read's arrival time. aiohttp's client wakes a coroutine per read and stamps it only when that
+coroutine gets its turn (late under load); an aiohttp-based engine, measured in one session
+against this one, cost more client CPU per token (1.89x vs 2.57x bench_serving's efficiency at
+256/256, 2.66x vs 4.29x at 1024/1024) and had a higher Poisson p99 schedule lag (3.4-6 ms vs
+~2 ms); httpx parses HTTP in pure Python and cost 2-3x aiohttp's CPU per event
+(`benchmarks/load_http_clients.py`, `benchmarks/load_efficiency.py`, `benchmarks/load_accuracy.py`).
+aiohttp is still used for the few auxiliary calls (`/v1/models`).
 
 Timing-path discipline: bodies are serialised before their planned time; a request's send
-time is when aiohttp hands its bytes to the socket (`_on_body_sent`); the arrival time of a read
-is taken as soon as `readany()` returns it (before any parsing); nothing heavier than a JSON
-decode (or, for native events, three byte searches) and a few list appends runs per event;
-metrics are computed after the run.
+time is when its bytes were written to the socket (`transport.write` returned, after any
+connect); nothing heavier than a JSON decode (or, for native events, three byte searches) and a
+few list appends runs per event; metrics are computed after the run.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import secrets
 import time
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -37,6 +35,7 @@ from sentinel.load.metrics import compute_metrics
 from sentinel.load.records import FailureReason, LoadCounters, RequestRecord
 from sentinel.load.result import RunResult
 from sentinel.load.spec import ArrivalProcess, Backend, LoadSpec, SharedPrefixDataset
+from sentinel.load.transport import KEEPALIVE_S, ConnectError, ConnectionLost, HttpClient, ProtocolError
 
 __all__ = ["RecordCallback", "make_session", "resolve_model", "run_load"]
 
@@ -44,15 +43,8 @@ RecordCallback = Callable[[RequestRecord], None]
 
 _ERROR_BODY_LIMIT = 2048
 _PRECISE_WINDOW_S = 0.0015
-# aiohttp's per-response buffer (its flow control pauses the socket at twice this). readany()
-# has no line limit, so a long cumulative-text event (vLLM's 64 KB line bug) cannot fail us;
-# 1 MiB just keeps a fast server's burst in one read.
+# aiohttp's per-response buffer for the auxiliary calls.
 _READ_BUFSIZE = 1 << 20
-# SGLang's uvicorn closes idle keep-alive connections after 5 s; reusing one at that moment
-# would lose the request (aiohttp does not retry a POST), so ours are dropped a little earlier.
-KEEPALIVE_S = 4.0
-# A cheap GET that every SGLang has, used to open the pool's connections before the clock.
-_PREWARM_PATH = "/v1/models"
 
 
 def _headers(spec: LoadSpec) -> dict[str, str]:
@@ -68,9 +60,8 @@ def make_session(
     *,
     limit: int = 0,
     headers: dict[str, str] | None = None,
-    trace_configs: list[aiohttp.TraceConfig] | None = None,
 ) -> aiohttp.ClientSession:
-    """An aiohttp session to the server (must be made inside a loop).
+    """An aiohttp session for auxiliary calls to the server (must be made inside a loop).
 
     `limit` caps its connections (0: no cap, for callers that bound their own concurrency);
     `headers` are sent with every request."""
@@ -83,7 +74,6 @@ def make_session(
     return aiohttp.ClientSession(
         connector=connector,
         headers=headers,
-        trace_configs=trace_configs,
         # Per-request deadlines are the engine's own (asyncio.timeout around each request).
         timeout=aiohttp.ClientTimeout(total=None, connect=min(30.0, spec.request_timeout_s)),
         cookie_jar=aiohttp.DummyCookieJar(),
@@ -118,25 +108,6 @@ async def resolve_model(session: aiohttp.ClientSession, spec: LoadSpec) -> tuple
     return "default", note
 
 
-async def _on_body_sent(
-    session: aiohttp.ClientSession, ctx: SimpleNamespace, params: aiohttp.TraceRequestChunkSentParams
-) -> None:
-    """A request's send time is when its bytes go to the socket (aiohttp awaits this just before
-    the write), not when it was handed to the session: on Python < 3.12 aiohttp writes the body
-    from a task of its own, one loop pass later, and under load a loop pass is milliseconds that
-    the server never saw. That delay stays visible, as schedule lag."""
-    sink = ctx.trace_request_ctx
-    if isinstance(sink, _Sink) and not sink.written:
-        sink.sent = time.perf_counter()
-        sink.written = True
-
-
-def _stream_tracing() -> list[aiohttp.TraceConfig]:
-    trace = aiohttp.TraceConfig()
-    trace.on_request_chunk_sent.append(_on_body_sent)
-    return [trace]
-
-
 def _split_events(buf: bytes) -> tuple[list[bytes], bytes]:
     """Complete SSE events (their data payloads) and the unfinished rest of the buffer."""
     if b"\r" in buf:
@@ -159,22 +130,46 @@ def _split_events(buf: bytes) -> tuple[list[bytes], bytes]:
 
 
 class _Sink:
-    """Receives a 200 response's body bytes, one read at a time, with the read's arrival time."""
+    """Receives a response's body bytes inside the connection's read callback, with the read's
+    arrival time (`transport.BodySink`)."""
 
-    __slots__ = ("buf", "done", "feed", "head", "rec", "sent", "stream", "whole", "written")
+    __slots__ = (
+        "buf", "done", "error_body", "feed", "head", "more", "ok", "rec", "sent", "status", "stream", "whole",
+    )  # fmt: skip
 
     def __init__(self, rec: RequestRecord, parser: ResponseParser, stream: bool) -> None:
         self.rec = rec
         self.feed = parser.feed_bytes
         self.stream = stream
-        self.sent = 0.0  # perf_counter() when the request was written (see _on_body_sent)
-        self.written = False
+        self.sent = 0.0  # perf_counter() when the request's bytes were written (on_sent)
+        self.status = 0
+        self.ok = False
         self.done = False  # saw data: [DONE]
-        self.buf = b""
+        self.buf = b""  # an unfinished event
+        self.more: list[bytes] = []  # later reads of a long unfinished event (no newline yet)
         self.whole = bytearray()
+        self.error_body = bytearray()
         self.head = b""  # the first bytes of a 200 body, to explain a stream that is not SSE
 
+    def on_sent(self, now: float) -> None:
+        self.sent = now
+
+    def on_status(self, status: int) -> None:
+        self.status = status
+        self.rec.http_status = status
+        self.ok = status == 200
+
     def on_data(self, data: bytes, now: float) -> None:
+        if not self.ok:
+            # Only the head of an error body is kept, and a body that goes on past it (an
+            # endless or huge error page) is not waited for: raising here ends the request
+            # and drops the connection.
+            self.error_body += data[: _ERROR_BODY_LIMIT - len(self.error_body)]
+            if len(self.error_body) >= _ERROR_BODY_LIMIT:
+                raise StreamFailure(
+                    FailureReason.http(self.status), _http_error(self.status, bytes(self.error_body))
+                )
+            return
         rel = now - self.sent
         self.rec.latency = rel
         if not self.head:
@@ -195,6 +190,13 @@ class _Sink:
             else:
                 self.feed(payload, rel)
             return
+        if self.buf:
+            if b"\n" not in data:  # the middle of a long event: gather, join once it ends
+                self.more.append(data)
+                return
+            if self.more:
+                data = b"".join(self.more) + data
+                self.more.clear()
         events, self.buf = _split_events(self.buf + data if self.buf else data)
         feed = self.feed
         for payload in events:
@@ -208,17 +210,17 @@ class _Run:
     def __init__(
         self,
         spec: LoadSpec,
-        session: aiohttp.ClientSession,
+        client: HttpClient,
         counters: LoadCounters,
         on_record: RecordCallback | None,
         model: str,
     ) -> None:
         self.spec = spec
-        self.session = session
+        self.client = client
         self.counters = counters
         self.on_record = on_record
         self.model = model
-        self.url = spec.base_url.rstrip("/") + spec.backend.path
+        self.path = spec.backend.path
         self.t0 = time.perf_counter()
         # Unique per run even for runs started in the same millisecond: SGLang refuses a rid
         # that is already in flight.
@@ -270,7 +272,7 @@ class _Run:
     async def _execute(self, rec: RequestRecord, body: bytes) -> None:
         parser = make_parser(self.spec.backend, rec, self.spec.keep_text)
         sink = _Sink(rec, parser, self.spec.stream)
-        sink.sent = time.perf_counter()  # until the body is written (a connect error keeps this)
+        sink.sent = time.perf_counter()  # until the bytes are written (a connect error keeps this)
         rec.sent = sink.sent - self.t0
         rec.dispatched = True
         try:
@@ -283,25 +285,9 @@ class _Run:
         perf = time.perf_counter
         try:
             async with asyncio.timeout(spec.request_timeout_s):
-                async with self.session.post(self.url, data=body, trace_request_ctx=sink) as resp:
-                    status = resp.status
-                    rec.http_status = status
-                    content = resp.content
-                    if status != 200:
-                        raise StreamFailure(
-                            FailureReason.http(status), _http_error(status, await _head(content))
-                        )
-                    try:
-                        on_data = sink.on_data
-                        readany = content.readany
-                        while data := await readany():
-                            on_data(data, perf())
-                    except BaseException:
-                        # Cancelled, timed out, or the stream was refused mid-way: drop the
-                        # connection so that the server sees the request go away (SGLang aborts
-                        # a request whose client disconnected) and it is never reused.
-                        resp.close()
-                        raise
+                status = await self.client.post(self.path, body, sink)
+            if status != 200:
+                raise StreamFailure(FailureReason.http(status), _http_error(status, bytes(sink.error_body)))
             if rec.latency is None:
                 rec.latency = perf() - sink.sent
             if spec.stream:
@@ -319,25 +305,23 @@ class _Run:
             if rec.latency is None:
                 rec.latency = perf() - sink.sent
             return
-        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
-            # Before TimeoutError: aiohttp's connect timeout is one too.
-            rec.failure = FailureReason.CONNECT
-            rec.error = f"cannot connect to {spec.base_url}: {exc}"[:1000]
-            rec.latency = perf() - sink.sent
-            return
         except TimeoutError:
             rec.failure = FailureReason.TIMEOUT
             rec.error = f"no complete response within {spec.request_timeout_s:g} s"
             rec.latency = perf() - sink.sent
             return
-        except aiohttp.ClientResponseError as exc:
-            # Bytes that are not HTTP (bad status line, headers, chunk framing).
-            rec.failure = FailureReason.MALFORMED
-            rec.error = f"invalid HTTP from the server: {exc.message or exc}"[:1000]
+        except ConnectError as exc:
+            rec.failure = FailureReason.CONNECT
+            rec.error = f"cannot connect to {spec.base_url}: {exc}"[:1000]
             rec.latency = perf() - sink.sent
             return
-        except (aiohttp.ClientError, OSError) as exc:
-            # ServerDisconnectedError, ClientPayloadError (body cut short), ClientOSError...
+        except ProtocolError as exc:
+            # Bytes that are not HTTP (bad status line, headers, chunk framing).
+            rec.failure = FailureReason.MALFORMED
+            rec.error = str(exc)[:1000]
+            rec.latency = perf() - sink.sent
+            return
+        except (ConnectionLost, OSError) as exc:
             rec.failure = FailureReason.DISCONNECTED
             rec.error = str(exc)[:1000] or type(exc).__name__
             rec.latency = perf() - sink.sent
@@ -369,14 +353,6 @@ class _Run:
             rec.error = f"{rec.output_len} output tokens < {rec.planned_output_len} requested with ignore_eos"
             return
         rec.success = True
-
-
-async def _head(content: aiohttp.StreamReader) -> bytes:
-    """At most _ERROR_BODY_LIMIT bytes of an error response's body (it may never end)."""
-    out = bytearray()
-    while len(out) < _ERROR_BODY_LIMIT and (data := await content.readany()):
-        out += data
-    return bytes(out[:_ERROR_BODY_LIMIT])
 
 
 def _http_error(status: int, raw: bytes) -> str:
@@ -421,7 +397,7 @@ async def run_load(
     - `cancel`: set it to stop: no new sends, in-flight requests are aborted (recorded as
       `cancelled`), and the partial result is returned with `cancelled=True`.
     - `session`: an aiohttp session for the auxiliary calls (model lookup); the streams
-      themselves use the engine's own session, whose pool is sized to the run's concurrency.
+      themselves use the engine's own connection pool (`sentinel.load.transport`).
 
     Never raises for a server's behaviour (every failure is a counted reason in the result);
     `sentinel.load.SpecError` only for a dataset file that cannot be read.
@@ -429,11 +405,9 @@ async def run_load(
     counters = counters if counters is not None else LoadCounters()
     cancel = cancel if cancel is not None else asyncio.Event()
     source = PromptSource(spec)  # may raise SpecError before anything is sent
-    # Connections capped at the run's own cap: the engine never has more streams in flight,
-    # so a request never waits in the pool for a connection (that wait would count in TTFT).
-    streams = make_session(
-        spec, limit=spec.max_concurrency or 0, headers=_headers(spec), trace_configs=_stream_tracing()
-    )
+    # The pool has no cap of its own: the engine bounds its streams (max_concurrency), so a
+    # request never waits in the pool for a connection (that wait would count in TTFT).
+    client = HttpClient(spec.base_url, _headers(spec), connect_timeout=min(30.0, spec.request_timeout_s))
     cancel_task = asyncio.create_task(cancel.wait())
     try:
         notes: list[str] = []
@@ -446,15 +420,15 @@ async def run_load(
                 model, note = await resolve_model(session, spec)
             if note:
                 notes.append(note)
-        return await _run(spec, streams, counters, on_record, cancel_task, source, model, notes)
+        return await _run(spec, client, counters, on_record, cancel_task, source, model, notes)
     finally:
         cancel_task.cancel()
-        await streams.close()
+        await client.close()
 
 
 async def _run(
     spec: LoadSpec,
-    streams: aiohttp.ClientSession,
+    client: HttpClient,
     counters: LoadCounters,
     on_record: RecordCallback | None,
     cancel_task: asyncio.Task[Any],
@@ -471,7 +445,7 @@ async def _run(
         n_warm = max(n_warm, spec.dataset.num_groups)
     if n_warm:
         counters.warmup = True
-        run = _Run(spec, streams, counters, on_record, model)
+        run = _Run(spec, client, counters, on_record, model)
         warm: list[tuple[RequestRecord, bytes]] = []
         for k, p in enumerate(source.warmup(n_warm)):
             rec = RequestRecord(index=k, warmup=True, planned=0.0, prompt_len=p.prompt_len)
@@ -489,7 +463,7 @@ async def _run(
             notes.append("every warm-up request failed; the measured phase was not run")
 
     # ---- measured phase ----
-    run = _Run(spec, streams, counters, on_record, model)
+    run = _Run(spec, client, counters, on_record, model)
     counters.planned = spec.num_requests
     lag = LoopLagMonitor()
     inflight: set[asyncio.Task[None]] = set()
@@ -498,7 +472,7 @@ async def _run(
     if not warmup_failed and not cancelled:
         # Connections are opened before the clock starts, so no request's TTFT carries a TCP
         # (or TLS) handshake that a long-lived client would not pay.
-        prewarm = asyncio.ensure_future(_prewarm(streams, spec, _prewarm_count(spec)))
+        prewarm = asyncio.ensure_future(client.prewarm(_prewarm_count(spec)))
         if await _wait(prewarm, 60.0, cancel_task) or not prewarm.done():
             prewarm.cancel()
             await asyncio.gather(prewarm, return_exceptions=True)
@@ -555,24 +529,6 @@ async def _run(
         warmup_failed=warmup_failed,
         notes=notes,
     )
-
-
-async def _prewarm(session: aiohttp.ClientSession, spec: LoadSpec, n: int) -> None:
-    """Leave `n` open keep-alive connections in the session's pool.
-
-    aiohttp has no call that only connects, so this sends `n` cheap GETs at once and holds
-    every response until all have their headers: each then has its own connection, and all go
-    back to the pool together. Any failure is left for the real requests to report."""
-    url = spec.base_url.rstrip("/") + _PREWARM_PATH
-    accept = {"Accept": "application/json"}
-    responses = await asyncio.gather(
-        *(session.get(url, headers=accept) for _ in range(n)), return_exceptions=True
-    )
-    for resp in responses:
-        if isinstance(resp, aiohttp.ClientResponse):
-            with contextlib.suppress(aiohttp.ClientError, OSError):
-                await resp.read()  # read to the end, so the connection goes back to the pool
-            resp.release()
 
 
 def _prewarm_count(spec: LoadSpec) -> int:
