@@ -32,6 +32,7 @@ from aiohttp import web
 import sentinel
 from sentinel.config import ConfigError, Settings, load_settings
 from sentinel.log import configure_logging, get_logger
+from sentinel.netloc import url_host
 from sentinel.schedule.executor import LoadEngineExecutor
 from sentinel.schedule.metrics import ScheduleMetrics
 from sentinel.schedule.polite import ServerLoadReader
@@ -81,14 +82,6 @@ def resolve_state_dir(settings: Settings, environ: Mapping[str, str]) -> Path:
         return default
     base = Path(environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
     return base / "sentinel"
-
-
-def _url_host(host: str) -> str:
-    if host in ("0.0.0.0", ""):
-        return "127.0.0.1"
-    if host == "::":
-        return "[::1]"
-    return f"[{host}]" if ":" in host else host
 
 
 class _ServerView:
@@ -166,7 +159,7 @@ class Daemon:
     @property
     def server_url(self) -> str:
         s = self.settings.server
-        return f"http://{_url_host(s.host)}:{s.port}"
+        return f"http://{url_host(s.host)}:{s.port}"
 
     # -- life cycle -----------------------------------------------------------------------------
 

@@ -134,19 +134,13 @@ def _handle(args: argparse.Namespace) -> int:
 
     from sentinel.cli import CliError
     from sentinel.config import load_settings
+    from sentinel.netloc import url_host
 
     url = args.url
     if url is None:
         exporter = load_settings(args.config).exporter
-        host = exporter.host
-        if host in ("0.0.0.0", ""):
-            host = "127.0.0.1"
-        elif host == "::":
-            host = "::1"
-        if ":" in host:
-            host = f"[{host}]"
         scheme = "https" if exporter.tls is not None else "http"
-        url = f"{scheme}://{host}:{exporter.port}"
+        url = f"{scheme}://{url_host(exporter.host)}:{exporter.port}"
     target = url.rstrip("/") + "/status.json"
     try:
         # The daemon's own certificate is often self-signed; this reads local state only.

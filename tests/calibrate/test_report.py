@@ -5,25 +5,13 @@ from __future__ import annotations
 import asyncio
 import re
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from sentinel.calibrate import CalibrationSettings, SloSettings, Workload, run_search
 from sentinel.calibrate.report import render_html, write_report
+from support.headless_chromium import dump_dom, requires_chromium, screenshot
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 WORKLOAD = Workload(
     base_url="http://127.0.0.1:1", backend="sglang", input_len=256, output_len=256, range_ratio=0
 )
@@ -84,39 +72,26 @@ def test_report_escapes_untrusted_text() -> None:
     assert "&lt;b&gt;bold" in html
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/test installs it)")
+@requires_chromium
 async def test_report_renders_in_headless_chromium(tmp_path: Path, synthetic: Any) -> None:
-    assert CHROMIUM is not None
     page = await _report(tmp_path, synthetic)
     probe = page.with_name("probe.html")
     probe.write_text(page.read_text().replace("</body>", _PROBE + "</body>"))
     profile = tmp_path / "chromium-profile"
-    base = [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=5000"]
-    dom = await asyncio.to_thread(
-        subprocess.run,
-        [*base, "--dump-dom", probe.as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    m = re.search(r'data-images="(\d+)" data-loaded="(\d+)"', dom.stdout)
-    assert m is not None, dom.stdout[:500]
+    dom = await asyncio.to_thread(dump_dom, probe, profile=profile, virtual_time_ms=5000)
+    m = re.search(r'data-images="(\d+)" data-loaded="(\d+)"', dom)
+    assert m is not None, dom[:500]
     assert int(m.group(1)) == 4
     assert m.group(2) == m.group(1)
 
-    shot = tmp_path / "screenshot.png"
-    run = await asyncio.to_thread(
-        subprocess.run,
-        [*base, "--window-size=1280,2000", f"--screenshot={shot}", page.as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
+    shot = await asyncio.to_thread(
+        screenshot,
+        page,
+        tmp_path / "screenshot.png",
+        profile=profile,
+        virtual_time_ms=5000,
+        window="1280,2000",
     )
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert shot.is_file()
     import matplotlib.image as mpimg
 
     pixels = mpimg.imread(str(shot))[..., :3]

@@ -28,7 +28,7 @@ async def test_save_load_roundtrip_and_bounded_history(tmp_path: Path, synthetic
         assert load_result(path) == r
     files = sorted(p.name for p in store.directory.iterdir())
     assert len(files) == 3
-    assert not [f for f in files if f.startswith(".tmp")]
+    assert not [f for f in files if f.startswith(".") or f.endswith(".tmp")]
     latest = store.latest()
     assert latest is not None
     assert latest.started_at == base.started_at + timedelta(minutes=4)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import shutil
 import struct
-import subprocess
 import time
 import zlib
 from pathlib import Path
@@ -17,17 +16,7 @@ from aiohttp import web
 from sentinel.cli import main
 from sentinel.status import health_code, summarize
 from sentinel.status_page import render_status_page
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+from support.headless_chromium import dump_dom, requires_chromium, screenshot
 
 
 def snapshot(**overrides: Any) -> dict[str, Any]:
@@ -202,25 +191,16 @@ def _png_is_not_blank(path: Path) -> float:
     return non_white / len(raw[::7])
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/test installs it)")
+@requires_chromium
 def test_page_renders_in_headless_chromium(tmp_path: Path) -> None:
-    assert CHROMIUM is not None
     page = tmp_path / "status.html"
     page.write_text(render_status_page(snapshot()), encoding="utf-8")
-    base = [CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=3000"]
-    dom = subprocess.run([*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=90)
-    assert dom.returncode == 0, dom.stderr[-2000:]
+    profile = tmp_path / "profile"
+    dom = dump_dom(page, profile=profile, virtual_time_ms=3000)
     # The browser parsed every section, and the injected script stayed text.
     for heading in ("Server", "Probes and canaries", "Load runs", "Capacity", "Collectors"):
-        assert re.search(rf"<h2>{heading}", dom.stdout), heading
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom.stdout
-    shot = tmp_path / "shot.png"
-    run = subprocess.run(
-        [*base, "--window-size=1280,1400", f"--screenshot={shot}", page.as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
+        assert re.search(rf"<h2>{heading}", dom), heading
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom
+    shot = screenshot(page, tmp_path / "shot.png", profile=profile, virtual_time_ms=3000, window="1280,1400")
     assert _png_is_not_blank(shot) > 0.02
     shutil.copy(shot, "/tmp/sentinel-status-page-screenshot.png")

@@ -54,6 +54,41 @@ def test_example_config_is_valid_and_covers_every_section() -> None:
     assert "# [exporter.tls]" in path.read_text()
 
 
+# A key shown commented out ("# url = ...", "# [exporter.tls]"): its default is "unset", which TOML
+# cannot write, or the section exists only when switched on.
+_COMMENTED_SETTING = re.compile(r"^# ?(\[[\w.-]+\]|[a-z_]+ = .*)$")
+
+
+def _missing_keys(model: type[BaseModel], doc: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted names of the fields of ``model`` (recursing into section models) absent from ``doc``.
+
+    Named entries of a table of models (``[server.profiles.NAME]``, ``[schedule.profiles.NAME]``)
+    and list items (``[[...canaries]]``) are examples, not sections: they need not set every key.
+    """
+    missing = []
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        if key not in doc:
+            missing.append(prefix + key)
+            continue
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            missing += _missing_keys(ann, doc[key], prefix + key + ".")
+    return missing
+
+
+def test_example_config_shows_every_key_of_every_section() -> None:
+    text = (DEPLOY / "config.example.toml").read_text()
+    # Commented-out settings count as shown; uncommented they must still be valid TOML and config.
+    uncommented = "\n".join(
+        m.group(1) if (m := _COMMENTED_SETTING.match(line)) else line for line in text.splitlines()
+    )
+    doc = tomllib.loads(uncommented)
+    Settings.model_validate(doc)
+    missing = _missing_keys(Settings, doc)
+    assert not missing, f"config.example.toml does not show: {missing}"
+
+
 @pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze missing")
 def test_units_verify_cleanly(tmp_path: Path) -> None:
     sentinel = Path(sys.executable).with_name("sentinel")

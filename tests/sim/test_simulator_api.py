@@ -7,8 +7,10 @@ import io
 import itertools
 import json
 import time
+from pathlib import Path
 
 import httpx
+import pytest
 from simtest_sse import decode, sse
 
 from sentinel.sglang.logparse import DecodeBatch, parse_line
@@ -81,9 +83,9 @@ async def test_generate_stream_format() -> None:
         assert "e2e_latency" not in chunks[0]["meta_info"]
         assert list(last["meta_info"]) == [
             "id", "finish_reason", "prompt_tokens", "weight_version", "total_retractions",
-            "completion_tokens", "cached_tokens", "e2e_latency",
+            "completion_tokens", "cached_tokens", "cached_tokens_details", "e2e_latency",
         ]  # fmt: skip
-        assert list(chunks[0]["meta_info"])[:7] == list(last["meta_info"])[:7]
+        assert list(chunks[0]["meta_info"]) == list(last["meta_info"])[:8]
         assert last["meta_info"]["prompt_tokens"] == 6
 
 
@@ -408,3 +410,111 @@ async def test_health_without_generation_and_metrics_meta_info(
             await ctl.post("/faults", json={"name": "hang", "params": {"watchdog": 0}})
         assert (await c.get("/health")).status_code == 200  # liveness only
         assert (await c.get("/health_generate")).status_code == 503  # always probes
+
+
+async def test_capacity_scale_is_reported_in_state_and_truth() -> None:
+    async with (
+        serve(speed=200, capacity_scale=0.85) as sim,
+        httpx.AsyncClient(base_url=sim.control_url) as ctl,
+    ):
+        state = (await ctl.get("/state")).json()
+        summary = (await ctl.get("/summary")).json()
+    assert state["capacity_scale"] == 0.85
+    assert (summary["capacity_scale"], summary["speed"]) == (0.85, 200)
+    # the engine runs the scaled model (15 % slower steps)
+    assert abs(sim.engine.profile.decode_base_s - 0.0777 / 0.85) < 1e-12
+
+
+async def test_arrival_is_stamped_before_the_body_is_read(sim: SimServer) -> None:
+    """The truth's arrival is handler entry (SGLang's created_time), not after the body arrived."""
+    body = json.dumps(
+        {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}}
+    ).encode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", sim.port)
+    try:
+        head = (
+            f"POST /generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        )
+        headers_sent = time.time()
+        writer.write(head.encode())
+        await writer.drain()
+        await asyncio.sleep(0.3)  # a slow client: the body comes 300 ms after the headers
+        body_sent = time.time()
+        writer.write(body)
+        await writer.drain()
+        reply = await asyncio.wait_for(reader.read(), 10)
+    finally:
+        writer.close()
+    assert reply.startswith(b"HTTP/1.1 200")
+    (rec,) = sim.truth.records()
+    arrival = rec.arrival_time
+    assert headers_sent - 0.005 <= arrival < body_sent - 0.2
+    assert rec.ttft_s is not None
+    assert rec.ttft_s >= 0.2
+    assert rec.arrival_time <= (rec.first_token_time or 0) <= (rec.finish_time or 0)
+
+
+_FIXTURES = Path(__file__).parents[1] / "sglang" / "fixtures"
+
+
+def _shape(value: object) -> object:
+    """Keys in order (recursively), types of leaves and nulls: what the oracles pin down."""
+    if isinstance(value, dict):
+        return [(k, _shape(v)) for k, v in value.items()]
+    if isinstance(value, list):
+        return [_shape(v) for v in value]
+    return None if value is None else type(value).__name__
+
+
+@pytest.mark.parametrize(
+    ("fixture", "path"),
+    [
+        ("generate_stream.json", "/generate"),
+        ("generate_nonstream.json", "/generate"),
+        ("completion_stream_usage.json", "/v1/completions"),
+        ("chat_stream_no_thinking_usage.json", "/v1/chat/completions"),
+    ],
+)
+async def test_bodies_have_the_oracles_keys_in_order(fixture: str, path: str) -> None:
+    oracle = json.loads((_FIXTURES / fixture).read_text())
+    # No --enable-metrics: it adds the timing keys a plain 0.5.9 server does not send.
+    async with serve(speed=200) as sim, httpx.AsyncClient(base_url=sim.base_url, timeout=30) as client:
+        if "events" in oracle:
+            status, events = await sse(client, path, oracle["request"])
+            assert status == 200
+            got = decode(events)
+            want = [json.loads(e[len("data: ") : -2]) for e in oracle["events"][:-1]]
+        else:
+            r = await client.post(path, json=oracle["request"])
+            got, want = r.json(), oracle["response"]
+    assert _shape(got) == _shape(want)
+
+
+async def test_state_reports_the_simulators_own_loop_lag() -> None:
+    async with serve(speed=200) as sim, httpx.AsyncClient(base_url=sim.control_url) as ctl:
+        await asyncio.sleep(0.05)
+        time.sleep(0.25)  # noqa: ASYNC251 -- on purpose: the simulator's loop is held up 250 ms
+        await asyncio.sleep(0.05)
+        lag = (await ctl.get("/state")).json()["loop_lag"]
+        assert lag["samples"] >= 2
+        assert 0.2 <= lag["max_s"] < 1.0
+        assert lag["p99_s"] <= lag["max_s"]
+        await ctl.post("/reset")
+        after = (await ctl.get("/state")).json()["loop_lag"]
+    assert after["max_s"] < lag["max_s"]
+
+
+async def test_truth_records_when_the_first_token_was_written(
+    sim: SimServer, client: httpx.AsyncClient
+) -> None:
+    body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 5, "ignore_eos": True}}
+    status, _ = await sse(client, "/generate", {**body, "stream": True})
+    assert status == 200
+    got_all = time.time()
+    assert (await client.post("/generate", json=body)).status_code == 200
+    streamed, plain = sim.truth.records()
+    assert streamed.first_token_time is not None
+    assert streamed.first_token_written_time is not None
+    assert streamed.first_token_time <= streamed.first_token_written_time <= got_all
+    assert plain.first_token_written_time is None

@@ -27,6 +27,8 @@ def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
         (("--fault", "stall:duration"), "expected key=value"),
         (("--max-total-tokens", "0"), "--max-total-tokens must be at least 1"),
         (("--lifetime", "-1"), "--lifetime must be positive"),
+        (("--capacity-scale", "0"), "--capacity-scale must be a positive number"),
+        (("--capacity-scale", "nan"), "--capacity-scale must be a positive number"),
     ],
 )
 def test_bad_flags_are_one_line_errors(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from sentinel.sim.config import SimConfig
 from sentinel.sim.engine import Engine, EngineHooks, Request
 from sentinel.sim.profiles import get_profile
 from sentinel.sim.text import Script
@@ -124,3 +127,25 @@ def test_lone_request_outgrowing_the_pool_is_aborted_not_overcommitted() -> None
     assert "Out of memory" in reason["message"]
     assert req.generated == 200  # exactly what fit
     assert engine.kv_used == 0
+
+
+@pytest.mark.parametrize("scale", [0.85, 1.2])
+def test_capacity_scale_divides_every_time_constant(scale: float) -> None:
+    scaled = SimConfig(capacity_scale=scale).resolved_profile()
+    for name in ("prefill_base_s", "decode_base_s", "decode_per_req_s", "decode_per_kv_token_s"):
+        assert getattr(scaled, name) == pytest.approx(getattr(GLM, name) / scale)
+    assert scaled.decode_per_gen_token_s == pytest.approx(GLM.decode_per_gen_token_s / scale)
+    assert 1 / scaled.prefill_tokens_per_s == pytest.approx(1 / GLM.prefill_tokens_per_s / scale)
+    # Start-up and limits are not performance constants.
+    assert (scaled.load_weights_s, scaled.max_total_num_tokens) == (
+        GLM.load_weights_s,
+        GLM.max_total_num_tokens,
+    )
+    # Every forward's duration scales, so a whole mixed workload takes exactly 1/F as long.
+    load = [(0.0, 300, 40), (0.1, 50, 80), (0.2, 900, 20)]
+    base = simulate(GLM, load)
+    fast = simulate(scaled, [(t / scale, n, m) for t, n, m in load])
+    for b, f in zip(base, fast, strict=True):
+        assert f.ttft == pytest.approx(b.ttft / scale)
+        assert f.e2e == pytest.approx(b.e2e / scale)
+    assert SimConfig().resolved_profile() == GLM

@@ -6,13 +6,14 @@ import asyncio
 import re
 
 import httpx
+from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 from simtest_sse import decode, sse
 
 from sentinel.sglang.metricnames import by_name
 from sentinel.sim import SimServer, serve
-from sentinel.sim.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS
+from sentinel.sim.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, SimMetrics
 
 
 async def _scrape(client: httpx.AsyncClient) -> dict[str, list[Sample]]:
@@ -150,3 +151,40 @@ async def test_idle_refresh_zeroes_gen_throughput() -> None:
         m = await _scrape(c)
         assert _value(m["sglang:gen_throughput"], "sglang:gen_throughput") == 0
         assert _value(m["sglang:num_running_reqs"], "sglang:num_running_reqs") == 0
+
+
+def _reference_render(m: SimMetrics) -> bytes:
+    """What render() replaced: generate_latest, minus _created samples and empty families."""
+    out: list[bytes] = []
+    block: list[bytes] = []
+    has_samples = False
+    for line in generate_latest(m.registry).splitlines(keepends=True):
+        if line.startswith(b"# HELP "):
+            if has_samples:
+                out.extend(block)
+            block, has_samples = [line], False
+        elif line.startswith(b"#"):
+            block.append(line)
+        elif b"_created{" not in line and b"_created " not in line:
+            block.append(line)
+            has_samples = True
+    if has_samples:
+        out.extend(block)
+    return b"".join(out)
+
+
+def test_render_is_byte_identical_to_generate_latest() -> None:
+    m = SimMetrics(model_name="glm-5", tp_size=8, page_size=64, max_total_num_tokens=524288)
+    assert m.render() == _reference_render(m)
+    for i in range(300):
+        m.observe_queue_time(i / 37)
+        m.observe_itl(i / 1000, 1 + i % 3)
+    m.log_stats()
+    m.finished(prompt_tokens=10, completion_tokens=1234567, cached_tokens=3, e2e=1e9, retractions=1)
+    m.ttft.observe(0.5)
+    m.aborted()
+    # label values that need escaping, added between two renders (the line cache must follow)
+    first = m.render()
+    m.http_requests.labels('/odd"path\\x\n', "GET").inc(2.5)
+    m.http_responses.labels("/generate", "200", "POST").inc()
+    assert m.render() == _reference_render(m) != first

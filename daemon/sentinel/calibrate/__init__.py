@@ -17,30 +17,37 @@ takes any ``StepRunner`` (unit tests use a synthetic server). Every figure carri
 of the steps that support it. See ``search`` for the algorithm and ``judge`` for the verdicts.
 """
 
-from sentinel.calibrate.api import base_spec, calibrate, recalibrate, store_for
-from sentinel.calibrate.model import (
-    CalibrationResult,
-    Comparison,
-    Figure,
-    Latency,
-    ServerSignals,
-    Step,
-    StepMeasurement,
-    StepPlan,
-    StopReason,
-    Workload,
-)
-from sentinel.calibrate.runner import LoadStepRunner
-from sentinel.calibrate.search import (
-    PlanCallback,
-    Progress,
-    StepCallback,
-    StepRunner,
-    run_search,
-    step_requests,
-)
-from sentinel.calibrate.settings import CalibrationSettings, SloSettings
-from sentinel.calibrate.store import ResultStore, StoreError, compare, load_result
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sentinel.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from sentinel.calibrate.api import base_spec, calibrate, recalibrate, store_for
+    from sentinel.calibrate.model import (
+        CalibrationResult,
+        Comparison,
+        Figure,
+        Latency,
+        ServerSignals,
+        Step,
+        StepMeasurement,
+        StepPlan,
+        StopReason,
+        Workload,
+    )
+    from sentinel.calibrate.runner import LoadStepRunner
+    from sentinel.calibrate.search import (
+        PlanCallback,
+        Progress,
+        StepCallback,
+        StepRunner,
+        run_search,
+        step_requests,
+    )
+    from sentinel.calibrate.settings import CalibrationSettings, SloSettings
+    from sentinel.calibrate.store import ResultStore, StoreError, compare, load_result
 
 __all__ = [
     "CalibrationResult",
@@ -71,3 +78,38 @@ __all__ = [
     "step_requests",
     "store_for",
 ]
+
+# Imported on first use: sentinel.config imports this package for its settings model, and
+# every CLI command loads the config; the load engine, aiohttp and matplotlib are not needed for that.
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "base_spec": "sentinel.calibrate.api",
+        "calibrate": "sentinel.calibrate.api",
+        "recalibrate": "sentinel.calibrate.api",
+        "store_for": "sentinel.calibrate.api",
+        "CalibrationResult": "sentinel.calibrate.model",
+        "Comparison": "sentinel.calibrate.model",
+        "Figure": "sentinel.calibrate.model",
+        "Latency": "sentinel.calibrate.model",
+        "ServerSignals": "sentinel.calibrate.model",
+        "Step": "sentinel.calibrate.model",
+        "StepMeasurement": "sentinel.calibrate.model",
+        "StepPlan": "sentinel.calibrate.model",
+        "StopReason": "sentinel.calibrate.model",
+        "Workload": "sentinel.calibrate.model",
+        "LoadStepRunner": "sentinel.calibrate.runner",
+        "PlanCallback": "sentinel.calibrate.search",
+        "Progress": "sentinel.calibrate.search",
+        "StepCallback": "sentinel.calibrate.search",
+        "StepRunner": "sentinel.calibrate.search",
+        "run_search": "sentinel.calibrate.search",
+        "step_requests": "sentinel.calibrate.search",
+        "CalibrationSettings": "sentinel.calibrate.settings",
+        "SloSettings": "sentinel.calibrate.settings",
+        "ResultStore": "sentinel.calibrate.store",
+        "StoreError": "sentinel.calibrate.store",
+        "compare": "sentinel.calibrate.store",
+        "load_result": "sentinel.calibrate.store",
+    },
+)

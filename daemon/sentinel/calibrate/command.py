@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import signal
 import sys
 from pathlib import Path
@@ -26,11 +25,10 @@ if TYPE_CHECKING:
 
 __all__ = ["format_summary", "register"]
 
-_API_KEY_ENVS = ("SENTINEL_API_KEY", "OPENAI_API_KEY")
-
 
 def register(sub: Any) -> None:
     from sentinel.cli import add_common_options
+    from sentinel.cli_target import add_target_options
 
     p: argparse.ArgumentParser = sub.add_parser(
         "sweep",
@@ -39,18 +37,7 @@ def register(sub: Any) -> None:
     )
     add_common_options(p)
     g = p.add_argument_group("target (default: the [server] section)")
-    g.add_argument("--base-url", default=None, help="server URL (overrides --host/--port)")
-    g.add_argument("--host", default=None)
-    g.add_argument("--port", type=int, default=None)
-    g.add_argument(
-        "--backend", default="sglang", help="sglang (native /generate), sglang-oai-chat, sglang-oai"
-    )
-    g.add_argument(
-        "--api-key-file",
-        type=Path,
-        default=None,
-        help=f"file holding the API key (default: ${' or $'.join(_API_KEY_ENVS)}, else [server] api_key)",
-    )
+    add_target_options(g, key_fallback="[server] api_key")
     w = p.add_argument_group("workload (default: [calibration])")
     w.add_argument("--random-input-len", type=int, default=None)
     w.add_argument("--random-output-len", type=int, default=None)
@@ -85,24 +72,6 @@ def register(sub: Any) -> None:
     o.add_argument("--no-save", action="store_true", help="do not store the result in the state directory")
     o.add_argument("--fail-on-regression", action="store_true", help="exit 3 when a regression is flagged")
     p.set_defaults(handler=_handle)
-
-
-def _api_key(args: argparse.Namespace, configured: str) -> str | None:
-    from sentinel.cli import CliError
-
-    if args.api_key_file is not None:
-        try:
-            key: str = args.api_key_file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise CliError(f"cannot read --api-key-file {args.api_key_file}: {exc.strerror}", 2) from None
-        if not key:
-            raise CliError(f"--api-key-file {args.api_key_file} is empty", 2)
-        return key
-    for name in _API_KEY_ENVS:
-        value = os.environ.get(name, "").strip()
-        if value:
-            return value
-    return configured or None
 
 
 def _overridden(base: CalibrationSettings, args: argparse.Namespace) -> CalibrationSettings:
@@ -192,6 +161,7 @@ def _handle(args: argparse.Namespace) -> int:
     from sentinel.calibrate.runner import LoadStepRunner
     from sentinel.calibrate.store import StoreError, compare, load_result
     from sentinel.cli import CliError
+    from sentinel.cli_target import read_api_key, target_base_url
     from sentinel.config import load_settings
     from sentinel.load import SpecError
     from sentinel.log import configure_logging
@@ -199,14 +169,11 @@ def _handle(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
     configure_logging(args.log_level or settings.log.level, args.log_format or settings.log.format)
     cal = _overridden(settings.calibration, args)
-    if args.base_url:
-        base_url = args.base_url
-    else:
-        base_url = f"http://{args.host or settings.server.host}:{args.port or settings.server.port}"
+    base_url = target_base_url(args, settings.server.host, settings.server.port)
     configured = settings.server.api_key
     if isinstance(configured, SecretStr):
         configured = configured.get_secret_value()
-    api_key = _api_key(args, configured)
+    api_key = read_api_key(args.api_key_file, configured)
     store = store_for(args.state_dir or settings.state_dir, cal)
     previous = None
     if args.seed_result is not None:

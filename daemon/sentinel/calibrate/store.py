@@ -9,13 +9,11 @@ future schema) is skipped with a log line, never fatal: the daemon must keep cal
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from sentinel.atomic import atomic_write_bytes
 from sentinel.calibrate.model import SCHEMA_VERSION, CalibrationResult, Comparison
 from sentinel.log import get_logger
 
@@ -39,27 +37,6 @@ _CHANGE_FIGURES = (*REGRESSION_FIGURES, "knee_concurrency", "max_concurrency_wit
 
 class StoreError(Exception):
     """The state directory cannot be used (not creatable, not writable)."""
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=_SUFFIX)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    # Make the rename itself durable.
-    with contextlib.suppress(OSError):
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
 
 
 def load_result(path: Path) -> CalibrationResult:
@@ -99,7 +76,7 @@ class ResultStore:
         stamp = result.started_at.strftime("%Y%m%dT%H%M%S.%fZ")
         path = self.directory / f"{_PREFIX}{stamp}{_SUFFIX}"
         try:
-            _atomic_write(path, result.model_dump_json(indent=1).encode())
+            atomic_write_bytes(path, result.model_dump_json(indent=1).encode())
         except OSError as exc:
             raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from None
         self._prune()

@@ -19,8 +19,9 @@ series), ``gpu`` (NVML). ``sentinel_build_info`` and the per-collector
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from sentinel.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from sentinel.collect.registry import CollectorSet, Factory, available, build_collector_set, register
@@ -44,23 +45,19 @@ __all__ = [
 
 # Imported on first use: sentinel.config imports this package for its settings model, and
 # every CLI command loads the config; HTTP and NVML libraries are not needed for that.
-_LAZY = {
-    "CollectorSet": "sentinel.collect.registry",
-    "Factory": "sentinel.collect.registry",
-    "available": "sentinel.collect.registry",
-    "build_collector_set": "sentinel.collect.registry",
-    "register": "sentinel.collect.registry",
-    "SGLangLogCollector": "sentinel.collect.sglang_log",
-    "SGLangMetricsCollector": "sentinel.collect.sglang_metrics",
-    "Background": "sentinel.collect.source",
-    "CollectionFailed": "sentinel.collect.source",
-    "Source": "sentinel.collect.source",
-    "Timestamped": "sentinel.collect.source",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "CollectorSet": "sentinel.collect.registry",
+        "Factory": "sentinel.collect.registry",
+        "available": "sentinel.collect.registry",
+        "build_collector_set": "sentinel.collect.registry",
+        "register": "sentinel.collect.registry",
+        "SGLangLogCollector": "sentinel.collect.sglang_log",
+        "SGLangMetricsCollector": "sentinel.collect.sglang_metrics",
+        "Background": "sentinel.collect.source",
+        "CollectionFailed": "sentinel.collect.source",
+        "Source": "sentinel.collect.source",
+        "Timestamped": "sentinel.collect.source",
+    },
+)

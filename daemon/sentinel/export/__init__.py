@@ -11,8 +11,9 @@ Usage::
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from sentinel.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from sentinel.export.auth import BasicAuth, ExporterConfigError, load_users, tls_context
@@ -33,21 +34,17 @@ __all__ = [
 
 # Imported on first use: sentinel.config imports this package for its settings model, and
 # every CLI command loads the config; HTTP and NVML libraries are not needed for that.
-_LAZY = {
-    "BasicAuth": "sentinel.export.auth",
-    "ExporterConfigError": "sentinel.export.auth",
-    "load_users": "sentinel.export.auth",
-    "tls_context": "sentinel.export.auth",
-    "Exporter": "sentinel.export.server",
-    "Handler": "sentinel.export.server",
-    "HealthCheck": "sentinel.export.server",
-    "ExporterSettings": "sentinel.export.settings",
-    "TlsSettings": "sentinel.export.settings",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "BasicAuth": "sentinel.export.auth",
+        "ExporterConfigError": "sentinel.export.auth",
+        "load_users": "sentinel.export.auth",
+        "tls_context": "sentinel.export.auth",
+        "Exporter": "sentinel.export.server",
+        "Handler": "sentinel.export.server",
+        "HealthCheck": "sentinel.export.server",
+        "ExporterSettings": "sentinel.export.settings",
+        "TlsSettings": "sentinel.export.settings",
+    },
+)

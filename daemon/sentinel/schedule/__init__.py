@@ -20,8 +20,9 @@ one run), ``plan`` (what a run does and reports), ``executor`` (a plan through t
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from sentinel.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from sentinel.schedule.budget import TokenBudget
@@ -48,23 +49,19 @@ __all__ = [
 
 # Imported on first use: sentinel.config imports this package for its settings model, and every CLI
 # command loads the config; APScheduler, httpx and the load engine are not needed for that.
-_LAZY = {
-    "TokenBudget": "sentinel.schedule.budget",
-    "LoadEngineExecutor": "sentinel.schedule.executor",
-    "ScheduleMetrics": "sentinel.schedule.metrics",
-    "RunPlan": "sentinel.schedule.plan",
-    "RunReport": "sentinel.schedule.plan",
-    "ServerLoad": "sentinel.schedule.polite",
-    "ServerLoadReader": "sentinel.schedule.polite",
-    "ExclusiveRun": "sentinel.schedule.scheduler",
-    "LoadScheduler": "sentinel.schedule.scheduler",
-    "StateDir": "sentinel.schedule.state",
-    "StateError": "sentinel.schedule.state",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "TokenBudget": "sentinel.schedule.budget",
+        "LoadEngineExecutor": "sentinel.schedule.executor",
+        "ScheduleMetrics": "sentinel.schedule.metrics",
+        "RunPlan": "sentinel.schedule.plan",
+        "RunReport": "sentinel.schedule.plan",
+        "ServerLoad": "sentinel.schedule.polite",
+        "ServerLoadReader": "sentinel.schedule.polite",
+        "ExclusiveRun": "sentinel.schedule.scheduler",
+        "LoadScheduler": "sentinel.schedule.scheduler",
+        "StateDir": "sentinel.schedule.state",
+        "StateError": "sentinel.schedule.state",
+    },
+)

@@ -18,49 +18,22 @@ newest ``limit`` lines, so appends stay O(1) and the file stays bounded.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sentinel.atomic import atomic_write_bytes
 from sentinel.log import get_logger
 
-__all__ = ["StateDir", "StateError", "atomic_write_bytes"]
+__all__ = ["StateDir", "StateError"]
 
 _log = get_logger(__name__)
 
 
 class StateError(Exception):
     """The state directory cannot be used (missing permission, read-only filesystem...)."""
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically (same-directory temp file + fsync + rename)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    # The rename is durable only once the directory entry is; some filesystems refuse the open.
-    with contextlib.suppress(OSError):
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
 
 
 class StateDir:

@@ -38,6 +38,10 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _SSE_HEADERS: Final = {"Content-Type": "text/event-stream; charset=utf-8"}
 _DONE: Final = b"data: [DONE]\n\n"
 _ACTIVE_KEY: Final = web.RequestKey("sim_active", bool)
+# Engine-clock time the handler chain was entered: the ground truth's arrival, taken before the body
+# is read and parsed (SGLang's TokenizerManager stamps created_time on entry too), so a client's
+# "client-added TTFT" holds only the client.
+_ARRIVAL_KEY: Final = web.RequestKey("sim_arrival", float)
 # Non-stream requests get intermediate scheduler outputs every 50 tokens (TTFT metric quirk).
 _FORCE_STREAM_INTERVAL: Final = 50
 _GARBAGE: Final = {"bang": "!", "nan": " NaN", "random": "\ufffd"}
@@ -85,6 +89,7 @@ class SglangApi:
     # ---- middleware --------------------------------------------------------------------------
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        request[_ARRIVAL_KEY] = self.engine.clock()
         path = request.path
         method = request.method
         if (
@@ -391,6 +396,14 @@ class SglangApi:
             ids[req.script.natural_len - start] = EOS_TOKEN_ID
         return ids
 
+    def _chunk_written(self, clock: _ChunkClock, req: Request, n: int) -> None:
+        """A stream chunk holding ``n`` tokens was handed to the transport."""
+        now = time.monotonic()
+        if not req.first_written_at and n > 0:
+            # Ground truth of the response leg: engine's first token -> the simulator wrote it.
+            req.first_written_at = now
+        self._observe_chunk(clock, n, now, req.log_metrics)
+
     def _observe_chunk(self, clock: _ChunkClock, n: int, now: float, log_metrics: bool) -> None:
         m = self.metrics
         if m is None or not log_metrics:
@@ -436,7 +449,7 @@ class SglangApi:
                 return _native_error("Streaming a batch of prompts is not supported by the simulator.")
             reqs = [self._make_request(gp, gp.prompt, False) for gp in items]
             for req in reqs:
-                self.engine.submit(req)
+                self.engine.submit(req, request.get(_ARRIVAL_KEY))
             try:
                 outs = [await self._await_nonstream(req, None) for req in reqs]
             except asyncio.CancelledError:
@@ -452,8 +465,8 @@ class SglangApi:
         req = self._make_request(gp, gp.prompt, False)
         if gp.stream:
             return await self._stream_native(request, gp, req)
-        self.engine.submit(req)
-        clock = _ChunkClock(time.monotonic())
+        self.engine.submit(req, request.get(_ARRIVAL_KEY))
+        clock = _ChunkClock(req.arrival)
         try:
             text, ids = await self._await_nonstream(req, clock)
         except asyncio.CancelledError:
@@ -490,6 +503,8 @@ class SglangApi:
             "total_retractions": req.retractions,
             "completion_tokens": n,
             "cached_tokens": req.cached_tokens,
+            # Always null in 0.5.9 without HiCache (the scheduler sends a list of None).
+            "cached_tokens_details": None,
         }
         if final and self.metrics is not None:
             # --enable-metrics adds the scheduler's timings and the tokenizer's timestamps.
@@ -498,7 +513,7 @@ class SglangApi:
             meta["prefill_launch_delay"] = 0.0
             meta["prefill_finished_ts"] = unix(req.first_token_at) if req.first_token_at else None
             meta["request_received_ts"] = unix(req.arrival)
-            meta["request_sent_to_scheduler_ts"] = unix(req.arrival)
+            meta["request_sent_to_scheduler_ts"] = unix(req.submitted)
             meta["response_sent_to_client_ts"] = time.time()
             meta["decode_finished_ts"] = unix(req.finished_at)
             meta["inference_time"] = max(0.0, req.finished_at - (req.scheduled_at or req.arrival))
@@ -523,8 +538,8 @@ class SglangApi:
         return resp
 
     async def _stream_native(self, request: web.Request, gp: GenParams, req: Request) -> web.StreamResponse:
-        self.engine.submit(req)
-        clock = _ChunkClock(time.monotonic())
+        self.engine.submit(req, request.get(_ARRIVAL_KEY))
+        clock = _ChunkClock(req.arrival)
         resp = await self._start_stream(request)
         fault_name, fault_at = self._fault_plan(True)
         status: str | None = None
@@ -573,10 +588,10 @@ class SglangApi:
                         chunk = (
                             f'{{"text":"{text_json}","output_ids":[{ids_json}],"meta_info":{{"id":{rid_json},'
                             f'"finish_reason":null{head_tail}{req.retractions},"completion_tokens":{n},'
-                            f'"cached_tokens":{req.cached_tokens}}}}}'
+                            f'"cached_tokens":{req.cached_tokens},"cached_tokens_details":null}}}}'
                         ).encode()
                     await resp.write(b"data: " + chunk + b"\n\n")
-                    self._observe_chunk(clock, n, time.monotonic(), req.log_metrics)
+                    self._chunk_written(clock, req, n)
                 seen = n
                 if fault_name is not None and n >= fault_at and not done:
                     if await self._inject(resp, req, fault_name):
@@ -625,8 +640,8 @@ class SglangApi:
         separate = gp.separate_reasoning and self.profile.reasoning_parser is not None
         if gp.stream:
             return await self._stream_chat(request, gp, req, separate)
-        self.engine.submit(req)
-        clock = _ChunkClock(time.monotonic())
+        self.engine.submit(req, request.get(_ARRIVAL_KEY))
+        clock = _ChunkClock(req.arrival)
         try:
             text, _ = await self._await_nonstream(req, clock)
         except asyncio.CancelledError:
@@ -686,8 +701,8 @@ class SglangApi:
     async def _stream_chat(
         self, request: web.Request, gp: GenParams, req: Request, separate: bool
     ) -> web.StreamResponse:
-        self.engine.submit(req)
-        clock = _ChunkClock(time.monotonic())
+        self.engine.submit(req, request.get(_ARRIVAL_KEY))
+        clock = _ChunkClock(req.arrival)
         resp = await self._start_stream(request)
         fault_name, fault_at = self._fault_plan(True)
         status: str | None = None
@@ -760,7 +775,7 @@ class SglangApi:
                             out += chunk({"content": content})
                     if out:
                         await resp.write(bytes(out))
-                    self._observe_chunk(clock, n, time.monotonic(), req.log_metrics)
+                    self._chunk_written(clock, req, n)
                 seen = n
                 if fault_name is not None and n >= fault_at and not done:
                     if await self._inject_openai(resp, req, fault_name):
@@ -830,8 +845,8 @@ class SglangApi:
         route = "/v1/completions"
         if gp.stream:
             return await self._stream_completion(request, gp, req)
-        self.engine.submit(req)
-        clock = _ChunkClock(time.monotonic())
+        self.engine.submit(req, request.get(_ARRIVAL_KEY))
+        clock = _ChunkClock(req.arrival)
         try:
             text, _ = await self._await_nonstream(req, clock)
         except asyncio.CancelledError:
@@ -867,8 +882,8 @@ class SglangApi:
     async def _stream_completion(
         self, request: web.Request, gp: GenParams, req: Request
     ) -> web.StreamResponse:
-        self.engine.submit(req)
-        clock = _ChunkClock(time.monotonic())
+        self.engine.submit(req, request.get(_ARRIVAL_KEY))
+        clock = _ChunkClock(req.arrival)
         resp = await self._start_stream(request)
         fault_name, fault_at = self._fault_plan(True)
         status: str | None = None
@@ -919,7 +934,7 @@ class SglangApi:
                         "usage": self._usage(req) if gp.continuous_usage else None,
                     }
                     await resp.write(b"data: " + _dumps(obj) + b"\n\n")
-                    self._observe_chunk(clock, n, time.monotonic(), req.log_metrics)
+                    self._chunk_written(clock, req, n)
                 seen = n
                 if fault_name is not None and n >= fault_at and not done:
                     if await self._inject_openai(resp, req, fault_name):
@@ -934,7 +949,8 @@ class SglangApi:
                             "created": created,
                             "model": gp.model,
                             "choices": [],
-                            "usage": self._usage(req),
+                            # 0.5.9 serialises this chunk with exclude_none=True: no null keys.
+                            "usage": {k: v for k, v in self._usage(req).items() if v is not None},
                         }
                         await resp.write(b"data: " + _dumps(usage) + b"\n\n")
                     break

@@ -51,6 +51,13 @@ def register(subparsers: Any) -> None:
     )
     s.add_argument("--speed", type=float, default=1.0, help="run S times faster in every respect (default 1)")
     s.add_argument(
+        "--capacity-scale",
+        type=float,
+        default=1.0,
+        metavar="F",
+        help="divide every performance-model time constant by F: 0.85 = 15%% slower, 1.2 = 20%% faster",
+    )
+    s.add_argument(
         "--control-port", type=int, default=0, help="control API port on 127.0.0.1 (default 0 = OS-assigned)"
     )
     s.add_argument(
@@ -90,6 +97,7 @@ def _handle(args: argparse.Namespace) -> int:
         control_port=args.control_port,
         profile=args.profile,
         speed=args.speed,
+        capacity_scale=args.capacity_scale,
         api_key=args.api_key,
         enable_metrics=args.enable_metrics,
         faults=tuple(args.fault),

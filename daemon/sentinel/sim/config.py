@@ -17,6 +17,9 @@ class SimConfig:
     control_port: int = 0
     profile: str = DEFAULT_PROFILE
     speed: float = 1.0
+    # Divides every performance-model time constant: 0.85 = a server 15 % slower, 1.2 = 20 % faster
+    # (what calibration needs to test re-calibration after a capacity change). Start-up is unchanged.
+    capacity_scale: float = 1.0
     api_key: str | None = None
     enable_metrics: bool = False
     faults: tuple[str, ...] = ()
@@ -72,12 +75,24 @@ class SimConfig:
             changes["load_weights_s"] = p.load_weights_s * scale
             changes["kv_alloc_s"] = p.kv_alloc_s * scale
             changes["warmup_s"] = p.warmup_s * scale
+        if self.capacity_scale != 1.0:
+            f = self.capacity_scale
+            changes["prefill_base_s"] = p.prefill_base_s / f
+            # A token rate is the inverse of a time constant: dividing 1/rate by F multiplies the rate.
+            changes["prefill_tokens_per_s"] = p.prefill_tokens_per_s * f
+            changes["decode_base_s"] = p.decode_base_s / f
+            changes["decode_per_req_s"] = p.decode_per_req_s / f
+            changes["decode_per_kv_token_s"] = p.decode_per_kv_token_s / f
+            changes["decode_per_gen_token_s"] = p.decode_per_gen_token_s / f
         return p.with_overrides(**changes) if changes else p
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad option."""
         if not self.speed > 0 or self.speed != self.speed or self.speed == float("inf"):
             raise ValueError(f"--speed must be a positive number, got {self.speed}")
+        f = self.capacity_scale
+        if not f > 0 or f != f or f == float("inf"):
+            raise ValueError(f"--capacity-scale must be a positive number, got {f}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"--port must be 0..65535, got {self.port}")
         if not 0 <= self.control_port <= 65535:

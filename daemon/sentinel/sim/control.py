@@ -91,6 +91,9 @@ def build_control_app(srv: SimServer) -> web.Application:
                     "max_lag_s": e.stats.max_lag_s,
                     "slipped_s": e.stats.slipped_s,
                 },
+                # The simulator's own event-loop lag (real seconds): a client's extra latency that
+                # is really the server's when these are high.
+                "loop_lag": srv.loop_lag.to_json(),
                 "faults": [f.to_json(now) for f in srv.faults.all()],
                 "log_lines": srv.log.lines_written,
             }
@@ -141,9 +144,17 @@ def build_control_app(srv: SimServer) -> web.Application:
         return _json({"requests": [r.to_json() for r in srv.truth.records(_since(request))]})
 
     async def summary(request: web.Request) -> web.Response:
-        return _json(srv.truth.summary(_since(request)))
+        # The conditions the truth was produced under travel with it (real vs server seconds, capacity).
+        return _json(
+            {
+                **srv.truth.summary(_since(request)),
+                "speed": srv.speed,
+                "capacity_scale": srv.config.capacity_scale,
+            }
+        )
 
     async def reset(request: web.Request) -> web.Response:
+        srv.loop_lag.reset()
         return _json({"forgotten": srv.truth.reset()})
 
     r = app.router

@@ -63,6 +63,7 @@ class Request:
         "finish_type",
         "finished_at",
         "first_token_at",
+        "first_written_at",
         "generated",
         "kv_held",
         "last_token_at",
@@ -79,6 +80,7 @@ class Request:
         "state",
         "stop_at",
         "stop_text",
+        "submitted",
         "target",
         "waiter",
         "wake_at",
@@ -123,8 +125,13 @@ class Request:
         self.kv_held = 0
         self.cached_tokens = 0
         self.retractions = 0
+        # arrival: when the server received the request (ground truth's start, as SGLang's
+        # created_time); submitted: when it entered the scheduler's queue (after body parsing).
         self.arrival = 0.0
+        self.submitted = 0.0
         self.first_token_at = 0.0
+        # When an HTTP stream handler wrote the first token to its client (0 = not streamed/yet).
+        self.first_written_at = 0.0
         self.last_token_at = 0.0
         self.finished_at = 0.0
         self.scheduled_at = 0.0
@@ -276,8 +283,11 @@ class Engine:
         return self._task
 
     # ---- requests ----------------------------------------------------------------------------
-    def submit(self, req: Request) -> None:
-        req.arrival = self.clock()
+    def submit(self, req: Request, arrival: float | None = None) -> None:
+        """Queue ``req``; ``arrival`` = when the HTTP handler was entered (default: now)."""
+        now = self.clock()
+        req.submitted = now
+        req.arrival = now if arrival is None else min(arrival, now)
         if req.target <= 0:
             # max_new_tokens == 0: prefill only; SGLang still runs the prompt through prefill.
             pass
@@ -391,8 +401,9 @@ class Engine:
             self.hooks.before_step(self)
             duration = self._plan_and_cost()
             if self._planned_prefill:
-                # A forward cannot start before its requests arrived (matters when catching up).
-                latest = max(r.arrival for r, _ in self._planned_prefill)
+                # A forward cannot start before its requests reached the scheduler (matters when
+                # catching up); that also keeps every TTFT >= the forward's duration > 0.
+                latest = max(r.submitted for r, _ in self._planned_prefill)
                 if latest > sched:
                     sched = latest
             self.fwd_start = sched

@@ -33,6 +33,7 @@ from sentinel.sim.config import SimConfig
 from sentinel.sim.crash import CrashKind, crash_lines
 from sentinel.sim.engine import Engine, EngineHooks, Request, RequestState
 from sentinel.sim.faults import Fault, FaultSet, parse_fault_spec
+from sentinel.sim.looplag import LoopLag
 from sentinel.sim.metrics import SimMetrics
 from sentinel.sim.sglang_log import SglangLog
 from sentinel.sim.text import make_script
@@ -251,6 +252,7 @@ class SimServer:
         self.faults = FaultSet()
         self._startup_faults: list[Fault] = [parse_fault_spec(spec) for spec in config.faults]
         self.engine = Engine(self.profile, speed=config.speed, hooks=_Observer(self), seed=config.seed)
+        self.loop_lag = LoopLag()
         self.status = "starting"
         self.draining = False
         self.on_fatal = on_fatal
@@ -328,6 +330,7 @@ class SimServer:
             f"speed {self.speed:g}, API port {self.port}"
         )
         self.spawn(self._startup(), "startup")
+        self.spawn(self.loop_lag.run(), "loop-lag")
         if self.config.lifetime is not None:
             self.spawn(self._lifetime(self.config.lifetime), "lifetime")
 
@@ -361,6 +364,7 @@ class SimServer:
             "control_url": self.control_url,
             "profile": self.profile.name,
             "speed": self.speed,
+            "capacity_scale": self.config.capacity_scale,
             "model": self.profile.served_model_name,
         }
 

@@ -36,6 +36,9 @@ class TruthRecord:
     finish_reason: str | None
     retractions: int
     fault: str | None
+    # Streams only: when the simulator handed the first token's chunk to the transport. Minus
+    # first_token_time = the simulator's own write delay (its loop lag), not the client's.
+    first_token_written_time: float | None = None
 
     @property
     def ttft_s(self) -> float | None:
@@ -99,6 +102,7 @@ class GroundTruth:
                 finish_reason=None if reason is None else str(reason["type"]),
                 retractions=req.retractions,
                 fault=fault,
+                first_token_written_time=self.unix(req.first_written_at) if req.first_written_at else None,
             )
         )
 

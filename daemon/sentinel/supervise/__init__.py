@@ -14,14 +14,21 @@ Public API (what the daemon uses)::
     await sup.stop()                             # hooks, SIGTERM, drain, SIGKILL the group
 """
 
-from sentinel.supervise.classify import CRASH_REASONS, RESTART_REASONS, Crash
-from sentinel.supervise.logbus import LineSubscription, LogLine
-from sentinel.supervise.metrics import SupervisorCollector
-from sentinel.supervise.preflight import GpuInfo, PreflightResult
-from sentinel.supervise.probes import ProbeResult
-from sentinel.supervise.profiles import BUILTIN_PROFILES, LaunchCommand, ProfileError, render_command
-from sentinel.supervise.state import ServerState, StateChange
-from sentinel.supervise.supervisor import BeforeStopHook, Supervisor
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sentinel.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from sentinel.supervise.classify import CRASH_REASONS, RESTART_REASONS, Crash
+    from sentinel.supervise.logbus import LineSubscription, LogLine
+    from sentinel.supervise.metrics import SupervisorCollector
+    from sentinel.supervise.preflight import GpuInfo, PreflightResult
+    from sentinel.supervise.probes import ProbeResult
+    from sentinel.supervise.profiles import BUILTIN_PROFILES, LaunchCommand, ProfileError, render_command
+    from sentinel.supervise.state import ServerState, StateChange
+    from sentinel.supervise.supervisor import BeforeStopHook, Supervisor
 
 __all__ = [
     "BUILTIN_PROFILES",
@@ -42,3 +49,28 @@ __all__ = [
     "SupervisorCollector",
     "render_command",
 ]
+
+# Imported on first use: sentinel.config imports this package for its settings model, and
+# every CLI command loads the config; httpx, the log parser and the runners are not needed for that.
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "CRASH_REASONS": "sentinel.supervise.classify",
+        "RESTART_REASONS": "sentinel.supervise.classify",
+        "Crash": "sentinel.supervise.classify",
+        "LineSubscription": "sentinel.supervise.logbus",
+        "LogLine": "sentinel.supervise.logbus",
+        "SupervisorCollector": "sentinel.supervise.metrics",
+        "GpuInfo": "sentinel.supervise.preflight",
+        "PreflightResult": "sentinel.supervise.preflight",
+        "ProbeResult": "sentinel.supervise.probes",
+        "BUILTIN_PROFILES": "sentinel.supervise.profiles",
+        "LaunchCommand": "sentinel.supervise.profiles",
+        "ProfileError": "sentinel.supervise.profiles",
+        "render_command": "sentinel.supervise.profiles",
+        "ServerState": "sentinel.supervise.state",
+        "StateChange": "sentinel.supervise.state",
+        "BeforeStopHook": "sentinel.supervise.supervisor",
+        "Supervisor": "sentinel.supervise.supervisor",
+    },
+)

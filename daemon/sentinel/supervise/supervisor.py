@@ -22,7 +22,9 @@ from typing import Any
 
 import httpx
 
+from sentinel.atomic import atomic_write_bytes
 from sentinel.log import get_logger
+from sentinel.netloc import url_host
 from sentinel.supervise.backoff import RestartPolicy
 from sentinel.supervise.classify import RESTART_REASONS, Crash, classify_exit
 from sentinel.supervise.logbus import LineListener, LineSubscription, LogBus
@@ -184,7 +186,7 @@ class Supervisor:
         api_key = api_key_of(s, self.command.profile if self.command is not None else None)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         self._client = httpx.AsyncClient(
-            base_url=f"http://{_host_for_url(s.host)}:{s.port}",
+            base_url=f"http://{url_host(s.host)}:{s.port}",
             transport=self._transport,
             headers=headers,
             # Probes must not queue behind each other or behind a stuck connection.
@@ -269,11 +271,9 @@ class Supervisor:
         if path is None or self.settings.mode == "external":
             return
         data = {"config_hash": self.config_hash, **self.policy.snapshot(time.monotonic(), time.time())}
-        tmp = path.with_name(path.name + ".tmp")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(data))
-            tmp.replace(path)
+            atomic_write_bytes(path, json.dumps(data).encode())
         except OSError as exc:
             log.warning("cannot save restart history", path=str(path), error=str(exc))
 
@@ -676,11 +676,3 @@ async def _cancel_all(tasks: list[asyncio.Task[None]]) -> None:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     tasks.clear()
-
-
-def _host_for_url(host: str) -> str:
-    if host in ("0.0.0.0", ""):
-        return "127.0.0.1"
-    if host == "::":
-        return "[::1]"
-    return f"[{host}]" if ":" in host else host
