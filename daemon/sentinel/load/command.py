@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import json
 import math
-import os
 import signal
 import sys
 from collections import Counter
@@ -25,14 +24,14 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sentinel.cli_target import API_KEY_ENVS, add_target_options, read_api_key, target_base_url
+
 if TYPE_CHECKING:
     from sentinel.load.records import LoadCounters
     from sentinel.load.result import RunResult
     from sentinel.load.spec import LoadSpec
 
 __all__ = ["register"]
-
-_API_KEY_ENVS = ("SENTINEL_API_KEY", "OPENAI_API_KEY")
 
 
 def register(sub: Any) -> None:
@@ -45,19 +44,8 @@ def register(sub: Any) -> None:
     )
     add_common_options(p)
     g = p.add_argument_group("target")
-    g.add_argument(
-        "--backend", default="sglang", help="sglang (native /generate), sglang-oai-chat, sglang-oai"
-    )
-    g.add_argument("--base-url", default=None, help="server URL (overrides --host/--port)")
-    g.add_argument("--host", default="127.0.0.1")
-    g.add_argument("--port", type=int, default=30000)
+    add_target_options(g, host="127.0.0.1", port=30000)
     g.add_argument("--model", default=None, help="OpenAI routes: model name (default: first of /v1/models)")
-    g.add_argument(
-        "--api-key-file",
-        type=Path,
-        default=None,
-        help=f"file holding the API key (default: ${' or $'.join(_API_KEY_ENVS)}); never printed",
-    )
     g.add_argument("--header", action="append", default=[], metavar="K=V", help="extra request header")
     g.add_argument(
         "--extra-request-body", default=None, metavar="JSON", help="merged into every request body"
@@ -107,24 +95,6 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=_handle)
 
 
-def _read_api_key(path: Path | None) -> str | None:
-    from sentinel.cli import CliError
-
-    if path is not None:
-        try:
-            key = path.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise CliError(f"cannot read --api-key-file {path}: {exc.strerror}", 2) from None
-        if not key:
-            raise CliError(f"--api-key-file {path} is empty", 2)
-        return key
-    for name in _API_KEY_ENVS:
-        value = os.environ.get(name, "").strip()
-        if value:
-            return value
-    return None
-
-
 def build_spec(args: argparse.Namespace) -> LoadSpec:
     """The LoadSpec an argument namespace describes; `CliError` (exit 2) for bad usage."""
     from sentinel.cli import CliError
@@ -161,7 +131,7 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
         arrival = ArrivalProcess.CLOSED
     else:
         arrival = ArrivalProcess.BURST
-    base_url = args.base_url or f"http://{args.host}:{args.port}"
+    base_url = target_base_url(args, "127.0.0.1", 30000)
     try:
         backend = Backend.parse(args.backend)
         dataset: RandomDataset | JsonlDataset | SharedPrefixDataset
@@ -199,7 +169,7 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
             warmup_requests=args.warmup_requests,
             seed=args.seed,
             model=args.model,
-            api_key=_read_api_key(args.api_key_file),
+            api_key=read_api_key(args.api_key_file),
             headers=headers,
             extra_body=extra,
             ignore_eos=not args.disable_ignore_eos,
@@ -347,7 +317,7 @@ def _failure_message(result: RunResult) -> str:
     if reason == "connect_error":
         return f"cannot reach the server at {spec.base_url}: {error}"
     if reason in ("http_401", "http_403"):
-        source = "--api-key-file" if spec.api_key else f"no key was given (${' / $'.join(_API_KEY_ENVS)})"
+        source = "--api-key-file" if spec.api_key else f"no key was given (${' / $'.join(API_KEY_ENVS)})"
         return f"the server refused the API key ({error}); {source}"
     if reason in ("http_400", "http_404", "http_422") and result.model:
         return f"the server refused the request for model {result.model!r}: {error}"
