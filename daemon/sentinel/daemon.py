@@ -58,6 +58,8 @@ _THROTTLE_REASONS = ("hw_slowdown", "hw_thermal", "sw_thermal", "hw_power_brake"
 _CONCLUSIVE = frozenset({"saturated", "slo", "max-concurrency"})
 # systemd's default TimeoutStartSec is 90 s; nothing before READY=1 waits on the server.
 _STOP_GRACE_SECONDS = 5.0
+# Older than a typical scrape interval: while Prometheus scrapes, the status loop never collects.
+_COLLECT_STALE_SECONDS = 20.0
 
 
 class DaemonError(Exception):
@@ -476,6 +478,10 @@ class Daemon:
     async def _status_loop(self) -> None:
         while True:
             self._update_status()
+            # The status page shows each collector's latest outcome; with no Prometheus scraping
+            # (the embedded default) nothing else would ever collect, so collect here when stale.
+            if self.collectors is not None and self.collectors.is_stale(_COLLECT_STALE_SECONDS):
+                await asyncio.to_thread(self.collectors.refresh)
             if (
                 self.scheduler is not None
                 and self.scheduler.completed_runs
@@ -512,7 +518,7 @@ class Daemon:
         if self.collectors is not None:
             failing = self.collectors.failing
             collectors = [
-                {"name": n, "success": n not in failing, "detail": failing.get(n, "")}
+                {"name": n, "success": self.collectors.outcome(n), "detail": failing.get(n, "")}
                 for n in self.collectors.names
             ]
         capacity = self.metrics.capacity()

@@ -119,7 +119,7 @@ def summarize(status: dict[str, Any], now: float | None = None) -> str:
         lines.append(
             "capacity    not calibrated yet" + (" (calibrating now)" if status.get("calibrating") else "")
         )
-    failing = [c for c in status.get("collectors") or [] if not c.get("success")]
+    failing = [c for c in status.get("collectors") or [] if c.get("success") is False]
     for c in failing:
         lines.append(f"collector   FAIL {c.get('name')}: {c.get('detail')}")
     code = health_code(status)

@@ -103,13 +103,17 @@ def _server(server: Mapping[str, Any]) -> str:
     return f"<section><h2>Server</h2><table>{body}</table></section>"
 
 
+def _outcome_badge(ok: object) -> str:
+    """ok / failing, or a dash when there is no outcome yet (not run, not collected)."""
+    if ok is None:
+        return _badge("—", "warn")
+    return _badge("ok", "ok") if ok else _badge("failing", "bad")
+
+
 def _probes(probes: Sequence[Mapping[str, Any]]) -> str:
     rows = []
     for p in probes:
-        ok = p.get("success")
-        badge = (
-            _badge("ok", "ok") if ok else _badge("failing", "bad") if ok is not None else _badge("—", "warn")
-        )
+        badge = _outcome_badge(p.get("success"))
         rows.append(
             [
                 _td(_e(p.get("name"))),
@@ -230,7 +234,7 @@ def _collectors(collectors: Sequence[Mapping[str, Any]]) -> str:
     rows = [
         [
             _td(_e(c.get("name"))),
-            _td(_badge("ok", "ok") if c.get("success") else _badge("failing", "bad")),
+            _td(_outcome_badge(c.get("success"))),
             _td(_e(c.get("detail") or "")),
         ]
         for c in collectors

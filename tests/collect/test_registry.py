@@ -159,3 +159,21 @@ def test_config_rejects_unknown_collectors_and_bad_gpu_timing() -> None:
                 "SENTINEL_COLLECTORS__GPU__TIMEOUT_SECONDS": "2",
             }
         )
+
+
+def test_outcome_is_unknown_until_collected_and_refresh_updates_it() -> None:
+    # Nothing may scrape the embedded default: the status page must not call an uncollected
+    # collector "ok", and refresh() must bring the flags up to date without a scrape.
+    source = Fixed(fail="down")
+    collectors = CollectorSet([("x", source), ("y", Fixed())])
+    assert collectors.outcome("x") is None
+    assert collectors.outcome("y") is None
+    assert collectors.is_stale(60.0)
+    collectors.refresh()
+    assert collectors.outcome("x") is False
+    assert collectors.outcome("y") is True
+    assert not collectors.is_stale(60.0)
+    assert collectors.is_stale(-1.0)
+    source.fail = None
+    collectors.refresh()
+    assert collectors.outcome("x") is True

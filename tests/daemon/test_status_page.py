@@ -131,6 +131,13 @@ def test_summary_and_exit_codes() -> None:
     assert "FAIL canary_arithmetic" in summarize(bad)
     assert health_code(snapshot(server={"state": "restarting"})) == 1
     assert "none yet" in summarize({"server": {}})
+    # A collector with no outcome yet (nothing collected it) is neither ok nor FAIL.
+    pending = snapshot(collectors=[{"name": "gpu", "success": None, "detail": ""}])
+    assert "FAIL gpu" not in summarize(pending)
+    page = render_status_page(pending)
+    row = page[page.index("<td>gpu</td>") :]
+    assert row.index(">—<") < row.index("</tr>")
+    assert "failing" not in row[: row.index("</tr>")]
 
 
 async def test_status_command_against_a_daemon_endpoint(

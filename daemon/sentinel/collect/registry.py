@@ -85,6 +85,10 @@ class CollectorSet:
     def __init__(self, sources: Iterable[tuple[str, Source]] = ()) -> None:
         self._sources: dict[str, Source] = {}
         self._failing: dict[str, str] = {}
+        self._collected: set[str] = set()
+        # monotonic time of the latest full collection, so callers can tell whether the success
+        # flags are current (nobody may scrape the embedded default: it has no Prometheus).
+        self._last_collect: float | None = None
         self._build_info = BuildInfoCollector()
         self._started = False
         for name, source in sources:
@@ -106,6 +110,22 @@ class CollectorSet:
     def failing(self) -> dict[str, str]:
         """Collectors whose latest collection failed, with the reason (for the status page)."""
         return dict(self._failing)
+
+    def outcome(self, name: str) -> bool | None:
+        """True/False for the latest collection of ``name``; None before its first one."""
+        if name not in self._collected:
+            return None
+        return name not in self._failing
+
+    def is_stale(self, max_age: float) -> bool:
+        """No full collection (a scrape or :meth:`refresh`) in the last ``max_age`` seconds."""
+        return self._last_collect is None or time.monotonic() - self._last_collect > max_age
+
+    def refresh(self) -> None:
+        """Collect once and discard the output: brings the success flags up to date when nothing
+        scrapes. Blocking (the SGLang fetch); run it in a worker thread."""
+        for _ in self.collect():
+            pass
 
     def get(self, name: str) -> Source | None:
         return self._sources.get(name)
@@ -140,6 +160,7 @@ class CollectorSet:
         return []
 
     def collect(self) -> Iterator[Metric]:
+        self._last_collect = time.monotonic()
         yield from self._build_info.collect()
         success = GaugeMetricFamily(
             "sentinel_collector_success",
@@ -182,6 +203,7 @@ class CollectorSet:
             reason = f"{type(exc).__name__}: {exc}"
             _log.exception("collector crashed", collector=name)
         # Log on change only: a server that is down for an hour must not log every 15 s scrape.
+        self._collected.add(name)
         previous = self._failing.get(name)
         if reason is not None and reason != previous:
             _log.warning("collector failing", collector=name, reason=reason)
