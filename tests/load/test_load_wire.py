@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
+from rawhttp import read_request
 
 from sentinel.load import ArrivalProcess, FailureReason, LoadSpec, RandomDataset, run_load
 
@@ -35,12 +36,7 @@ class RawServer:
         self.connections += 1
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":")[1])
-                await reader.readexactly(length)
+                head = await read_request(reader)
                 self.requests += 1
                 line = head.split(b"\r\n", 1)[0]
                 if line.startswith(b"GET "):  # the engine's pre-warm

@@ -7,6 +7,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
+from rawhttp import read_request
 
 from sentinel.load.transport import ConnectError, ConnectionLost, HttpClient, ProtocolError
 
@@ -47,12 +48,7 @@ class RawServer:
         self.connections += 1
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":")[1])
-                await reader.readexactly(length)
+                await read_request(reader)
                 self.requests += 1
                 if not await self.handler(reader, writer, self.requests):
                     break
