@@ -21,22 +21,29 @@ never raises: each request ends as success or a counted failure reason
 (`RunMetrics.failures`, `FailureReason`). Setting `cancel` returns the partial result.
 """
 
-from sentinel.load.engine import RecordCallback, make_session, resolve_model, run_load
-from sentinel.load.metrics import RunMetrics, SteadyState, compute_metrics
-from sentinel.load.records import FailureReason, LoadCounters, RequestRecord
-from sentinel.load.report import format_result_block
-from sentinel.load.result import RunResult
-from sentinel.load.spec import (
-    ArrivalProcess,
-    Backend,
-    DatasetSpec,
-    JsonlDataset,
-    LoadSpec,
-    RandomDataset,
-    SharedPrefixDataset,
-    SpecError,
-)
-from sentinel.load.stats import Summary
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sentinel.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from sentinel.load.engine import RecordCallback, make_session, resolve_model, run_load
+    from sentinel.load.metrics import RunMetrics, SteadyState, compute_metrics
+    from sentinel.load.records import FailureReason, LoadCounters, RequestRecord
+    from sentinel.load.report import format_result_block
+    from sentinel.load.result import RunResult
+    from sentinel.load.spec import (
+        ArrivalProcess,
+        Backend,
+        DatasetSpec,
+        JsonlDataset,
+        LoadSpec,
+        RandomDataset,
+        SharedPrefixDataset,
+        SpecError,
+    )
+    from sentinel.load.stats import Summary
 
 __all__ = [
     "ArrivalProcess",
@@ -61,3 +68,33 @@ __all__ = [
     "resolve_model",
     "run_load",
 ]
+
+# Imported on first use: `sentinel --help` imports `sentinel.load.command` (which runs this
+# __init__) to build its parser, and the engine drags in aiohttp, httptools and the transport;
+# a package that only needs `LoadSpec` or `LoadCounters` should not pay for them either.
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "RecordCallback": "sentinel.load.engine",
+        "make_session": "sentinel.load.engine",
+        "resolve_model": "sentinel.load.engine",
+        "run_load": "sentinel.load.engine",
+        "RunMetrics": "sentinel.load.metrics",
+        "SteadyState": "sentinel.load.metrics",
+        "compute_metrics": "sentinel.load.metrics",
+        "FailureReason": "sentinel.load.records",
+        "LoadCounters": "sentinel.load.records",
+        "RequestRecord": "sentinel.load.records",
+        "format_result_block": "sentinel.load.report",
+        "RunResult": "sentinel.load.result",
+        "ArrivalProcess": "sentinel.load.spec",
+        "Backend": "sentinel.load.spec",
+        "DatasetSpec": "sentinel.load.spec",
+        "JsonlDataset": "sentinel.load.spec",
+        "LoadSpec": "sentinel.load.spec",
+        "RandomDataset": "sentinel.load.spec",
+        "SharedPrefixDataset": "sentinel.load.spec",
+        "SpecError": "sentinel.load.spec",
+        "Summary": "sentinel.load.stats",
+    },
+)

@@ -110,6 +110,10 @@ class ResponseParser:
     def feed(self, obj: Any, now: float) -> None:
         raise NotImplementedError
 
+    def feed_event(self, event: bytes, now: float) -> None:
+        """One whole single-line SSE event, `data: <payload>\\n\\n` (not `[DONE]`)."""
+        self.feed_bytes(event[6:-2], now)
+
     def feed_bytes(self, payload: bytes, now: float) -> None:
         """One SSE data payload (not `[DONE]`)."""
         try:
@@ -139,8 +143,7 @@ class ResponseParser:
             rec.text = "".join(self.texts)
 
 
-# Fast path for native events in the middle of a stream; see NativeParser.feed_bytes.
-_WS_DIGITS = re.compile(rb"\s*(\d+)")
+# Fast path for native events in the middle of a stream; see NativeParser.feed_event.
 _WS_QUOTE_CHAR = re.compile(rb'\s*"(.)', re.DOTALL)
 
 
@@ -156,12 +159,16 @@ class NativeParser(ResponseParser):
     def finish(self) -> None:
         # The last event carries finish_reason (and abort details): decode it in full.
         if self.unparsed is not None:
-            payload = self.unparsed
+            event = self.unparsed
             self.unparsed = None
-            ResponseParser.feed_bytes(self, payload, self.unparsed_at)
+            ResponseParser.feed_bytes(self, event[6:-2], self.unparsed_at)
         super().finish()
 
     def feed_bytes(self, payload: bytes, now: float) -> None:
+        # Events of a read that held more than one (rare): the same path as a lone event.
+        self.feed_event(b"data: " + payload + b"\n\n", now)
+
+    def feed_event(self, event: bytes, now: float) -> None:
         """Native events carry the whole text so far (v0.5.9 default), so decoding every event
         costs O(length) each and O(length^2) per request: it was the client's largest CPU cost
         (benchmarks/load_efficiency.py). Between the first token and the finish, all we need
@@ -169,23 +176,28 @@ class NativeParser(ResponseParser):
         two byte searches instead. A key pattern cannot match inside a JSON string (quotes
         there are escaped). The first event, the last one (in `finish`), errors and anything
         that does not match are decoded in full, so prompt/cached tokens, finish reasons and
-        malformed events are still handled exactly."""
+        malformed events are still handled exactly. `event` is `data: {...}\\n\\n`."""
         rec = self.rec
-        if rec.chunk_times and not self.keep_text and payload[:1] == b"{" and payload[-1:] == b"}":
+        if rec.chunk_times and not self.keep_text and event[6] == 0x7B and event[-3] == 0x7D:
             # text comes first and meta_info last in SGLang's events: find/rfind stop early.
-            i = payload.rfind(b'"completion_tokens":')
-            t = payload.find(b'"text":')
+            i = event.rfind(b'"completion_tokens":')
+            t = event.find(b'"text":', 6)
             if i >= 0 and t >= 0:
-                total = _WS_DIGITS.match(payload, i + 20)
+                # The count ends at the next "," (or "}" when last); int() allows the spaces
+                # of non-compact JSON. Anything else falls through to the full decode.
+                j = event.find(b",", i + 20, i + 48)
+                try:
+                    n = int(event[i + 20 : j]) if j > 0 else -1
+                except ValueError:
+                    n = -1
                 has_text: bool | None = None
-                if payload[t + 7] == 0x22:  # compact JSON (SGLang's orjson): "text":"...
-                    has_text = payload[t + 8] != 0x22
+                if event[t + 7] == 0x22:  # compact JSON (SGLang's orjson): "text":"...
+                    has_text = event[t + 8] != 0x22
                 else:
-                    quote = _WS_QUOTE_CHAR.match(payload, t + 7)
+                    quote = _WS_QUOTE_CHAR.match(event, t + 7)
                     if quote is not None:
                         has_text = quote.group(1) != b'"'
-                if total is not None and has_text is not None:
-                    n = int(total.group(1))
+                if n >= 0 and has_text is not None:
                     self.usage_completion = n
                     new = n - self.tokens_seen
                     if new > 0 and has_text:
@@ -195,11 +207,11 @@ class NativeParser(ResponseParser):
                         rec.content_tokens += new
                         self.tokens_seen = n
                     # Kept as two fields, not a tuple: no container allocated per event.
-                    self.unparsed = payload
+                    self.unparsed = event
                     self.unparsed_at = now
                     return
         self.unparsed = None
-        super().feed_bytes(payload, now)
+        ResponseParser.feed_bytes(self, event[6:-2], now)
 
     def feed(self, obj: Any, now: float) -> None:
         if not isinstance(obj, dict):

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 from sentinel.cli_target import API_KEY_ENVS, add_target_options, read_api_key, target_base_url
 
 if TYPE_CHECKING:
-    from sentinel.load.records import LoadCounters
     from sentinel.load.result import RunResult
     from sentinel.load.spec import LoadSpec
 
@@ -204,6 +203,7 @@ def _run_loop(main: Coroutine[Any, Any, tuple[RunResult, bool]]) -> tuple[RunRes
 
 async def _bench(spec: LoadSpec, show_progress: bool, flush_cache: bool) -> tuple[RunResult, bool]:
     from sentinel.load.engine import make_session, run_load
+    from sentinel.load.progress import ProgressLine
     from sentinel.load.records import LoadCounters
 
     cancel = asyncio.Event()
@@ -223,42 +223,34 @@ async def _bench(spec: LoadSpec, show_progress: bool, flush_cache: bool) -> tupl
             loop.add_signal_handler(sig, on_signal)
             handled.append(sig)
     counters = LoadCounters()
-    progress = asyncio.create_task(_progress(counters)) if show_progress else None
+    progress = None
+    if show_progress:
+        progress = ProgressLine(counters, sys.stderr, planned=spec.num_requests, duration_s=spec.duration_s)
     session = make_session(spec)
-    try:
-        if flush_cache:
-            await _flush_cache(session, spec)
-        result = await run_load(spec, counters=counters, cancel=cancel, session=session)
-        if spec.backend == "sglang" and not result.warmup_failed:
-            await _server_info(session, spec, result)
-    finally:
-        if progress is not None:
-            progress.cancel()
-            sys.stderr.write("\r\033[K")
-            sys.stderr.flush()
-        await session.close()
-        for sig in handled:
-            loop.remove_signal_handler(sig)
-    return result, interrupted
-
-
-async def _progress(counters: LoadCounters) -> None:
-    import time
-
-    last_tokens, last_t = 0, time.perf_counter()
-    rate = 0.0
-    while True:
-        await asyncio.sleep(0.5)
-        now = time.perf_counter()
-        rate = 0.7 * rate + 0.3 * (counters.output_tokens - last_tokens) / (now - last_t)
-        last_tokens, last_t = counters.output_tokens, now
-        total = f"/{counters.planned}" if counters.planned else ""
-        phase = "warm-up " if counters.warmup else ""
-        sys.stderr.write(
-            f"\r\033[K{phase}done {counters.completed}{total} | failed {counters.failed} | "
-            f"in flight {counters.in_flight} | {rate:,.0f} tok/s"
-        )
-        sys.stderr.flush()
+    result: RunResult | None = None
+    # Log lines go above the progress line until it is replaced by the summary.
+    with progress.logs_above() if progress is not None else contextlib.nullcontext():
+        drawing = asyncio.create_task(progress.run()) if progress is not None else None
+        try:
+            if flush_cache:
+                await _flush_cache(session, spec)
+            on_record = progress.on_record if progress is not None else None
+            result = await run_load(
+                spec, counters=counters, on_record=on_record, cancel=cancel, session=session
+            )
+            if spec.backend == "sglang" and not result.warmup_failed:
+                await _server_info(session, spec, result)
+            return result, interrupted
+        finally:
+            if progress is not None and drawing is not None:
+                drawing.cancel()
+                # A bug in the drawing must not cost the run's results: its exception is dropped.
+                await asyncio.gather(drawing, return_exceptions=True)
+                # Written before the result block (stdout), which then starts on a line of its own.
+                progress.finish(result)
+            await session.close()
+            for sig in handled:
+                loop.remove_signal_handler(sig)
 
 
 def _auth_headers(spec: LoadSpec) -> dict[str, str]:

@@ -43,6 +43,7 @@ RecordCallback = Callable[[RequestRecord], None]
 
 _ERROR_BODY_LIMIT = 2048
 _PRECISE_WINDOW_S = 0.0015
+_DONE_EVENT = b"data: [DONE]\n\n"
 # aiohttp's per-response buffer for the auxiliary calls.
 _READ_BUFSIZE = 1 << 20
 
@@ -134,12 +135,15 @@ class _Sink:
     arrival time (`transport.BodySink`)."""
 
     __slots__ = (
-        "buf", "done", "error_body", "feed", "head", "more", "ok", "rec", "sent", "status", "stream", "whole",
+        "buf", "done", "error_body", "fast", "feed", "feed_event", "head", "more", "ok", "rec", "sent",
+        "status", "stream", "whole",
     )  # fmt: skip
 
     def __init__(self, rec: RequestRecord, parser: ResponseParser, stream: bool) -> None:
         self.rec = rec
         self.feed = parser.feed_bytes
+        self.feed_event = parser.feed_event
+        self.fast = False  # a 200 stream whose first read was seen: on_data's first branch
         self.stream = stream
         self.sent = 0.0  # perf_counter() when the request's bytes were written (on_sent)
         self.status = 0
@@ -160,6 +164,22 @@ class _Sink:
         self.ok = status == 200
 
     def on_data(self, data: bytes, now: float) -> None:
+        # The common read of a stream, first: exactly one whole `data: ...` event, nothing
+        # buffered, past the first read (which keeps `head`).
+        if (
+            self.fast
+            and not self.buf
+            and data.startswith(b"data: ")
+            and data.endswith(b"\n\n")
+            and data.find(b"\n", 6) == len(data) - 2
+        ):
+            rel = now - self.sent
+            self.rec.latency = rel
+            if data == _DONE_EVENT:
+                self.done = True
+            else:
+                self.feed_event(data, rel)
+            return
         if not self.ok:
             # Only the head of an error body is kept, and a body that goes on past it (an
             # endless or huge error page) is not waited for: raising here ends the request
@@ -174,21 +194,9 @@ class _Sink:
         self.rec.latency = rel
         if not self.head:
             self.head = data[:200]
+            self.fast = self.stream
         if not self.stream:
             self.whole += data
-            return
-        # The common read: exactly one whole `data: ...` event and nothing buffered.
-        if (
-            not self.buf
-            and data[:6] == b"data: "
-            and data.find(b"\n", 6) == len(data) - 2
-            and data[-1:] == b"\n"
-        ):
-            payload = data[6:-2]
-            if payload == b"[DONE]":
-                self.done = True
-            else:
-                self.feed(payload, rel)
             return
         if self.buf:
             if b"\n" not in data:  # the middle of a long event: gather, join once it ends
@@ -528,6 +536,7 @@ async def _run(
         cancelled=cancelled,
         warmup_failed=warmup_failed,
         notes=notes,
+        timestamps="kernel" if client.kernel_timestamps else "user",
     )
 
 

@@ -43,6 +43,13 @@ class RunResult:
     server_info: dict[str, Any] | None = None
     accept_length: float | None = None
     notes: list[str] = field(default_factory=list)
+    # "kernel": token times are the kernel's receive stamps (plain HTTP on Linux); "user": when
+    # the read callback ran (TLS, other platforms), which adds the client's own queueing.
+    timestamps: str = "user"
+
+    @property
+    def kernel_timestamps(self) -> bool:
+        return self.timestamps == "kernel"
 
     @property
     def client_bound(self) -> bool:
@@ -137,6 +144,7 @@ class RunResult:
             "client_bound": m.client_bound,
             "client_bound_reasons": list(m.client_bound_reasons),
             "notes": list(self.notes),
+            "timestamps": self.timestamps,
         }
         if details:
             out.update(self.details())

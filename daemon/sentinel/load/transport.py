@@ -1,15 +1,32 @@
-"""A lean HTTP/1.1 client for streamed responses: asyncio protocol callbacks + httptools' C parser.
+"""A lean HTTP/1.1 client for streamed responses: non-blocking sockets + httptools' C parser.
 
 Why not aiohttp or httpx for the request path (numbers: `benchmarks/load_http_clients.py`,
 `benchmarks/load_efficiency.py`): both hand every received HTTP chunk through several Python
 layers (stream reader, flow control, a coroutine wake-up per read) before we see a byte; on an
 SSE stream that is one chunk per token, and it was most of the client's CPU. Here the body
-bytes of one socket read go straight from the protocol callback to the request's sink with one
-timestamp, taken when the read arrived. httptools (llhttp, the parser uvicorn uses) does the
-HTTP framing. An aiohttp-based engine was built and measured against this one (same session,
-same simulator): streamed tokens per client CPU-second vs bench_serving fell from 2.57x to
-1.89x (256/256) and from 4.29x to 2.66x (1024/1024), and the Poisson p99 schedule lag rose from
-about 2 ms to 3.4-6 ms, so this client stayed.
+bytes of one socket read go straight from the read callback to the request's sink with one
+timestamp. httptools (llhttp, the parser uvicorn uses) does the HTTP framing; the steady state
+of a stream (one read = one whole chunk) is unframed by a few byte operations instead.
+An aiohttp-based engine was built and measured against this one (same session, same
+simulator): streamed tokens per client CPU-second vs bench_serving fell from 2.57x to 1.89x
+(256/256) and from 4.29x to 2.66x (1024/1024), and the Poisson p99 schedule lag rose from about
+2 ms to 3.4-6 ms, so this client stayed.
+
+Timestamps. On Linux, plain-HTTP connections read with `recvmsg` and `SO_TIMESTAMPNS`: each
+read carries the kernel's receive time of its last segment, so a token's time is when it
+reached this host, not when our event loop got round to it. Under load the loop serves
+hundreds of streams in turn, and a user-space stamp would add that queueing to TTFT and ITL
+(`benchmarks/load_accuracy.py`, scenario ttft-256, measures what remains). TLS connections
+(asyncio's transport: TLS records are not socket reads) and other platforms stamp in user
+space when the read callback runs.
+
+Reads. Kernel stamps make the moment we read irrelevant to the figures, which allows batching:
+the stream sockets of one client sit in one epoll set. While reads arrive more often than
+every `_POLL_S`, that set is polled on a timer, so the process wakes once per interval for all
+ready streams instead of once per token (the wake-ups were about a third of the client's CPU:
+`benchmarks/load_efficiency.py`); when a poll finds nothing it goes back to waking on
+readiness, so a lone stream is read at once. Two events of one stream inside one interval share
+a read and its stamp, as they would in any client that fell behind.
 
 Scope, on purpose: one POST at a time per connection, keep-alive reuse (LIFO), plain TCP or
 TLS, no proxies, no redirects, no compression (we ask for none). Anything the server does
@@ -20,9 +37,13 @@ own timeout.
 from __future__ import annotations
 
 import asyncio
+import select
+import socket
 import ssl
+import struct
+import sys
 import time
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -30,20 +51,33 @@ import httptools
 __all__ = ["KEEPALIVE_S", "BodySink", "ConnectError", "ConnectionLost", "HttpClient", "ProtocolError"]
 
 _perf = time.perf_counter
+_wall = time.time
 
 # SGLang's uvicorn closes idle keep-alive connections after 5 s; reusing one at that moment
 # would lose the request, so ours are dropped a little earlier.
 KEEPALIVE_S = 4.0
 
+# SO_TIMESTAMPNS (= SCM_TIMESTAMPNS): Linux's value on every architecture; Python 3.11's socket
+# module does not export it.
+_SO_TIMESTAMPNS = 35 if sys.platform.startswith("linux") else 0
+_TIMESPEC = struct.Struct("@qq")
+_ANC_SIZE = socket.CMSG_SPACE(_TIMESPEC.size)
+# The polling interval while reads are frequent (see Reads above): a token gap below it merges
+# two events into one read; real deployments' gaps are tens of milliseconds.
+_POLL_S = 0.001
+# One read's buffer: an SSE event of a long native stream (cumulative text and ids) is ~10 KB;
+# larger buffers cost an allocation per read that is mostly thrown away.
+_READ_SIZE = 65536
+
 
 class BodySink(Protocol):
     def on_sent(self, now: float) -> None:
-        """The request's bytes were handed to the socket (`transport.write` returned) at `now`."""
+        """The request's last byte was handed to the kernel at `now` (perf_counter)."""
 
     def on_status(self, status: int) -> None: ...
 
     def on_data(self, data: bytes, now: float) -> None:
-        """Body bytes (de-chunked) of one socket read; `now` = perf_counter() when it arrived."""
+        """Body bytes (de-chunked) of one socket read; `now` = perf_counter() time it arrived."""
 
 
 class ConnectError(OSError):
@@ -59,7 +93,7 @@ class ProtocolError(ValueError):
 
 
 class _Exchange:
-    __slots__ = ("complete", "future", "received", "sink", "status")
+    __slots__ = ("complete", "future", "received", "sent_at", "sink", "status")
 
     def __init__(self, sink: BodySink, future: asyncio.Future[None]) -> None:
         self.sink = sink
@@ -67,15 +101,21 @@ class _Exchange:
         self.status = 0
         self.received = False
         self.complete = False
+        self.sent_at = 0.0
 
     def fail(self, exc: BaseException) -> None:
         if not self.future.done():
             self.future.set_exception(exc)
 
+    def mark_sent(self) -> None:
+        self.sent_at = now = _perf()
+        self.sink.on_sent(now)
 
-class _Connection(asyncio.Protocol):
+
+class _Http:
+    """HTTP/1.1 response framing of one connection; the I/O is the subclass's."""
+
     def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.exchange: _Exchange | None = None
         self.closed = False
@@ -83,14 +123,18 @@ class _Connection(asyncio.Protocol):
         self.keep_alive = False
         self._body: list[bytes] = []  # body pieces of the read being parsed
         self._framed = False  # the response has Content-Length or Transfer-Encoding
+        # The parser's last event was the end of a chunk, and the read ended there: the next
+        # read starts with a chunk-size line, the one shape `_on_read` unframes itself.
+        self._chunk_end = False
+        self._boundary = False
 
-    # -- asyncio.Protocol --
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # Not an isinstance check: uvloop's transports do not subclass asyncio.Transport.
-        self.transport = cast(asyncio.Transport, transport)
+    def send(self, request: bytes, ex: _Exchange) -> None:
+        raise NotImplementedError
 
-    def data_received(self, data: bytes) -> None:
-        now = _perf()
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def _on_read(self, data: bytes, now: float) -> None:
         ex = self.exchange
         if ex is None:  # bytes on an idle connection: not HTTP we can trust any more
             self.close()
@@ -103,22 +147,27 @@ class _Connection(asyncio.Protocol):
             ex.fail(ProtocolError(f"invalid HTTP from the server: {exc}"))
             self.close()
             return
+        self._boundary = self._chunk_end and data.endswith(b"\r\n")
         pieces = self._body
         if pieces:
             # One call per read: a read holding many small chunks (a fast server, a client
             # that fell behind) is joined once, not piece by piece.
             body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             pieces.clear()
-            try:
-                ex.sink.on_data(body, now)
-            except Exception as exc:  # the sink's verdict (e.g. an in-band error) ends the request
-                ex.fail(exc)
-                self.close()
+            self._deliver(ex, body, now)
+            if self.closed:
                 return
         if ex.complete and not ex.future.done():
             ex.future.set_result(None)
 
-    def connection_lost(self, exc: Exception | None) -> None:
+    def _deliver(self, ex: _Exchange, body: bytes, now: float) -> None:
+        try:
+            ex.sink.on_data(body, now)
+        except Exception as exc:  # the sink's verdict (e.g. an in-band error) ends the request
+            ex.fail(exc)
+            self.close()
+
+    def _on_eof(self, exc: Exception | None) -> None:
         self.closed = True
         ex = self.exchange
         if ex is None or ex.complete:
@@ -135,6 +184,7 @@ class _Connection(asyncio.Protocol):
     # -- httptools callbacks --
     def on_message_begin(self) -> None:
         self._framed = False
+        self._chunk_end = False
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if name.lower() in (b"content-length", b"transfer-encoding"):
@@ -147,13 +197,236 @@ class _Connection(asyncio.Protocol):
             ex.sink.on_status(ex.status)
 
     def on_body(self, body: bytes) -> None:
+        self._chunk_end = False
         self._body.append(body)
 
+    def on_chunk_header(self) -> None:
+        self._chunk_end = False
+
+    def on_chunk_complete(self) -> None:
+        self._chunk_end = True
+
     def on_message_complete(self) -> None:
+        self._chunk_end = False
         # Asked here: after the callback llhttp has reset for the next message and answers no.
         self.keep_alive = self.parser.should_keep_alive()
         if self.exchange is not None:
             self.exchange.complete = True
+
+
+class _SocketConnection(_Http):
+    """Plain TCP on a non-blocking socket, read with kernel receive timestamps where available."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, poller: _Poller | None) -> None:
+        super().__init__()
+        self.loop = loop
+        self.sock = sock
+        self.fd = sock.fileno()
+        self._unsent: memoryview | None = None
+        self.stamped = False
+        if _SO_TIMESTAMPNS:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+                self.stamped = True
+            except OSError:  # a kernel without it: user-space stamps
+                pass
+        # Batched reads only with kernel stamps: a user-space stamp taken up to a poll
+        # interval late would be wrong by that much.
+        self.poller = poller if self.stamped else None
+        if self.poller is not None:
+            self.poller.add(self)
+        else:
+            loop.add_reader(self.fd, self._readable)
+
+    def _readable(self) -> None:
+        try:
+            if self.stamped:
+                data, anc, _flags, _addr = self.sock.recvmsg(_READ_SIZE, _ANC_SIZE)
+            else:
+                data, anc = self.sock.recv(_READ_SIZE), None
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._lost(exc)
+            return
+        now = _perf()
+        if not data:
+            self._lost(None)
+            return
+        ex = self.exchange
+        if anc:
+            # The kernel's CLOCK_REALTIME stamp, moved onto perf_counter's time line through
+            # the two clocks' offset read now (a wall-clock step between the arrival and now
+            # could move it: it is kept between our send and now).
+            sec, nsec = _TIMESPEC.unpack_from(anc[0][2])
+            stamp = now - (_wall() - (sec + nsec * 1e-9))
+            if stamp < now:
+                now = stamp if ex is None or stamp > ex.sent_at else ex.sent_at
+        if ex is not None and self._boundary:
+            # A stream's steady state: the read is exactly one chunk, `<hex size>\r\n<data>\r\n`.
+            # llhttp stays in its between-chunks state when such a chunk is not fed to it. Only
+            # a plain size (hex digits, no leading zero, no extension) is taken here; anything
+            # else goes to llhttp, which validates it.
+            i = data.find(b"\r\n", 0, 18)
+            if i > 0:
+                size_hex = data[:i]
+                if size_hex.isalnum() and size_hex[0] != 48:  # int() would take "0x..", "_"
+                    try:
+                        size = int(size_hex, 16)
+                    except ValueError:
+                        size = 0
+                    if size and len(data) == i + size + 4 and data.endswith(b"\r\n"):
+                        try:
+                            ex.sink.on_data(data[i + 2 : i + 2 + size], now)
+                        except Exception as exc:  # the sink's verdict ends the request
+                            ex.fail(exc)
+                            self.close()
+                        return
+        self._on_read(data, now)
+
+    def send(self, request: bytes, ex: _Exchange) -> None:
+        try:
+            n = self.sock.send(request)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except OSError as exc:
+            self._lost(exc)
+            return
+        if n == len(request):
+            ex.mark_sent()
+            return
+        # A body larger than the socket's send buffer: the rest goes when it drains.
+        self._unsent = memoryview(request)[n:]
+        self.loop.add_writer(self.fd, self._writable)
+
+    def _writable(self) -> None:
+        rest = self._unsent
+        if rest is None:
+            self.loop.remove_writer(self.fd)
+            return
+        try:
+            n = self.sock.send(rest)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._lost(exc)
+            return
+        if n < len(rest):
+            self._unsent = rest[n:]
+            return
+        self._unsent = None
+        self.loop.remove_writer(self.fd)
+        if self.exchange is not None:
+            self.exchange.mark_sent()
+
+    def _lost(self, exc: Exception | None) -> None:
+        self._on_eof(exc)
+        self.close()
+
+    def close(self) -> None:
+        if self.fd < 0:
+            self.closed = True
+            return
+        self.closed = True
+        if self.poller is not None:
+            self.poller.remove(self.fd)
+        else:
+            self.loop.remove_reader(self.fd)
+        if self._unsent is not None:
+            self.loop.remove_writer(self.fd)
+            self._unsent = None
+        self.fd = -1
+        self.sock.close()
+
+
+class _Poller:
+    """One client's stream sockets in one epoll set, read on readiness or on a timer (see Reads)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.epoll = select.epoll()
+        self.fd = self.epoll.fileno()
+        self.conns: dict[int, _SocketConnection] = {}
+        self.timer: asyncio.TimerHandle | None = None
+        self.last_ready = -1.0
+        loop.add_reader(self.fd, self._ready)
+
+    def add(self, conn: _SocketConnection) -> None:
+        self.epoll.register(conn.fd, select.EPOLLIN)
+        self.conns[conn.fd] = conn
+
+    def remove(self, fd: int) -> None:
+        if self.conns.pop(fd, None) is not None:
+            self.epoll.unregister(fd)
+
+    def _drain(self) -> int:
+        events = self.epoll.poll(0)
+        conns = self.conns
+        for fd, _ in events:
+            conn = conns.get(fd)
+            if conn is None:
+                continue
+            try:
+                conn._readable()
+            except Exception as exc:  # a bug must cost one request, not stall every stream
+                if conn.exchange is not None:
+                    conn.exchange.fail(exc)
+                conn.close()
+        return len(events)
+
+    def _ready(self) -> None:
+        now = self.loop.time()
+        self._drain()
+        if now - self.last_ready < _POLL_S and self.timer is None:
+            # Reads come faster than the interval: wake on the timer instead.
+            self.loop.remove_reader(self.fd)
+            self.timer = self.loop.call_at(now + _POLL_S, self._tick)
+        self.last_ready = now
+
+    def _tick(self) -> None:
+        self.timer = None
+        if self._drain() and self.conns:
+            self.timer = self.loop.call_later(_POLL_S, self._tick)
+        elif self.fd >= 0:
+            self.loop.add_reader(self.fd, self._ready)
+
+    def close(self) -> None:
+        if self.fd < 0:
+            return
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        else:
+            self.loop.remove_reader(self.fd)
+        for conn in list(self.conns.values()):
+            conn.close()
+        self.epoll.close()
+        self.fd = -1
+
+
+class _TransportConnection(_Http, asyncio.Protocol):
+    """TLS (or a loop without add_reader) through an asyncio transport; user-space stamps."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # Not an isinstance check: uvloop's transports do not subclass asyncio.Transport.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._on_read(data, _perf())
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._on_eof(exc)
+
+    def send(self, request: bytes, ex: _Exchange) -> None:
+        assert self.transport is not None
+        self.transport.write(request)
+        # After the write: uvloop and asyncio write straight to the socket when its buffer
+        # has room (a larger body is stamped when handed over, not when drained).
+        ex.mark_sent()
 
     def close(self) -> None:
         self.closed = True
@@ -181,28 +454,65 @@ class HttpClient:
             if "\r" in line or "\n" in line:
                 raise ValueError("header names and values cannot contain line breaks")
         self._head = ("\r\n".join(lines) + "\r\n").encode("latin-1")
-        self._idle: list[_Connection] = []
-        self._all: set[_Connection] = set()
+        self._idle: list[_Http] = []
+        self._all: set[_Http] = set()
+        self._addrs: list[tuple[socket.AddressFamily, tuple[Any, ...]]] | None = None
+        self._poller: _Poller | None = None
+        self._unstamped = False  # a connection could not turn kernel stamps on
 
-    async def _connect(self) -> _Connection:
-        loop = asyncio.get_running_loop()
+    @property
+    def kernel_timestamps(self) -> bool:
+        """Whether response times are the kernel's receive times (see the module docstring):
+        plain HTTP on Linux, and no connection whose kernel refused the option."""
+        return self.ssl is None and bool(_SO_TIMESTAMPNS) and not self._unstamped
+
+    async def _connect(self) -> _Http:
         try:
             async with asyncio.timeout(self.connect_timeout):
-                _, conn = await loop.create_connection(
-                    _Connection,
-                    self.host,
-                    self.port,
-                    ssl=self.ssl,
-                    server_hostname=self.host if self.ssl else None,
-                )
+                conn = await (self._open_tls() if self.ssl is not None else self._open_socket())
         except TimeoutError:
             raise ConnectError(f"connect timed out after {self.connect_timeout:g} s") from None
+        except ConnectError:
+            raise
         except OSError as exc:
             raise ConnectError(str(exc) or type(exc).__name__) from exc
         self._all.add(conn)
         return conn
 
-    def _take_idle(self) -> _Connection | None:
+    async def _open_tls(self) -> _Http:
+        loop = asyncio.get_running_loop()
+        _, conn = await loop.create_connection(
+            _TransportConnection, self.host, self.port, ssl=self.ssl, server_hostname=self.host
+        )
+        return conn
+
+    async def _open_socket(self) -> _Http:
+        loop = asyncio.get_running_loop()
+        if self._addrs is None:
+            infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+            self._addrs = [(family, addr) for family, _, _, _, addr in infos]
+        error: OSError | None = None
+        for family, addr in self._addrs:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                await loop.sock_connect(sock, addr)
+            except OSError as exc:
+                sock.close()
+                error = exc
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            if self._poller is None and _SO_TIMESTAMPNS and hasattr(select, "epoll"):
+                self._poller = _Poller(loop)
+            conn = _SocketConnection(loop, sock, self._poller)
+            self._unstamped = self._unstamped or not conn.stamped
+            return conn
+        raise ConnectError(str(error) if error else f"no address for {self.host}")
+
+    def _take_idle(self) -> _Http | None:
         now = time.monotonic()
         while self._idle:
             conn = self._idle.pop()
@@ -246,11 +556,7 @@ class HttpClient:
                 conn = await self._connect()
             ex = _Exchange(sink, asyncio.get_running_loop().create_future())
             conn.exchange = ex
-            assert conn.transport is not None
-            conn.transport.write(request)
-            # The send time: after the write (uvloop and asyncio write straight to the socket
-            # when its buffer has room), after any connect; a retry takes a new one.
-            sink.on_sent(_perf())
+            conn.send(request, ex)
             try:
                 await ex.future
             except ConnectionLost:
@@ -279,4 +585,7 @@ class HttpClient:
             conn.close()
         self._all.clear()
         self._idle.clear()
+        if self._poller is not None:
+            self._poller.close()
+            self._poller = None
         await asyncio.sleep(0)  # let the transports run their connection_lost callbacks

@@ -11,10 +11,17 @@ As a process: ``sentinel sim --port 0 --ready-file PATH ...`` (see tests/conftes
 ``sim_factory``).
 """
 
-from sentinel.sim.config import SimConfig
-from sentinel.sim.profiles import DEFAULT_PROFILE, PROFILES, Profile, get_profile
-from sentinel.sim.server import SimServer, serve
-from sentinel.sim.text import count_tokens
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sentinel.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from sentinel.sim.config import SimConfig
+    from sentinel.sim.profiles import DEFAULT_PROFILE, PROFILES, Profile, get_profile
+    from sentinel.sim.server import SimServer, serve
+    from sentinel.sim.text import count_tokens
 
 __all__ = [
     "DEFAULT_PROFILE",
@@ -26,3 +33,20 @@ __all__ = [
     "get_profile",
     "serve",
 ]
+
+# Imported on first use: `sentinel --help` imports `sentinel.sim.command` (which runs this
+# __init__) to build its parser; the server module pulls in aiohttp's web stack and the whole
+# simulator, which only `sentinel sim` itself needs.
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "SimConfig": "sentinel.sim.config",
+        "DEFAULT_PROFILE": "sentinel.sim.profiles",
+        "PROFILES": "sentinel.sim.profiles",
+        "Profile": "sentinel.sim.profiles",
+        "get_profile": "sentinel.sim.profiles",
+        "SimServer": "sentinel.sim.server",
+        "serve": "sentinel.sim.server",
+        "count_tokens": "sentinel.sim.text",
+    },
+)

@@ -25,6 +25,7 @@ from sentinel.sim.requests import (
     parse_generate,
     stop_position,
 )
+from sentinel.sim.rxtime import receive_time
 from sentinel.sim.text import EOS_TOKEN_ID, THINK_END, make_script, token_id
 
 if TYPE_CHECKING:
@@ -38,10 +39,13 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _SSE_HEADERS: Final = {"Content-Type": "text/event-stream; charset=utf-8"}
 _DONE: Final = b"data: [DONE]\n\n"
 _ACTIVE_KEY: Final = web.RequestKey("sim_active", bool)
-# Engine-clock time the handler chain was entered: the ground truth's arrival, taken before the body
-# is read and parsed (SGLang's TokenizerManager stamps created_time on entry too), so a client's
-# "client-added TTFT" holds only the client.
+# Engine-clock time the handler chain was entered, before the body is read and parsed: the start of
+# the SGLang-style figures (TokenizerManager stamps created_time on entry too).
 _ARRIVAL_KEY: Final = web.RequestKey("sim_arrival", float)
+# Kernel receive time of the request's bytes (engine clock), where the socket could tell: the
+# ground truth's arrival, so that the simulator's own HTTP queueing (one loop serving hundreds of
+# requests that arrive together) counts as the server's time, not as "client-added TTFT".
+_RECEIVED_KEY: Final = web.RequestKey("sim_received", float)
 # Non-stream requests get intermediate scheduler outputs every 50 tokens (TTFT metric quirk).
 _FORCE_STREAM_INTERVAL: Final = 50
 _GARBAGE: Final = {"bang": "!", "nan": " NaN", "random": "\ufffd"}
@@ -90,6 +94,12 @@ class SglangApi:
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         request[_ARRIVAL_KEY] = self.engine.clock()
+        transport = request.transport
+        if transport is not None:
+            # The engine clock is time.monotonic (SimServer builds it so), as receive_time's is.
+            received = receive_time(transport.get_extra_info("socket"))
+            if received is not None:
+                request[_RECEIVED_KEY] = received
         path = request.path
         method = request.method
         if (
@@ -426,6 +436,9 @@ class SglangApi:
                 return name, max(1, int(fault.num("tokens")))
         return None, 0
 
+    def _submit(self, req: Request, request: web.Request) -> None:
+        self.engine.submit(req, request.get(_ARRIVAL_KEY), request.get(_RECEIVED_KEY))
+
     def _record(self, req: Request, route: str, stream: bool, status: str | None, fault: str | None) -> None:
         if req.log_metrics:
             self.srv.truth.record(req, route=route, stream=stream, status=status, fault=fault)
@@ -449,7 +462,7 @@ class SglangApi:
                 return _native_error("Streaming a batch of prompts is not supported by the simulator.")
             reqs = [self._make_request(gp, gp.prompt, False) for gp in items]
             for req in reqs:
-                self.engine.submit(req, request.get(_ARRIVAL_KEY))
+                self._submit(req, request)
             try:
                 outs = [await self._await_nonstream(req, None) for req in reqs]
             except asyncio.CancelledError:
@@ -465,7 +478,7 @@ class SglangApi:
         req = self._make_request(gp, gp.prompt, False)
         if gp.stream:
             return await self._stream_native(request, gp, req)
-        self.engine.submit(req, request.get(_ARRIVAL_KEY))
+        self._submit(req, request)
         clock = _ChunkClock(req.arrival)
         try:
             text, ids = await self._await_nonstream(req, clock)
@@ -538,7 +551,7 @@ class SglangApi:
         return resp
 
     async def _stream_native(self, request: web.Request, gp: GenParams, req: Request) -> web.StreamResponse:
-        self.engine.submit(req, request.get(_ARRIVAL_KEY))
+        self._submit(req, request)
         clock = _ChunkClock(req.arrival)
         resp = await self._start_stream(request)
         fault_name, fault_at = self._fault_plan(True)
@@ -640,7 +653,7 @@ class SglangApi:
         separate = gp.separate_reasoning and self.profile.reasoning_parser is not None
         if gp.stream:
             return await self._stream_chat(request, gp, req, separate)
-        self.engine.submit(req, request.get(_ARRIVAL_KEY))
+        self._submit(req, request)
         clock = _ChunkClock(req.arrival)
         try:
             text, _ = await self._await_nonstream(req, clock)
@@ -701,7 +714,7 @@ class SglangApi:
     async def _stream_chat(
         self, request: web.Request, gp: GenParams, req: Request, separate: bool
     ) -> web.StreamResponse:
-        self.engine.submit(req, request.get(_ARRIVAL_KEY))
+        self._submit(req, request)
         clock = _ChunkClock(req.arrival)
         resp = await self._start_stream(request)
         fault_name, fault_at = self._fault_plan(True)
@@ -845,7 +858,7 @@ class SglangApi:
         route = "/v1/completions"
         if gp.stream:
             return await self._stream_completion(request, gp, req)
-        self.engine.submit(req, request.get(_ARRIVAL_KEY))
+        self._submit(req, request)
         clock = _ChunkClock(req.arrival)
         try:
             text, _ = await self._await_nonstream(req, clock)
@@ -882,7 +895,7 @@ class SglangApi:
     async def _stream_completion(
         self, request: web.Request, gp: GenParams, req: Request
     ) -> web.StreamResponse:
-        self.engine.submit(req, request.get(_ARRIVAL_KEY))
+        self._submit(req, request)
         clock = _ChunkClock(req.arrival)
         resp = await self._start_stream(request)
         fault_name, fault_at = self._fault_plan(True)

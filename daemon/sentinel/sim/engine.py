@@ -72,6 +72,8 @@ class Request:
         "prefilled",
         "prompt_key",
         "prompt_tokens",
+        "received_at",
+        "received_source",
         "retractions",
         "rid",
         "scheduled_at",
@@ -125,9 +127,14 @@ class Request:
         self.kv_held = 0
         self.cached_tokens = 0
         self.retractions = 0
-        # arrival: when the server received the request (ground truth's start, as SGLang's
-        # created_time); submitted: when it entered the scheduler's queue (after body parsing).
+        # arrival: when the HTTP handler was entered (SGLang's created_time, the start of its own
+        # TTFT/E2E figures); received_at: when the request's bytes reached the server's socket
+        # (the kernel's receive time, or arrival where unknown: received_source says which) --
+        # the ground truth's start, which also holds the server's own HTTP queueing;
+        # submitted: when it entered the scheduler's queue (after body parsing).
         self.arrival = 0.0
+        self.received_at = 0.0
+        self.received_source = "handler"
         self.submitted = 0.0
         self.first_token_at = 0.0
         # When an HTTP stream handler wrote the first token to its client (0 = not streamed/yet).
@@ -283,11 +290,18 @@ class Engine:
         return self._task
 
     # ---- requests ----------------------------------------------------------------------------
-    def submit(self, req: Request, arrival: float | None = None) -> None:
-        """Queue ``req``; ``arrival`` = when the HTTP handler was entered (default: now)."""
+    def submit(self, req: Request, arrival: float | None = None, received: float | None = None) -> None:
+        """Queue ``req``; ``arrival`` = when the HTTP handler was entered (default: now);
+        ``received`` = the kernel's receive time of the request (default: unknown, = arrival)."""
         now = self.clock()
         req.submitted = now
         req.arrival = now if arrival is None else min(arrival, now)
+        if received is None:
+            req.received_at = req.arrival
+            req.received_source = "handler"
+        else:
+            req.received_at = min(received, req.arrival)
+            req.received_source = "kernel"
         if req.target <= 0:
             # max_new_tokens == 0: prefill only; SGLang still runs the prompt through prefill.
             pass

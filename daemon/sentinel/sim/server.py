@@ -35,6 +35,7 @@ from sentinel.sim.engine import Engine, EngineHooks, Request, RequestState
 from sentinel.sim.faults import Fault, FaultSet, parse_fault_spec
 from sentinel.sim.looplag import LoopLag
 from sentinel.sim.metrics import SimMetrics
+from sentinel.sim.rxtime import listening_socket
 from sentinel.sim.sglang_log import SglangLog
 from sentinel.sim.text import make_script
 from sentinel.sim.truth import GroundTruth
@@ -196,7 +197,8 @@ class _Observer(EngineHooks):
 def _bind(host: str, port: int) -> socket.socket:
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, socktype, proto, _, addr = infos[0]
-    sock = socket.socket(family, socktype, proto)
+    # Its connections remember the kernel receive time of each read (the ground truth's arrival).
+    sock = listening_socket(family, socktype, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(addr)

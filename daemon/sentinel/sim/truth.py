@@ -26,7 +26,17 @@ class TruthRecord:
     stream: bool
     # ok | aborted (server or client abort) | error (in-band error injected) | rejected (HTTP error)
     status: str
+    # When the request's bytes reached the simulator's socket: the kernel's receive time of the
+    # last packet read before its handler ran (arrival_source "kernel"), or where the platform
+    # cannot tell, when the handler was entered ("handler"). The start of ttft_s and e2e_s, so
+    # they hold the simulator's own HTTP queueing, as a server's socket sees its TTFT.
     arrival_time: float
+    # "kernel" | "handler": where arrival_time came from.
+    arrival_source: str
+    # When the simulator's HTTP handler chain was entered (SGLang's created_time: the start of the
+    # sim's own TTFT histogram and of meta_info's request_received_ts/e2e_latency). Minus
+    # arrival_time = how long the request waited inside the simulator before its handler ran.
+    handler_time: float
     first_token_time: float | None
     last_token_time: float | None
     finish_time: float | None
@@ -48,10 +58,16 @@ class TruthRecord:
     def e2e_s(self) -> float | None:
         return None if self.finish_time is None else self.finish_time - self.arrival_time
 
+    @property
+    def handler_wait_s(self) -> float:
+        """Seconds the request waited inside the simulator before its handler ran."""
+        return self.handler_time - self.arrival_time
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["ttft_s"] = self.ttft_s
         data["e2e_s"] = self.e2e_s
+        data["handler_wait_s"] = self.handler_wait_s
         return data
 
 
@@ -92,7 +108,9 @@ class GroundTruth:
                 route=route,
                 stream=stream,
                 status=status,
-                arrival_time=self.unix(req.arrival),
+                arrival_time=self.unix(req.received_at),
+                arrival_source=req.received_source,
+                handler_time=self.unix(req.arrival),
                 first_token_time=self.unix(req.first_token_at) if started else None,
                 last_token_time=self.unix(req.last_token_at) if started else None,
                 finish_time=self.unix(req.finished_at) if finished else None,
@@ -138,6 +156,7 @@ class GroundTruth:
         out_tok = sum(r.completion_tokens for r in ok)
         e2e = [r.e2e_s for r in ok if r.e2e_s is not None]
         ttft = [r.ttft_s for r in ok if r.ttft_s is not None]
+        waits = [r.handler_wait_s for r in ok]
         tpot = [
             (r.last_token_time - r.first_token_time) / (r.completion_tokens - 1)
             for r in ok
@@ -176,6 +195,9 @@ class GroundTruth:
                 "median_ttft_s": _pct(ttft, 50) if ttft else None,
                 "p99_ttft_s": _pct(ttft, 99) if ttft else None,
                 "mean_tpot_s": statistics.fmean(tpot) if tpot else None,
+                "mean_handler_wait_s": statistics.fmean(waits),
+                "p99_handler_wait_s": _pct(waits, 99),
+                "kernel_arrivals": sum(1 for r in ok if r.arrival_source == "kernel"),
                 "mean_e2e_s": statistics.fmean(e2e),
                 "median_e2e_s": _pct(e2e, 50),
                 "p99_e2e_s": _pct(e2e, 99),

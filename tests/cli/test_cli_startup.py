@@ -1,0 +1,107 @@
+"""`sentinel --help` and every subcommand's parser stay cheap to build: no engine, no HTTP stack.
+
+`sentinel.cli` imports every subcommand module to build its parser, which runs each package's
+``__init__``; those export their public names lazily (`sentinel.lazy`). These tests keep it so,
+and check that each lazy table still names every exported name.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import sentinel
+
+PACKAGE_DIR = Path(sentinel.__file__).parent
+LAZY_PACKAGES = sorted(
+    f"sentinel.{init.parent.name}"
+    for init in PACKAGE_DIR.glob("*/__init__.py")
+    if "lazy_exports(" in init.read_text(encoding="utf-8")
+)
+# What a parser must not import: the HTTP clients and servers, the load engine and the simulator
+# (each a few hundred milliseconds on the target hosts), NVML and the plotting stack.
+HEAVY = (
+    "aiohttp",
+    "httptools",
+    "httpx",
+    "uvloop",
+    "prometheus_client",
+    "pynvml",
+    "matplotlib",
+    "numpy",
+    "sentinel.load.engine",
+    "sentinel.load.transport",
+    "sentinel.sim.server",
+    "sentinel.sim.engine",
+)
+
+
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("SENTINEL_")}
+
+
+def test_building_the_parser_imports_nothing_heavy() -> None:
+    code = (
+        "import sys, sentinel.cli; sentinel.cli.build_parser();"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=_clean_env()
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_help_lists_every_subcommand() -> None:
+    from sentinel.cli import COMMANDS
+
+    out = subprocess.run(
+        [sys.executable, "-m", "sentinel", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_clean_env(),
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
+    for name in ("sim", "bench", "run"):
+        assert f"    {name} " in out.stdout
+    assert len(COMMANDS) >= 8
+
+
+def test_lazy_packages_are_found() -> None:
+    assert {"sentinel.load", "sentinel.sim", "sentinel.calibrate"} <= set(LAZY_PACKAGES)
+
+
+def _type_checking_imports(package: str) -> dict[str, str]:
+    """Name -> module, from the package's ``if TYPE_CHECKING:`` imports (what type checkers see)."""
+    init = PACKAGE_DIR / package.split(".")[1] / "__init__.py"
+    tree = ast.parse(init.read_text(encoding="utf-8"))
+    names: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for stmt in node.body:
+                if isinstance(stmt, ast.ImportFrom) and stmt.module:
+                    names.update({alias.asname or alias.name: stmt.module for alias in stmt.names})
+    return names
+
+
+@pytest.mark.parametrize("package", LAZY_PACKAGES)
+def test_every_exported_name_resolves_to_what_type_checkers_see(package: str) -> None:
+    module = importlib.import_module(package)
+    exported = list(module.__all__)
+    assert len(exported) == len(set(exported))
+    declared = _type_checking_imports(package)
+    # The same names for type checkers (TYPE_CHECKING imports) and at run time (__all__).
+    assert sorted(declared) == sorted(exported)
+    for name in exported:
+        value = getattr(module, name)
+        assert value is getattr(importlib.import_module(declared[name]), name), name
+    with pytest.raises(AttributeError, match="no attribute 'not_exported'"):
+        _ = module.not_exported
