@@ -146,7 +146,7 @@ def scenario_ttft(base: str, control: str, speed: float) -> dict[str, Any]:
         "E2E vs engine-time truth p50/p99/max ms": ms("e2e"),
         "client loop lag p99 ms": f"{m.loop_lag.p99 * 1e3:.2f}",
         "sim loop lag p99/max ms (last 10 s)": f"{sim_lag['p99_s'] * 1e3:.2f} / {sim_lag['max_s'] * 1e3:.2f}",
-        "client bound": m.client_bound,
+        "client bound": "; ".join(m.client_bound_reasons) if m.client_bound else "no",
     }
 
 
@@ -176,7 +176,7 @@ def scenario_poisson(base: str, control: str, speed: float, n: int, rate: float)
         f" / {m.schedule_lag.max * 1e3:.3f}",
         "loop lag p99 ms": f"{m.loop_lag.p99 * 1e3:.2f}",
         "failed": m.failed,
-        "client bound": m.client_bound,
+        "client bound": "; ".join(m.client_bound_reasons) if m.client_bound else "no",
     }
 
 
@@ -204,7 +204,7 @@ def scenario_tput(base: str, control: str, speed: float, saturating: bool) -> di
         "error %": f"{(m.output_throughput / true_tput - 1) * 100:+.2f}",
         "tokens ours/truth": f"{m.total_output_tokens}/{true_tokens}",
         "loop lag p99 ms": f"{m.loop_lag.p99 * 1e3:.2f}",
-        "client bound": m.client_bound,
+        "client bound": "; ".join(m.client_bound_reasons) if m.client_bound else "no",
     }
 
 

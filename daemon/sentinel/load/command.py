@@ -332,14 +332,21 @@ def _report(args: argparse.Namespace, result: RunResult, interrupted: bool) -> i
         except OSError as exc:
             raise CliError(f"cannot write --output-file {args.output_file}: {exc.strerror}") from None
     if result.client_bound:
+        # With kernel receive stamps the client's delays stay out of the latencies; what it
+        # still changes is when requests went out (the load offered).
+        effect = (
+            "requests went out later than planned (latencies are kernel-stamped and hold none of its delay)"
+            if result.kernel_timestamps
+            else "latencies include its own delay"
+        )
         print(
-            "sentinel bench: warning: the client was the bottleneck ("
-            + "; ".join(m.client_bound_reasons)
-            + "); latencies include its own delay",
+            f"sentinel bench: warning: the client was the bottleneck ({'; '.join(m.client_bound_reasons)}); "
+            + effect,
             file=sys.stderr,
         )
     if interrupted:
-        print("sentinel bench: interrupted; partial results above", file=sys.stderr)
+        shown = "partial results above" if not result.warmup_failed else "stopped during warm-up, no results"
+        print(f"sentinel bench: interrupted; {shown}", file=sys.stderr)
         return 130
     if result.warmup_failed or m.completed == 0:
         raise CliError(_failure_message(result))

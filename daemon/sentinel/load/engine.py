@@ -11,9 +11,11 @@ against this one, cost more client CPU per token (1.89x vs 2.57x bench_serving's
 aiohttp is still used for the few auxiliary calls (`/v1/models`).
 
 Timing-path discipline: bodies are serialised before their planned time; a request's send
-time is when its bytes were written to the socket (`transport.write` returned, after any
-connect); nothing heavier than a JSON decode (or, for native events, three byte searches) and a
-few list appends runs per event; metrics are computed after the run.
+time is when its last byte was handed to the kernel (after any connect); a response read's time
+is the kernel's receive stamp where the transport has one (`RunResult.timestamps`), so the
+loop's own queueing stays out of TTFT, ITL and E2E; nothing heavier than a JSON decode (or, for
+native events, three byte searches) and a few list appends runs per event; metrics are computed
+after the run.
 """
 
 from __future__ import annotations

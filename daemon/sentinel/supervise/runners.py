@@ -145,7 +145,8 @@ class ChildRunner:
         self._killpg(signal.SIGKILL)
         if self._pump is not None:
             try:
-                await asyncio.wait_for(asyncio.shield(self._pump), 5.0)
+                async with asyncio.timeout(5.0):
+                    await asyncio.shield(self._pump)
             except TimeoutError:
                 self._pump.cancel()
         self._exit = ExitInfo.from_returncode(rc)
@@ -161,7 +162,8 @@ class ChildRunner:
             return await self.wait() if self._proc is not None else None
         self._killpg(signal.SIGTERM)
         try:
-            await asyncio.wait_for(asyncio.shield(self._proc.wait()), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await asyncio.shield(self._proc.wait())
         except TimeoutError:
             # SGLang's drain has no upper bound (it waits for every in-flight request).
             log.warning("server did not stop in time; killing its process group", timeout=timeout_s)
@@ -188,13 +190,27 @@ async def _run(argv: list[str], timeout_s: float) -> tuple[int, str]:
     except OSError as exc:
         return 127, f"cannot run {argv[0]}: {exc.strerror or exc}"
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            out, _ = await proc.communicate()
     except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
+        await _reap(proc)
         return 124, f"{argv[0]} timed out after {timeout_s:g} s"
+    except BaseException:
+        # Cancelled (a `show` poll when the supervisor stops): an unreaped child would outlive
+        # us, and its transport, collected after the event loop closed, fails in __del__.
+        await _reap(proc)
+        raise
     return proc.returncode or 0, out.decode("utf-8", "replace").strip()
+
+
+async def _reap(proc: asyncio.subprocess.Process) -> None:
+    """Kill ``proc`` and wait for it (bounded: a grandchild may hold its pipe open)."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    # Shielded: a second cancellation must not leave the process unreaped either.
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(5.0):
+            await asyncio.shield(proc.wait())
 
 
 def _parse_show(text: str) -> dict[str, str]:
@@ -268,11 +284,8 @@ class SystemdRunner:
                     await pump_lines(proc.stdout, self._bus, "journal")
                     await proc.wait()
                 finally:
-                    if proc.returncode is None:
-                        with contextlib.suppress(ProcessLookupError):
-                            proc.kill()
-                        # Shielded so that a cancellation still reaps the follower (no zombie).
-                        await asyncio.shield(proc.wait())
+                    # Also on cancellation: reap the follower (no zombie, no transport left open).
+                    await _reap(proc)
                 log.warning("journal follower ended; restarting it", returncode=proc.returncode)
             self.journal_restarts_total += 1
             await asyncio.sleep(5.0)
@@ -367,6 +380,4 @@ class SystemdRunner:
         proc, self._follower_proc = self._follower_proc, None
         if proc is not None and proc.returncode is None:
             # The cancelled follower task could not wait for it; reap it here (no zombie).
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
+            await _reap(proc)
