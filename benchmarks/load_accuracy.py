@@ -76,10 +76,13 @@ def pct(values: list[float], q: str) -> float:
 
 
 def run(spec: LoadSpec) -> RunResult:
-    """As `sentinel bench` runs it: on uvloop when installed."""
+    """On the loop `sentinel bench` picks (`load/command.py` `_run_loop`): asyncio's for scheduled
+    arrivals, uvloop (when installed) for the rest."""
     try:
         import uvloop
     except ImportError:
+        return asyncio.run(run_load(spec))
+    if spec.arrival in (ArrivalProcess.POISSON, ArrivalProcess.CONSTANT):
         return asyncio.run(run_load(spec))
     return uvloop.run(run_load(spec))
 

@@ -309,3 +309,19 @@ async def test_stream_request_answered_with_plain_json(fake_sglang: Any) -> None
     result = await run_load(_spec(fake.base_url, num_requests=1))
     assert result.metrics.failures == {FailureReason.MALFORMED: 1}
     assert "expected an event stream" in (result.records[0].error or "")
+
+
+async def test_events_read_together_are_counted_as_sharing_a_read(fake_sglang: Any) -> None:
+    # No delay between tokens: the server writes a whole response at once, so the client reads
+    # several events per read, and each of those after the first carries the read's time.
+    fake = await fake_sglang(token_delay=0.0)
+    result = await run_load(_spec(fake.base_url, dataset=RandomDataset(16, 40, 1.0), num_requests=3))
+    m = result.metrics
+    assert m.completed == 3
+    assert m.shared_read_events == sum(r.shared_read_events for r in result.measured) > 0
+    events = sum(len(r.chunk_times) for r in result.measured)
+    assert m.shared_read_ratio == pytest.approx(m.shared_read_events / events)
+    out = result.to_dict()
+    assert out["shared_read_events"] == m.shared_read_events
+    assert out["timestamps"] in ("kernel", "user")
+    assert "Events sharing a read (%):" in format_result_block(result)

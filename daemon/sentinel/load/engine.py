@@ -209,11 +209,15 @@ class _Sink:
                 self.more.clear()
         events, self.buf = _split_events(self.buf + data if self.buf else data)
         feed = self.feed
+        fed = 0
         for payload in events:
             if payload == b"[DONE]":
                 self.done = True
             else:
                 feed(payload, rel)
+                fed += 1
+        if fed > 1:
+            self.rec.shared_read_events += fed - 1
 
 
 class _Run:

@@ -42,6 +42,9 @@ Ours:
   queue wait = admission wait at the max_concurrency gate; loop lag = event-loop wake-up delay.
 - cache hit ratio = Σ cached_tokens / Σ prompt tokens, where the server reports cached tokens.
 - client_bound: p99 schedule lag or p99 loop lag above the spec's thresholds.
+- shared-read events: events that arrived in the same socket read as an earlier event, so carry
+  that read's time (their ITL is the read's). Zero for a client that keeps up; reported, with
+  their share of all events, as a check on ITL's resolution.
 """
 
 from __future__ import annotations
@@ -100,6 +103,9 @@ class RunMetrics:
     cache_hit_ratio: float | None
     client_bound: bool
     client_bound_reasons: tuple[str, ...]
+    # Σ RequestRecord.shared_read_events over successful requests, and its share of their events.
+    shared_read_events: int = 0
+    shared_read_ratio: float = 0.0
 
 
 def _in_flight_steps(records: Sequence[RequestRecord]) -> list[tuple[float, int]]:
@@ -233,6 +239,9 @@ def compute_metrics(
     if loop_lag.count and loop_lag.p99 > max_loop_lag:
         reasons.append(f"p99 event-loop lag {loop_lag.p99 * 1e3:.2f} ms > {max_loop_lag * 1e3:.2f} ms")
 
+    shared = sum(r.shared_read_events for r in ok)
+    n_events = sum(len(r.chunk_times) for r in ok)
+
     def per_s(x: float) -> float:
         return x / dur if math.isfinite(dur) else 0.0
 
@@ -269,4 +278,6 @@ def compute_metrics(
         cache_hit_ratio=cache_ratio,
         client_bound=bool(reasons),
         client_bound_reasons=tuple(reasons),
+        shared_read_events=shared,
+        shared_read_ratio=shared / n_events if n_events else 0.0,
     )

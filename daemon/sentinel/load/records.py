@@ -65,6 +65,10 @@ class RequestRecord:
     content_tokens: int = 0
     finish_reason: str | None = None
     text: str | None = field(default=None, repr=False)  # only kept when the spec asks (keep_text)
+    # Events that arrived in one read with an earlier one, so share its time: a read holds
+    # several events when the client read late (or a server wrote them together). Their ITL
+    # entries are the read's, not their own.
+    shared_read_events: int = 0
 
     @property
     def queue_wait(self) -> float:

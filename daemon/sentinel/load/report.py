@@ -123,6 +123,7 @@ def _extras(result: RunResult) -> list[str]:
         _row("P99 schedule lag (ms):", m.schedule_lag.p99 * ms, ".3f"),
         _row("P99 event-loop lag (ms):", m.loop_lag.p99 * ms, ".3f"),
         _row("Token timestamps:", "kernel receive" if result.kernel_timestamps else "user space"),
+        _row("Events sharing a read (%):", m.shared_read_ratio * 100, ".2f"),
         _row("Client-bound:", "YES - " + "; ".join(m.client_bound_reasons) if m.client_bound else "no"),
     ]
     lines.extend(f"note: {n}" for n in result.notes)

@@ -145,6 +145,8 @@ class RunResult:
             "client_bound_reasons": list(m.client_bound_reasons),
             "notes": list(self.notes),
             "timestamps": self.timestamps,
+            "shared_read_events": m.shared_read_events,
+            "shared_read_ratio": m.shared_read_ratio,
         }
         if details:
             out.update(self.details())
