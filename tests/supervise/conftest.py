@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import inspect
 import os
 import socket
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,29 @@ from sentinel.supervise.profiles import BUILTIN_PROFILES, LaunchCommand
 from sentinel.supervise.settings import ServerSettings
 
 FAKE_SERVER = Path(__file__).with_name("fake_server.py")
+
+# Every async test in this directory runs under one deadline: a stuck await (a stop() that never
+# returns, a subscription that never ends) fails with the traceback of that await instead of
+# stalling CI until the job is killed. Far above the slowest test on a loaded 2-core machine.
+TEST_LIMIT_S = 120.0
+
+
+def _bounded(fn: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Coroutine[Any, Any, Any]]:
+    @functools.wraps(fn)
+    async def run(*args: Any, **kwargs: Any) -> Any:
+        async with asyncio.timeout(TEST_LIMIT_S):
+            return await fn(*args, **kwargs)
+
+    return run
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # A conftest's hook sees the whole session's items: wrap only this directory's tests.
+    here = Path(__file__).parent
+    for item in items:
+        in_here = isinstance(item, pytest.Function) and here in item.path.parents
+        if in_here and inspect.iscoroutinefunction(item.obj):
+            item.obj = _bounded(item.obj)
 
 
 def free_port() -> int:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from sentinel.supervise import LaunchCommand, ServerState, Supervisor
 from sentinel.supervise.logbus import LogBus
 from sentinel.supervise.profiles import BUILTIN_PROFILES
-from sentinel.supervise.runners import ExitInfo, SystemdRunner
+from sentinel.supervise.runners import ExitInfo, SystemdRunner, _run
 from sentinel.supervise.settings import ServerSettings, SystemdSettings
 
 
@@ -64,6 +68,25 @@ async def test_a_queued_start_is_not_an_exit() -> None:
     dead = {"ActiveState": "inactive", "SubState": "dead", "ExecMainCode": "1", "ExecMainStatus": "0"}
     exit_info = await runner_with([queued, queued, RUNNING, dead]).wait()
     assert exit_info.returncode == 0
+
+
+async def test_a_cancelled_command_is_killed_and_reaped(tmp_path: Path, no_leaked_children: None) -> None:
+    # A `systemctl show` poll cancelled by stop(): left alone it would outlive the event loop,
+    # and its transport would fail in __del__ ("Event loop is closed") during a later test.
+    pid_file = tmp_path / "pid"
+    code = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)"
+    task = asyncio.create_task(_run([sys.executable, "-c", code, str(pid_file)], 120))
+    for _ in range(500):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        await asyncio.sleep(0.02)
+    pid = int(pid_file.read_text())
+    task.cancel()
+    async with asyncio.timeout(10):
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    # Killed and reaped by the time the cancellation is through: not running, not a zombie.
+    assert not Path(f"/proc/{pid}").exists()  # noqa: ASYNC240 (a /proc lookup does not block)
 
 
 async def test_missing_binary_is_a_failed_start_not_a_crash_of_sentinel(

@@ -81,7 +81,8 @@ async def test_starts_warms_becomes_ready_and_stops(
     # The log went to the file and to the subscriber.
     text = (tmp_path / "server.log").read_text()
     assert "The server is fired up and ready to roll!" in text
-    got = [line.text async for line in lines]
+    async with asyncio.timeout(5):  # stop() ended the subscription
+        got = [line.text async for line in lines]
     assert any("fired up" in t for t in got)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
@@ -173,6 +174,32 @@ async def test_stop_kills_process_group_even_when_sigterm_is_ignored(
     assert not alive(worker)
 
 
+async def test_a_killed_leader_is_seen_even_while_a_worker_holds_its_output(
+    fast: Fast, fake_cmd: FakeCmd, port: int, tmp_path: Path, alive: Callable[[int], bool]
+) -> None:
+    # A worker that outlives its SIGKILLed leader keeps the output pipe open; on Python 3.11
+    # Process.wait() waits for that pipe too, and the crash went unseen (stuck in unhealthy).
+    pidfile = tmp_path / "worker.pid"
+    once = tmp_path / "once"
+    cmd = fake_cmd(port, "--spawn-child", str(pidfile), "--crash-after", "0.3", "--once", str(once))
+    sup = Supervisor(fast(port), command=cmd)
+    await sup.start()
+    try:
+        await sup.wait_for_state(ServerState.READY, timeout_s=15)
+        worker = int(pidfile.read_text())
+        await sup.wait_for_state(ServerState.RESTARTING, timeout_s=10)
+        assert sup.last_crash is not None
+        assert "signal 9" in sup.last_crash.detail
+        for _ in range(50):  # the leader's exit took its process group (the worker) along
+            if not alive(worker):
+                break
+            await asyncio.sleep(0.05)
+        assert not alive(worker)
+        await sup.wait_for_state(ServerState.READY, timeout_s=15)
+    finally:
+        await sup.stop()
+
+
 async def test_manual_restart_runs_hooks_and_skips_backoff(fast: Fast, fake_cmd: FakeCmd, port: int) -> None:
     settings = fast(port, restart={"backoff_initial": 30, "backoff_max": 30})
     sup = Supervisor(settings, command=fake_cmd(port))
@@ -208,6 +235,51 @@ async def test_hanging_hook_does_not_block_stop(fast: Fast, fake_cmd: FakeCmd, p
     await sup.wait_for_state(ServerState.READY, timeout_s=15)
     await asyncio.wait_for(sup.stop(), 10)
     assert sup.state is ServerState.STOPPED
+
+
+async def test_stop_ends_even_when_a_task_drops_its_cancellation(
+    fast: Fast, fake_cmd: FakeCmd, port: int, monkeypatch: pytest.MonkeyPatch, alive: Callable[[int], bool]
+) -> None:
+    import sentinel.supervise.supervisor as module
+    from sentinel.supervise.runners import ChildRunner
+
+    real_wait = ChildRunner.wait
+    dropped = 0
+
+    async def deaf_wait(self: ChildRunner) -> Any:
+        # What Python 3.11's asyncio.wait_for does when a cancel races with completion: the
+        # cancel is lost and the task goes on waiting for an exit that only stop() would cause.
+        nonlocal dropped
+        try:
+            return await real_wait(self)
+        except asyncio.CancelledError:
+            dropped += 1
+        return await real_wait(self)
+
+    monkeypatch.setattr(ChildRunner, "wait", deaf_wait)
+    monkeypatch.setattr(module, "_RECANCEL_AFTER", 0.2)
+    sup = Supervisor(fast(port), command=fake_cmd(port))
+    lines = sup.subscribe_lines()
+    await sup.start()
+    await sup.wait_for_state(ServerState.READY, timeout_s=15)
+    pid = sup._runner.pid if sup._runner else None
+    assert pid is not None
+    # Not asyncio.timeout around stop(): a stop() that swallows its own cancellation (it once did)
+    # would hide the hang from it.
+    stopping = asyncio.create_task(sup.stop())
+    try:
+        await asyncio.wait([stopping], timeout=10)
+        assert stopping.done(), "stop() hung on a task that dropped its cancellation"
+        await stopping
+    finally:
+        stopping.cancel()
+        await asyncio.wait([stopping], timeout=10)
+    async with asyncio.timeout(5):
+        got = [line async for line in lines]
+    assert dropped == 1
+    assert got
+    assert sup.state is ServerState.STOPPED
+    assert not alive(pid)
 
 
 async def test_an_internal_error_does_not_kill_the_supervisor(

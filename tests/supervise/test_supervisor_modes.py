@@ -94,8 +94,9 @@ async def test_systemd_crash_is_classified_from_the_journal_and_restarted(
         await sup.stop()
     assert "stop" in calls(unit_dir)
     got = []
-    async for line in lines:
-        got.append(line)
+    async with asyncio.timeout(5):  # stop() ended the subscription
+        async for line in lines:
+            got.append(line)
     assert any("probability tensor" in line.text and line.source == "journal" for line in got)
 
 

@@ -139,6 +139,7 @@ class LogBus:
         self._file: RotatingFile | None = None
         self._flush_interval = flush_interval
         self._flush_pending: asyncio.TimerHandle | None = None
+        self._closed = False
         self.log_file = log_file
         if log_file is not None:
             try:
@@ -148,6 +149,8 @@ class LogBus:
                 log.error("cannot open server log file", path=str(log_file), error=str(exc))
 
     def close(self) -> None:
+        """Flush and close the file; every subscription ends (now and any made later)."""
+        self._closed = True
         if self._flush_pending is not None:
             self._flush_pending.cancel()
             self._flush_pending = None
@@ -213,7 +216,10 @@ class LogBus:
 
     def subscribe(self, maxsize: int = 10000) -> LineSubscription:
         sub = LineSubscription(self, maxsize)
-        self._subs.append(sub)
+        if self._closed:
+            sub.close()  # nothing more will come: iterating it ends at once instead of hanging
+        else:
+            self._subs.append(sub)
         return sub
 
     def _unsubscribe(self, sub: LineSubscription) -> None:

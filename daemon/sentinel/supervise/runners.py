@@ -31,6 +31,8 @@ log = get_logger("sentinel.supervise")
 
 # asyncio's default 64 KiB line limit is too small for SGLang's one-line server_args dump.
 _LINE_LIMIT = 1 << 20
+# How often a child's exit status is looked at while waiting for it.
+_EXIT_POLL = 0.1
 
 
 class LaunchError(Exception):
@@ -139,7 +141,7 @@ class ChildRunner:
             raise RuntimeError("not launched")
         if self._exit is not None:
             return self._exit
-        rc = await self._proc.wait()
+        rc = await self._exited()
         # Workers left behind (SGLang's own tree-kill normally gets them) would hold GPU memory and
         # the port; they also keep the pipe open, which would stall the line pump forever.
         self._killpg(signal.SIGKILL)
@@ -149,8 +151,23 @@ class ChildRunner:
                     await asyncio.shield(self._pump)
             except TimeoutError:
                 self._pump.cancel()
+        await _reap(self._proc)  # the pipe is closed now: this lets asyncio close the transport
         self._exit = ExitInfo.from_returncode(rc)
         return self._exit
+
+    async def _exited(self) -> int:
+        """The exit status, as soon as the process has exited.
+
+        Not ``Process.wait()``: on Python 3.11 it also waits until the output pipe is closed, and a
+        worker that outlives a SIGKILLed leader holds it open: the crash would go unseen and a
+        stop would wait forever.
+        """
+        assert self._proc is not None
+        # Polled: asyncio has no public "exited" event apart from wait(); returncode is set as soon
+        # as the child watcher reports the exit.
+        while (rc := self._proc.returncode) is None:  # noqa: ASYNC110
+            await asyncio.sleep(_EXIT_POLL)
+        return rc
 
     async def is_running(self) -> bool:
         if self._proc is None or self._proc.returncode is not None:
@@ -163,7 +180,7 @@ class ChildRunner:
         self._killpg(signal.SIGTERM)
         try:
             async with asyncio.timeout(timeout_s):
-                await asyncio.shield(self._proc.wait())
+                await self._exited()
         except TimeoutError:
             # SGLang's drain has no upper bound (it waits for every in-flight request).
             log.warning("server did not stop in time; killing its process group", timeout=timeout_s)

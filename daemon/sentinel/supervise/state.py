@@ -93,6 +93,8 @@ class StateMachine:
         entry = (frozenset(states), fut)
         self._waiters.append(entry)
         try:
-            return await asyncio.wait_for(fut, timeout_s)
+            # Not wait_for: on Python 3.11 it drops a cancellation that races with the state change.
+            async with asyncio.timeout(timeout_s):
+                return await fut
         finally:
             self._waiters.remove(entry)

@@ -200,26 +200,27 @@ class Supervisor:
     async def stop(self) -> None:
         """Stop supervising; in child mode (and systemd with stop_unit_on_exit) stop the server too."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        runner = self._runner
-        if runner is not None:
-            if self.settings.mode == "child" or self.settings.stop_unit_on_exit:
-                if runner.pid is not None or self.settings.mode == "systemd":
-                    await self._run_hooks()
-                exit_info = await runner.terminate(self.settings.stop_timeout)
-                if exit_info is not None:
-                    log.info("server stopped", exit=exit_info.description)
-            await runner.close()
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
-        self.up = False
-        self.epoch = None
-        self.machine.set(ServerState.STOPPED, "supervisor stopped")
-        self.bus.close()
+        try:
+            if task is not None:
+                await _cancel_and_wait(task)
+            runner = self._runner
+            if runner is not None:
+                if self.settings.mode == "child" or self.settings.stop_unit_on_exit:
+                    if runner.pid is not None or self.settings.mode == "systemd":
+                        await self._run_hooks()
+                    exit_info = await runner.terminate(self.settings.stop_timeout)
+                    if exit_info is not None:
+                        log.info("server stopped", exit=exit_info.description)
+                await runner.close()
+            if self._client is not None:
+                await self._client.aclose()
+                self._client = None
+        finally:
+            # Whatever failed above: subscribers (an operator's log follower) must see the end.
+            self.up = False
+            self.epoch = None
+            self.machine.set(ServerState.STOPPED, "supervisor stopped")
+            self.bus.close()
 
     def restart(self, reason: str = "manual") -> None:
         """Ask for a restart of a running server (stop hooks, SIGTERM, backoff skipped for manual)."""
@@ -288,7 +289,8 @@ class Supervisor:
     async def _run_hooks(self) -> None:
         for hook in list(self._hooks):
             try:
-                await asyncio.wait_for(hook(), self.settings.before_stop_timeout)
+                async with asyncio.timeout(self.settings.before_stop_timeout):
+                    await hook()
             except TimeoutError:
                 log.error(
                     "before-stop hook timed out", hook=repr(hook), timeout=self.settings.before_stop_timeout
@@ -345,7 +347,8 @@ class Supervisor:
             )
             # A reset during the backoff skips the rest of the wait.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._reset_event.wait(), delay)
+                async with asyncio.timeout(delay):
+                    await self._reset_event.wait()
 
     async def _one_life(self, runner: Runner) -> _Outcome:
         self.bus.clear_tail()
@@ -375,10 +378,7 @@ class Supervisor:
             return outcome
         finally:
             # On cancellation (stop()) the server is left running: stop() drains and stops it.
-            if not exit_task.done():
-                exit_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await exit_task
+            await _cancel_and_wait(exit_task)
 
     async def _preflight(self) -> _Outcome | None:
         s = self.settings
@@ -665,6 +665,27 @@ class Supervisor:
                 await asyncio.sleep(s.checks.health.interval if alive else s.startup_poll_interval)
         finally:
             await _cancel_all(checks)
+
+
+# How long a cancelled task gets before it is cancelled again.
+_RECANCEL_AFTER = 5.0
+
+
+async def _cancel_and_wait(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` and wait until it has ended.
+
+    Python 3.11's ``asyncio.wait_for`` returns the result and drops a cancellation that arrives
+    just as the awaited thing completes (this package uses ``asyncio.timeout`` for that reason,
+    libraries may not); a task that lost its cancel would be awaited forever (a hung ``stop()``),
+    so the cancel is repeated until the task ends.
+    """
+    if task.done():
+        return
+    while not task.done():
+        task.cancel()
+        await asyncio.wait([task], timeout=_RECANCEL_AFTER)
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.error("task failed while being cancelled", task=task.get_name(), error=repr(exc))
 
 
 def _either(a: asyncio.Future[Any], b: asyncio.Future[Any]) -> list[asyncio.Future[Any]]:
