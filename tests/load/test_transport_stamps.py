@@ -314,3 +314,18 @@ async def test_frequent_reads_switch_to_timer_polling_and_back(
     finally:
         await client.close()
     assert client._poller is None
+
+
+@linux_only
+async def test_a_stamp_that_cannot_be_a_receive_time_is_not_used(
+    thread_server: Callable[[Callable[[socket.socket], None]], ThreadServer],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Stamps that read as older than our own send (older kernels put the sender's monotonic
+    # departure time on loopback packets; here: the wall clock seen as 10 s ahead) are not
+    # receive times: the read keeps its user-space time and the client stops claiming kernel stamps.
+    real_wall = time.time
+    monkeypatch.setattr(transport, "_wall", lambda: real_wall() + 10.0)
+    delay, stamped = await _stamp_of_a_chunk_sent_while_the_loop_was_blocked(thread_server)
+    assert not stamped
+    assert delay > 0.15

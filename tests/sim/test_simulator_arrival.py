@@ -136,6 +136,23 @@ def _stamped_pair() -> tuple[socket.socket, socket.socket, socket.socket]:
     listener = rxtime.listening_socket(socket.AF_INET, socket.SOCK_STREAM, 0)
     listener.bind(("127.0.0.1", 0))
     listener.listen()
+    # Linux turns packet timestamping on with deferred work once the first socket asks for it
+    # (and off when the last one closes): packets in that window carry no stamp. Wait until a
+    # probe connection sees one; the listener keeps it on for the real pair.
+    deadline = time.monotonic() + 5
+    while True:
+        probe = socket.create_connection(listener.getsockname(), timeout=5)
+        probe_conn, _ = listener.accept()
+        try:
+            probe.sendall(b".")
+            probe_conn.settimeout(5)
+            probe_conn.recv(1)
+            if rxtime.receive_time(probe_conn) is not None or time.monotonic() > deadline:
+                break
+        finally:
+            probe.close()
+            probe_conn.close()
+        time.sleep(0.01)
     client = socket.create_connection(listener.getsockname(), timeout=5)
     conn, _ = listener.accept()
     conn.settimeout(5)

@@ -65,6 +65,8 @@ _ANC_SIZE = socket.CMSG_SPACE(_TIMESPEC.size)
 # The polling interval while reads are frequent (see Reads above): a token gap below it merges
 # two events into one read; real deployments' gaps are tens of milliseconds.
 _POLL_S = 0.001
+# A response stamp this far before our own send time is no receive time of that response.
+_STAMP_SLACK_S = 1.0
 # One read's buffer: an SSE event of a long native stream (cumulative text and ids) is ~10 KB;
 # larger buffers cost an allocation per read that is mostly thrown away.
 _READ_SIZE = 65536
@@ -214,12 +216,28 @@ class _Http:
             self.exchange.complete = True
 
 
+class _StampFaults:
+    """Kernel stamps one client could not use (counted across its connections)."""
+
+    __slots__ = ("bad_stamps",)
+
+    def __init__(self) -> None:
+        self.bad_stamps = 0
+
+
 class _SocketConnection(_Http):
     """Plain TCP on a non-blocking socket, read with kernel receive timestamps where available."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, poller: _Poller | None) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sock: socket.socket,
+        poller: _Poller | None,
+        faults: _StampFaults,
+    ) -> None:
         super().__init__()
         self.loop = loop
+        self.faults = faults
         self.sock = sock
         self.fd = sock.fileno()
         self._unsent: memoryview | None = None
@@ -261,7 +279,14 @@ class _SocketConnection(_Http):
             sec, nsec = _TIMESPEC.unpack_from(anc[0][2])
             stamp = now - (_wall() - (sec + nsec * 1e-9))
             if stamp < now:
-                now = stamp if ex is None or stamp > ex.sent_at else ex.sent_at
+                if ex is None or stamp >= ex.sent_at:
+                    now = stamp
+                elif stamp > ex.sent_at - _STAMP_SLACK_S:
+                    now = ex.sent_at  # the answer came while our send() was still returning
+                else:
+                    # Not a receive time on the wall clock (older kernels left the sender's
+                    # monotonic departure time on loopback packets): keep ours, and say so.
+                    self.faults.bad_stamps += 1
         if ex is not None and self._boundary:
             # A stream's steady state: the read is exactly one chunk, `<hex size>\r\n<data>\r\n`.
             # llhttp stays in its between-chunks state when such a chunk is not fed to it. Only
@@ -459,12 +484,16 @@ class HttpClient:
         self._addrs: list[tuple[socket.AddressFamily, tuple[Any, ...]]] | None = None
         self._poller: _Poller | None = None
         self._unstamped = False  # a connection could not turn kernel stamps on
+        self._faults = _StampFaults()
 
     @property
     def kernel_timestamps(self) -> bool:
         """Whether response times are the kernel's receive times (see the module docstring):
-        plain HTTP on Linux, and no connection whose kernel refused the option."""
-        return self.ssl is None and bool(_SO_TIMESTAMPNS) and not self._unstamped
+        plain HTTP on Linux, no connection whose kernel refused the option, and no stamp that
+        could not be a receive time (then the reads concerned kept their user-space times)."""
+        return (
+            self.ssl is None and bool(_SO_TIMESTAMPNS) and not self._unstamped and not self._faults.bad_stamps
+        )
 
     async def _connect(self) -> _Http:
         try:
@@ -507,7 +536,7 @@ class HttpClient:
                 raise
             if self._poller is None and _SO_TIMESTAMPNS and hasattr(select, "epoll"):
                 self._poller = _Poller(loop)
-            conn = _SocketConnection(loop, sock, self._poller)
+            conn = _SocketConnection(loop, sock, self._poller, self._faults)
             self._unstamped = self._unstamped or not conn.stamped
             return conn
         raise ConnectError(str(error) if error else f"no address for {self.host}")
