@@ -14,18 +14,15 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
+from rawhttp import CHUNKED_HEAD, Sink, chunk
 
+from sentinel import kernelstamp
 from sentinel.load import transport
 from sentinel.load.transport import HttpClient, ProtocolError
 
 pytestmark = pytest.mark.asyncio
 
-_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_TIMESTAMPNS is Linux's")
-
-
-def _chunk(payload: bytes) -> bytes:
-    return b"%x\r\n%s\r\n" % (len(payload), payload)
 
 
 class ThreadServer:
@@ -98,29 +95,6 @@ def thread_server() -> Iterator[Callable[[Callable[[socket.socket], None]], Thre
         assert not srv.errors, srv.errors
 
 
-class Sink:
-    def __init__(self) -> None:
-        self.status = 0
-        self.sent = 0.0
-        self.reads: list[tuple[bytes, float]] = []
-        self.on_read: Callable[[bytes], None] | None = None
-
-    def on_sent(self, now: float) -> None:
-        self.sent = now
-
-    def on_status(self, status: int) -> None:
-        self.status = status
-
-    def on_data(self, data: bytes, now: float) -> None:
-        self.reads.append((data, now))
-        if self.on_read is not None:
-            self.on_read(data)
-
-    @property
-    def body(self) -> bytes:
-        return b"".join(d for d, _ in self.reads)
-
-
 async def _stamp_of_a_chunk_sent_while_the_loop_was_blocked(
     thread_server: Callable[[Callable[[socket.socket], None]], ThreadServer],
 ) -> tuple[float, bool]:
@@ -133,11 +107,11 @@ async def _stamp_of_a_chunk_sent_while_the_loop_was_blocked(
     sent_at: list[float] = []
 
     def script(conn: socket.socket) -> None:
-        conn.sendall(_HEAD + _chunk(b"data: 1\n\n"))
+        conn.sendall(CHUNKED_HEAD + chunk(b"data: 1\n\n"))
         assert go.wait(5)
         time.sleep(0.05)
         sent_at.append(time.perf_counter())
-        conn.sendall(_chunk(b"data: 2\n\n"))
+        conn.sendall(chunk(b"data: 2\n\n"))
         # The end only once chunk 2 was read: a read holding both would carry the end's stamp.
         assert got_second.wait(5)
         conn.sendall(b"0\r\n\r\n")
@@ -160,7 +134,7 @@ async def _stamp_of_a_chunk_sent_while_the_loop_was_blocked(
         stamped = client.kernel_timestamps
     finally:
         await client.close()
-    assert sink.body == b"data: 1\n\ndata: 2\n\n"
+    assert sink.data == b"data: 1\n\ndata: 2\n\n"
     second = next(now for data, now in sink.reads if data == b"data: 2\n\n")
     return second - sent_at[0], stamped
 
@@ -194,7 +168,7 @@ async def test_a_kernel_that_refuses_the_option_falls_back_to_user_stamps(
     monkeypatch.setattr(transport, "_SO_TIMESTAMPNS", 0x7FFF)  # no such option: setsockopt fails
 
     def script(conn: socket.socket) -> None:
-        conn.sendall(_HEAD + _chunk(b"data: 1\n\n") + b"0\r\n\r\n")
+        conn.sendall(CHUNKED_HEAD + chunk(b"data: 1\n\n") + b"0\r\n\r\n")
 
     srv = thread_server(script)
     client = HttpClient(srv.url, {})
@@ -205,7 +179,7 @@ async def test_a_kernel_that_refuses_the_option_falls_back_to_user_stamps(
         assert not client.kernel_timestamps
     finally:
         await client.close()
-    assert sink.body == b"data: 1\n\n"
+    assert sink.data == b"data: 1\n\n"
 
 
 async def test_chunk_framing_variants_read_one_by_one(
@@ -214,16 +188,16 @@ async def test_chunk_framing_variants_read_one_by_one(
     # Each piece is its own read (a pause between writes). After the first chunk the client
     # unframes plain chunks itself; every other form must still come out exactly.
     pieces = [
-        _HEAD,
-        _chunk(b"data: a\n\n"),  # llhttp: first chunk after the head
-        _chunk(b"data: b\n\n"),  # fast path
+        CHUNKED_HEAD,
+        chunk(b"data: a\n\n"),  # llhttp: first chunk after the head
+        chunk(b"data: b\n\n"),  # fast path
         b"1A\r\n" + b"data: " + b"c" * 18 + b"\n\n\r\n",  # upper-case size: llhttp
         b"001a\r\n" + b"data: " + b"d" * 18 + b"\n\n\r\n",  # leading zeros: llhttp
         b"9;ext=1\r\ndata: e\n\n\r\n",  # chunk extension: llhttp
-        _chunk(b"data: f\n\n") + _chunk(b"data: g\n\n"),  # two chunks in one read
+        chunk(b"data: f\n\n") + chunk(b"data: g\n\n"),  # two chunks in one read
         b"9\r\ndata",  # a chunk split over two reads
         b": h\n\n\r\n",
-        _chunk(b"data: i\n\n"),  # back on the fast path
+        chunk(b"data: i\n\n"),  # back on the fast path
         b"0\r\n\r\n",
     ]
 
@@ -244,7 +218,7 @@ async def test_chunk_framing_variants_read_one_by_one(
         [b"data: a\n\n", b"data: b\n\n", b"data: " + b"c" * 18 + b"\n\n", b"data: " + b"d" * 18 + b"\n\n"]
         + [b"data: %s\n\n" % c for c in (b"e", b"f", b"g", b"h", b"i")]
     )
-    assert sink.body == want
+    assert sink.data == want
 
 
 @pytest.mark.parametrize("bad_size", [b"zz", b"0x9", b"+9", b"9_0", b" 9"])
@@ -253,9 +227,9 @@ async def test_a_malformed_chunk_size_in_the_steady_state_is_a_protocol_error(
 ) -> None:
     # int(x, 16) would take several of these; the fast path must leave them to llhttp.
     def script(conn: socket.socket) -> None:
-        conn.sendall(_HEAD + _chunk(b"data: a\n\n"))
+        conn.sendall(CHUNKED_HEAD + chunk(b"data: a\n\n"))
         time.sleep(0.02)
-        conn.sendall(_chunk(b"data: b\n\n"))
+        conn.sendall(chunk(b"data: b\n\n"))
         time.sleep(0.02)
         conn.sendall(bad_size + b"\r\ndata: c\n\n\r\n")
         time.sleep(0.5)
@@ -269,7 +243,7 @@ async def test_a_malformed_chunk_size_in_the_steady_state_is_a_protocol_error(
                 await client.post("/generate", b"{}", sink)
     finally:
         await client.close()
-    assert sink.body == b"data: a\n\ndata: b\n\n"
+    assert sink.data == b"data: a\n\ndata: b\n\n"
 
 
 @linux_only
@@ -291,9 +265,9 @@ async def test_frequent_reads_switch_to_timer_polling_and_back(
     n_chunks = 300
 
     def fast(conn: socket.socket) -> None:
-        conn.sendall(_HEAD)
+        conn.sendall(CHUNKED_HEAD)
         for i in range(n_chunks):
-            conn.sendall(_chunk(b"data: %d\n\n" % i))
+            conn.sendall(chunk(b"data: %d\n\n" % i))
             time.sleep(0.0002)
         conn.sendall(b"0\r\n\r\n")
 
@@ -305,7 +279,7 @@ async def test_frequent_reads_switch_to_timer_polling_and_back(
             statuses = await asyncio.gather(*(client.post("/generate", b"{}", s) for s in sinks))
         assert statuses == [200] * 8
         want = b"".join(b"data: %d\n\n" % i for i in range(n_chunks))
-        assert all(s.body == want for s in sinks)
+        assert all(s.data == want for s in sinks)
         assert ticks, "the poller never switched to its timer"
         poller = client._poller
         assert poller is not None
@@ -324,8 +298,8 @@ async def test_a_stamp_that_cannot_be_a_receive_time_is_not_used(
     # Stamps that read as older than our own send (older kernels put the sender's monotonic
     # departure time on loopback packets; here: the wall clock seen as 10 s ahead) are not
     # receive times: the read keeps its user-space time and the client stops claiming kernel stamps.
-    real_wall = time.time
-    monkeypatch.setattr(transport, "_wall", lambda: real_wall() + 10.0)
+    real_wall_ns = time.time_ns
+    monkeypatch.setattr(kernelstamp, "_wall_ns", lambda: real_wall_ns() + 10_000_000_000)
     delay, stamped = await _stamp_of_a_chunk_sent_while_the_loop_was_blocked(thread_server)
     assert not stamped
     assert delay > 0.15

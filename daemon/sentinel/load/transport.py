@@ -40,28 +40,24 @@ import asyncio
 import select
 import socket
 import ssl
-import struct
-import sys
 import time
 from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
 import httptools
 
+from sentinel.kernelstamp import ANCBUF_SIZE, SO_TIMESTAMPNS, stamp_age
+
 __all__ = ["KEEPALIVE_S", "BodySink", "ConnectError", "ConnectionLost", "HttpClient", "ProtocolError"]
 
 _perf = time.perf_counter
-_wall = time.time
 
 # SGLang's uvicorn closes idle keep-alive connections after 5 s; reusing one at that moment
 # would lose the request, so ours are dropped a little earlier.
 KEEPALIVE_S = 4.0
 
-# SO_TIMESTAMPNS (= SCM_TIMESTAMPNS): Linux's value on every architecture; Python 3.11's socket
-# module does not export it.
-_SO_TIMESTAMPNS = 35 if sys.platform.startswith("linux") else 0
-_TIMESPEC = struct.Struct("@qq")
-_ANC_SIZE = socket.CMSG_SPACE(_TIMESPEC.size)
+# Module-level, so that tests can take kernel stamps away.
+_SO_TIMESTAMPNS = SO_TIMESTAMPNS
 # The polling interval while reads are frequent (see Reads above): a token gap below it merges
 # two events into one read; real deployments' gaps are tens of milliseconds.
 _POLL_S = 0.001
@@ -259,7 +255,7 @@ class _SocketConnection(_Http):
     def _readable(self) -> None:
         try:
             if self.stamped:
-                data, anc, _flags, _addr = self.sock.recvmsg(_READ_SIZE, _ANC_SIZE)
+                data, anc, _flags, _addr = self.sock.recvmsg(_READ_SIZE, ANCBUF_SIZE)
             else:
                 data, anc = self.sock.recv(_READ_SIZE), None
         except (BlockingIOError, InterruptedError):
@@ -273,11 +269,11 @@ class _SocketConnection(_Http):
             return
         ex = self.exchange
         if anc:
-            # The kernel's CLOCK_REALTIME stamp, moved onto perf_counter's time line through
-            # the two clocks' offset read now (a wall-clock step between the arrival and now
-            # could move it: it is kept between our send and now).
-            sec, nsec = _TIMESPEC.unpack_from(anc[0][2])
-            stamp = now - (_wall() - (sec + nsec * 1e-9))
+            # The kernel's stamp moved onto perf_counter's time line through its age, read now
+            # (a wall-clock step between the arrival and now could move it: it is kept between
+            # our send and now).
+            age = stamp_age(anc)
+            stamp = now if age is None else now - age
             if stamp < now:
                 if ex is None or stamp >= ex.sent_at:
                     now = stamp

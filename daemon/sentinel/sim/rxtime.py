@@ -28,11 +28,11 @@ that reads sockets itself (uvloop) never calls these methods: :func:`receive_tim
 from __future__ import annotations
 
 import socket
-import struct
-import sys
 import time
 import weakref
 from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from sentinel.kernelstamp import ANCBUF_SIZE, SO_TIMESTAMPNS, stamp_age
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -45,14 +45,9 @@ __all__ = [
     "receive_time",
 ]
 
-# Python 3.11's socket module lacks the constant; 35 is its value on every Linux architecture
-# (SO_TIMESTAMPNS_OLD, a ``struct timespec`` of two native longs).
-SO_TIMESTAMPNS: int | None = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform == "linux" else None)
-_TIMESPEC: Final = struct.Struct("@ll")
-_ANCBUF: Final = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
 # A stamp this far in the past is not queueing but a clock of another kind (older kernels left
 # the sender's monotonic departure time on loopback packets); such a stamp is ignored.
-_MAX_AGE_NS: Final = 3600 * 1_000_000_000
+_MAX_AGE_S: Final = 3600.0
 
 
 class _HasFileno(Protocol):
@@ -61,19 +56,11 @@ class _HasFileno(Protocol):
 
 def _monotonic_stamp(ancdata: list[tuple[int, int, bytes]]) -> float | None:
     """The kernel receive time in ``ancdata`` as a ``time.monotonic()`` value (never after now)."""
-    for level, kind, data in ancdata:
-        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) == _TIMESPEC.size:
-            sec: int
-            nsec: int
-            sec, nsec = _TIMESPEC.unpack(data)
-            # The stamp is CLOCK_REALTIME; the engine runs on CLOCK_MONOTONIC. Converting the
-            # stamp's age (taken now, in integer nanoseconds) keeps the offset current and exact.
-            mono_now = time.monotonic()
-            age_ns = time.time_ns() - (sec * 1_000_000_000 + nsec)
-            if age_ns > _MAX_AGE_NS:
-                return None
-            return mono_now - max(age_ns, 0) * 1e-9
-    return None
+    age = stamp_age(ancdata)
+    if age is None or age > _MAX_AGE_S:
+        return None
+    # The engine runs on CLOCK_MONOTONIC.
+    return time.monotonic() - max(age, 0.0)
 
 
 # Live stamped connections by file descriptor: how a handler that only sees asyncio's
@@ -95,13 +82,13 @@ class StampedConnection(socket.socket):
         _live[fileno] = self
 
     def recv(self, bufsize: int, flags: int = 0, /) -> bytes:
-        data, ancdata, _, _ = self.recvmsg(bufsize, _ANCBUF, flags)
+        data, ancdata, _, _ = self.recvmsg(bufsize, ANCBUF_SIZE, flags)
         self.rx_time = _monotonic_stamp(ancdata)
         return data
 
     def recv_into(self, buffer: WriteableBuffer, nbytes: int = 0, flags: int = 0, /) -> int:
         view = memoryview(buffer).cast("B")
-        nread, ancdata, _, _ = self.recvmsg_into([view[:nbytes] if nbytes else view], _ANCBUF, flags)
+        nread, ancdata, _, _ = self.recvmsg_into([view[:nbytes] if nbytes else view], ANCBUF_SIZE, flags)
         self.rx_time = _monotonic_stamp(ancdata)
         return nread
 
@@ -147,7 +134,7 @@ def listening_socket(family: int, type: int, proto: int) -> socket.socket:
     start (a request sent right after connect() lands before accept() and is still stamped), and
     accepted connections inherit it.
     """
-    if SO_TIMESTAMPNS is None or _ANCBUF == 0:
+    if SO_TIMESTAMPNS is None or ANCBUF_SIZE == 0:
         return socket.socket(family, type, proto)
     sock = StampingListener(family, type, proto)
     try:
