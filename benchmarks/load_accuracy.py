@@ -24,7 +24,6 @@ The host is shared and noisy: read the client-bound flag and the loop-lag column
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import signal
@@ -38,6 +37,7 @@ from typing import Any
 import httpx
 
 from sentinel.load import ArrivalProcess, LoadSpec, RandomDataset, RunResult, run_load
+from sentinel.load.command import run_on_loop
 from sentinel.load.stats import summarize
 
 
@@ -76,15 +76,8 @@ def pct(values: list[float], q: str) -> float:
 
 
 def run(spec: LoadSpec) -> RunResult:
-    """On the loop `sentinel bench` picks (`load/command.py` `_run_loop`): asyncio's for scheduled
-    arrivals, uvloop (when installed) for the rest."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(run_load(spec))
-    if spec.arrival in (ArrivalProcess.POISSON, ArrivalProcess.CONSTANT):
-        return asyncio.run(run_load(spec))
-    return uvloop.run(run_load(spec))
+    """On the event loop `sentinel bench` picks for the spec's arrival process."""
+    return run_on_loop(run_load(spec), spec.arrival)
 
 
 def scenario_ttft(base: str, control: str, speed: float) -> dict[str, Any]:

@@ -22,13 +22,15 @@ import sys
 from collections import Counter
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sentinel.cli_target import API_KEY_ENVS, add_target_options, read_api_key, target_base_url
 
 if TYPE_CHECKING:
     from sentinel.load.result import RunResult
-    from sentinel.load.spec import LoadSpec
+    from sentinel.load.spec import ArrivalProcess, LoadSpec
+
+_T = TypeVar("_T")
 
 __all__ = ["register"]
 
@@ -182,27 +184,29 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
 
 def _handle(args: argparse.Namespace) -> int:
     from sentinel.config import load_settings
-    from sentinel.load.spec import ArrivalProcess
     from sentinel.log import configure_logging
 
     settings = load_settings(args.config)
     configure_logging(args.log_level or settings.log.level, args.log_format or settings.log.format)
     spec = build_spec(args)
     show_progress = sys.stderr.isatty() and not args.disable_tqdm
-    timed = spec.arrival in (ArrivalProcess.POISSON, ArrivalProcess.CONSTANT)
-    result, interrupted = _run_loop(_bench(spec, show_progress, args.flush_cache), timed)
+    result, interrupted = run_on_loop(_bench(spec, show_progress, args.flush_cache), spec.arrival)
     return _report(args, result, interrupted)
 
 
-def _run_loop(main: Coroutine[Any, Any, tuple[RunResult, bool]], timed: bool) -> tuple[RunResult, bool]:
-    """The event loop follows the arrival process. Measured on the simulator, same run
+def run_on_loop(main: Coroutine[Any, Any, _T], arrival: ArrivalProcess) -> _T:
+    """Run `main` on the event loop that suits `arrival`, as `sentinel bench` does.
+
+    The event loop follows the arrival process. Measured on the simulator, same run
     (`benchmarks/load_efficiency.py`, `benchmarks/load_accuracy.py --pin`): uvloop costs about 14 %
     less client CPU per streamed token, but under load it wakes timers late (libuv computes the
     poll timeout from the time cached at the start of the iteration), and a Poisson schedule's
     p99 lag was 4.7 ms on it against 0.86 ms on asyncio's own loop. So scheduled arrivals
     (Poisson, constant rate) run on asyncio's loop, unscheduled ones (all at once, closed loop:
     nothing to be late for) on uvloop when installed."""
-    if timed:
+    from sentinel.load.spec import ArrivalProcess
+
+    if arrival in (ArrivalProcess.POISSON, ArrivalProcess.CONSTANT):
         return asyncio.run(main)
     try:
         import uvloop
