@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from rawhttp import Handler, RawServer, Start
 
 
 @dataclass
@@ -267,3 +268,19 @@ async def fake_sglang() -> AsyncIterator[FakeFactory]:
     yield start
     for s in servers:
         await s.close()
+
+
+@pytest.fixture
+async def raw_server() -> AsyncIterator[Start]:
+    """Start hand-rolled HTTP servers (`rawhttp.RawServer`) on free loopback ports."""
+    servers: list[asyncio.Server] = []
+
+    async def start(handler: Handler) -> RawServer:
+        rs = RawServer(handler)
+        rs.server = await asyncio.start_server(rs.serve, "127.0.0.1", 0)
+        servers.append(rs.server)
+        return rs
+
+    yield start
+    for s in servers:
+        s.close()

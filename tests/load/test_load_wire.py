@@ -4,87 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from rawhttp import read_request
+from rawhttp import Reader, Start, Writer, chunked
 
 from sentinel.load import ArrivalProcess, FailureReason, LoadSpec, RandomDataset, run_load
 
 pytestmark = pytest.mark.asyncio
-
-Reader = asyncio.StreamReader
-Writer = asyncio.StreamWriter
-# (reader, writer, request line, POST number on this server) -> keep the connection open?
-Handler = Callable[[Reader, Writer, bytes, int], Awaitable[bool]]
-
-
-class RawServer:
-    """HTTP/1.1 by hand, so that tests can send what no framework would; counts connections."""
-
-    def __init__(self, handler: Handler) -> None:
-        self.handler = handler
-        self.connections = 0
-        self.posts = 0
-        self.first_post = asyncio.Event()
-        self.requests = 0
-        self.closed_by_peer = asyncio.Event()
-        self.server: asyncio.Server | None = None
-
-    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            while True:
-                head = await read_request(reader)
-                self.requests += 1
-                line = head.split(b"\r\n", 1)[0]
-                if line.startswith(b"GET "):  # the engine's pre-warm
-                    writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
-                    await writer.drain()
-                    continue
-                self.posts += 1
-                self.first_post.set()
-                if not await self.handler(reader, writer, line, self.posts):
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError):
-            self.closed_by_peer.set()
-        finally:
-            writer.close()
-
-    @property
-    def url(self) -> str:
-        assert self.server is not None
-        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
-
-
-Start = Callable[[Handler], Awaitable[RawServer]]
-
-
-@pytest.fixture
-async def raw_server() -> AsyncIterator[Start]:
-    servers: list[asyncio.Server] = []
-
-    async def start(handler: Handler) -> RawServer:
-        rs = RawServer(handler)
-        rs.server = await asyncio.start_server(rs.serve, "127.0.0.1", 0)
-        servers.append(rs.server)
-        return rs
-
-    yield start
-    for s in servers:
-        s.close()
 
 
 def _event(n: int, finish: bool = False) -> bytes:
     fr = {"type": "length"} if finish else None
     meta = {"completion_tokens": n, "prompt_tokens": 4, "finish_reason": fr}
     return b"data: " + json.dumps({"text": "x" * n, "meta_info": meta}).encode() + b"\n\n"
-
-
-def _chunked(*pieces: bytes, end: bool = True) -> bytes:
-    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-    return head + b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + (b"0\r\n\r\n" if end else b"")
 
 
 def _spec(url: str, **kw: Any) -> LoadSpec:
@@ -100,7 +33,7 @@ def _spec(url: str, **kw: Any) -> LoadSpec:
 
 
 async def _good(reader: Reader, writer: Writer, line: bytes, n: int) -> bool:
-    writer.write(_chunked(_event(1), _event(2, finish=True) + b"data: [DONE]\n\n"))
+    writer.write(chunked(_event(1), _event(2, finish=True) + b"data: [DONE]\n\n"))
     await writer.drain()
     return True
 
@@ -168,7 +101,7 @@ async def test_connection_lost_mid_stream_is_disconnected(
     raw_server: Start,
 ) -> None:
     async def handler(reader: Reader, writer: Writer, line: bytes, n: int) -> bool:
-        writer.write(_chunked(_event(1), end=False))
+        writer.write(chunked(_event(1), end=False))
         await writer.drain()
         return False  # closes the socket in the middle of the chunked body
 
@@ -243,7 +176,7 @@ async def test_long_cumulative_event_is_read_whole(
     async def handler(reader: Reader, writer: Writer, line: bytes, n: int) -> bool:
         event = {"text": "y" * 3_000_000, "meta_info": {"completion_tokens": 1}}
         big = b"data: " + json.dumps(event).encode()
-        writer.write(_chunked(big + b"\n\n", _event(2, finish=True) + b"data: [DONE]\n\n"))
+        writer.write(chunked(big + b"\n\n", _event(2, finish=True) + b"data: [DONE]\n\n"))
         await writer.drain()
         return True
 

@@ -4,90 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
-from rawhttp import read_request
+from rawhttp import Reader, Sink, Start, Writer, chunked
 
 from sentinel.load.transport import ConnectError, ConnectionLost, HttpClient, ProtocolError
 
 pytestmark = pytest.mark.asyncio
 
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[bool]]
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.status = 0
-        self.data = bytearray()
-        self.reads = 0
-        self.sent = 0.0
-
-    def on_sent(self, now: float) -> None:
-        self.sent = now
-
-    def on_status(self, status: int) -> None:
-        self.status = status
-
-    def on_data(self, data: bytes, now: float) -> None:
-        self.data += data
-        self.reads += 1
-
-
-class RawServer:
-    """Answers each request on a connection with `handler`; counts connections and requests."""
-
-    def __init__(self, handler: Handler) -> None:
-        self.handler = handler
-        self.connections = 0
-        self.requests = 0
-        self.closed_by_peer = asyncio.Event()
-        self.server: asyncio.Server | None = None
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            while True:
-                await read_request(reader)
-                self.requests += 1
-                if not await self.handler(reader, writer, self.requests):
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError):
-            self.closed_by_peer.set()
-        finally:
-            writer.close()
-
-    @property
-    def url(self) -> str:
-        assert self.server is not None
-        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
-
-
-@pytest.fixture
-async def raw_server() -> AsyncIterator[Callable[[Handler], Awaitable[RawServer]]]:
-    servers: list[asyncio.Server] = []
-
-    async def start(handler: Handler) -> RawServer:
-        rs = RawServer(handler)
-        rs.server = await asyncio.start_server(rs._serve, "127.0.0.1", 0)
-        servers.append(rs.server)
-        return rs
-
-    yield start
-    for s in servers:
-        s.close()
-
-
-def _chunked(*pieces: bytes) -> bytes:
-    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-    return head + b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
-
 
 async def test_keep_alive_reuse_and_chunked_body(
-    raw_server: Callable[[Handler], Awaitable[RawServer]],
+    raw_server: Start,
 ) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> bool:
-        writer.write(_chunked(b"data: 1\n\n", b"data: [DONE]\n\n"))
+    async def handler(reader: Reader, writer: Writer, line: bytes, n: int) -> bool:
+        writer.write(chunked(b"data: 1\n\n", b"data: [DONE]\n\n"))
         await writer.drain()
         return True
 
@@ -105,9 +35,9 @@ async def test_keep_alive_reuse_and_chunked_body(
 
 
 async def test_content_length_body_and_error_status(
-    raw_server: Callable[[Handler], Awaitable[RawServer]],
+    raw_server: Start,
 ) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> bool:
+    async def handler(reader: Reader, writer: Writer, line: bytes, n: int) -> bool:
         body = b'{"error":"Unauthorized"}'
         writer.write(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
         await writer.drain()
@@ -124,9 +54,9 @@ async def test_content_length_body_and_error_status(
 
 
 async def test_stale_keep_alive_connection_is_retried_once(
-    raw_server: Callable[[Handler], Awaitable[RawServer]],
+    raw_server: Start,
 ) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> bool:
+    async def handler(reader: Reader, writer: Writer, line: bytes, n: int) -> bool:
         if n == 2:  # the server dropped the idle connection just as the client reused it
             return False
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
@@ -145,8 +75,8 @@ async def test_stale_keep_alive_connection_is_retried_once(
         await client.close()
 
 
-async def test_connection_lost_mid_response(raw_server: Callable[[Handler], Awaitable[RawServer]]) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> bool:
+async def test_connection_lost_mid_response(raw_server: Start) -> None:
+    async def handler(reader: Reader, writer: Writer, line: bytes, n: int) -> bool:
         writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n")
         await writer.drain()
         return False
@@ -162,8 +92,8 @@ async def test_connection_lost_mid_response(raw_server: Callable[[Handler], Awai
         await client.close()
 
 
-async def test_garbage_is_a_protocol_error(raw_server: Callable[[Handler], Awaitable[RawServer]]) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> bool:
+async def test_garbage_is_a_protocol_error(raw_server: Start) -> None:
+    async def handler(reader: Reader, writer: Writer, line: bytes, n: int) -> bool:
         writer.write(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
         await writer.drain()
         await asyncio.sleep(1)
@@ -185,8 +115,8 @@ async def test_connect_refused() -> None:
     await client.close()
 
 
-async def test_cancel_closes_the_connection(raw_server: Callable[[Handler], Awaitable[RawServer]]) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> bool:
+async def test_cancel_closes_the_connection(raw_server: Start) -> None:
+    async def handler(reader: Reader, writer: Writer, line: bytes, n: int) -> bool:
         writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
         while True:  # stream forever until the client goes away
             writer.write(b"9\r\ndata: 1\n\n\r\n")
@@ -202,14 +132,14 @@ async def test_cancel_closes_the_connection(raw_server: Callable[[Handler], Awai
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert sink.reads > 0
+        assert len(sink.reads) > 0
         await asyncio.wait_for(server.closed_by_peer.wait(), 2.0)
     finally:
         await client.close()
 
 
-async def test_prewarm_opens_idle_connections(raw_server: Callable[[Handler], Awaitable[RawServer]]) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> bool:
+async def test_prewarm_opens_idle_connections(raw_server: Start) -> None:
+    async def handler(reader: Reader, writer: Writer, line: bytes, n: int) -> bool:
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
         await writer.drain()
         return True
@@ -229,8 +159,8 @@ async def test_header_injection_refused() -> None:
         HttpClient("http://127.0.0.1:1", {"X": "a\r\nB: c"})
 
 
-async def test_body_until_close_is_complete(raw_server: Callable[[Handler], Awaitable[RawServer]]) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> bool:
+async def test_body_until_close_is_complete(raw_server: Start) -> None:
+    async def handler(reader: Reader, writer: Writer, line: bytes, n: int) -> bool:
         writer.write(b'HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n{"text": "ok"}')
         await writer.drain()
         return False  # no length, no chunking: the body ends at the close
@@ -246,9 +176,9 @@ async def test_body_until_close_is_complete(raw_server: Callable[[Handler], Awai
 
 
 async def test_send_time_is_taken_after_the_connect(
-    raw_server: Callable[[Handler], Awaitable[RawServer]],
+    raw_server: Start,
 ) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> bool:
+    async def handler(reader: Reader, writer: Writer, line: bytes, n: int) -> bool:
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
         await writer.drain()
         return True
