@@ -15,16 +15,16 @@ import sys
 import time
 from typing import Final
 
-__all__ = ["ANCBUF_SIZE", "SO_TIMESTAMPNS", "stamp_age"]
+__all__ = ["ANCBUF_SIZE", "SO_TIMESTAMPNS", "TIMESPEC", "stamp_age"]
 
 # Python 3.11's socket module lacks the constant; 35 is its value on every Linux architecture
 # (SO_TIMESTAMPNS_OLD, a ``struct timespec`` of two native longs).
 SO_TIMESTAMPNS: Final[int | None] = getattr(
     socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else None
 )
-_TIMESPEC: Final = struct.Struct("@ll")
+TIMESPEC: Final = struct.Struct("@ll")  # the stamp: struct timespec
 # The ancillary buffer for one stamp (0 where the platform has no CMSG_SPACE).
-ANCBUF_SIZE: Final = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
+ANCBUF_SIZE: Final = socket.CMSG_SPACE(TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
 _wall_ns = time.time_ns
 
 
@@ -36,9 +36,9 @@ def stamp_age(ancdata: list[tuple[int, int, bytes]]) -> float | None:
     keeps the offset between the two clocks current. Integer nanoseconds until the end: a float
     of Unix seconds has only ~0.2 microsecond resolution."""
     for level, kind, data in ancdata:
-        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) == _TIMESPEC.size:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) == TIMESPEC.size:
             sec: int
             nsec: int
-            sec, nsec = _TIMESPEC.unpack(data)
+            sec, nsec = TIMESPEC.unpack(data)
             return (_wall_ns() - (sec * 1_000_000_000 + nsec)) * 1e-9
     return None
