@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import os
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -71,3 +74,86 @@ def test_config_command_masks_secrets(
     out = capsys.readouterr().out
     assert "hunter2-secret" not in out
     assert '"api_key": "<set>"' in out
+
+
+def test_a_passed_environment_is_honoured_and_os_environ_is_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SENTINEL_SERVER__PORT", "31111")
+    # The mapping is the whole environment: the process's variable is not read...
+    assert load_settings(environ={"SENTINEL_SERVER__PORT": "32222"}).server.port == 32222
+    assert load_settings(environ={}).server.port != 31111
+    # ...and a stray variable in the process environment is not an error for a passed mapping.
+    monkeypatch.setenv("SENTINEL_SERVR__PORT", "1")
+    assert load_settings(environ={}).server.port != 31111
+    with pytest.raises(ConfigError, match="SENTINEL_SERVR__PORT"):
+        load_settings()
+
+
+def test_loading_never_touches_os_environ(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGHUP reload runs while scrape and GPU threads read the environment: it must not swap it.
+
+    One thread loads with its own mappings over and over while another watches os.environ; a
+    third loads with different mappings at the same time and must always get its own values.
+    """
+    monkeypatch.setenv("SENTINEL_SERVER__PORT", "31111")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[server]\nhost = '127.0.0.9'\n")
+    before = dict(os.environ)
+    # Switch threads as often as possible, so that a swap of os.environ would be seen.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    stop = threading.Event()
+    seen: list[dict[str, str]] = []
+    wrong: list[tuple[str, int]] = []
+
+    def watch() -> None:
+        while not stop.is_set():
+            now = dict(os.environ)
+            if now != before:
+                seen.append(now)
+
+    def load(name: str, port: int) -> None:
+        for _ in range(40):
+            s = load_settings(cfg, environ={"SENTINEL_SERVER__PORT": str(port), "HOME": "/nowhere"})
+            if s.server.port != port or s.server.host != "127.0.0.9":
+                wrong.append((name, s.server.port))
+
+    watcher = threading.Thread(target=watch)
+    loaders = [threading.Thread(target=load, args=(f"t{i}", 32000 + i)) for i in range(2)]
+    watcher.start()
+    for t in loaders:
+        t.start()
+    try:
+        for t in loaders:
+            t.join()
+    finally:
+        stop.set()
+        watcher.join()
+        sys.setswitchinterval(interval)
+    assert wrong == []
+    assert seen == []
+    assert dict(os.environ) == before
+
+
+class _FrozenEnviron(dict[str, str]):
+    """os.environ that refuses writes: any mutation during a load fails the test where it happens."""
+
+    def _refuse(self, *args: object, **kwargs: object) -> None:
+        raise AssertionError("os.environ was mutated")
+
+    __setitem__ = __delitem__ = clear = update = pop = popitem = setdefault = _refuse  # type: ignore[assignment]
+
+
+def test_load_with_a_mapping_writes_nothing_to_os_environ(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[server]\nport = 31000\n")
+    real = os.environ
+    # Swapped in the test body, not by monkeypatch: pytest itself writes os.environ between phases.
+    # Replacing the object (not its contents) is the point: only this code sees the frozen one.
+    os.environ = _FrozenEnviron(real)  # type: ignore[assignment]  # noqa: B003
+    try:
+        assert load_settings(cfg, environ={"SENTINEL_SERVER__HOST": "127.0.0.3"}).server.host == "127.0.0.3"
+        assert load_settings(environ={"SENTINEL_CONFIG": str(cfg)}).server.port == 31000
+        with pytest.raises(ConfigError, match=r"server\.port"):
+            load_settings(cfg, environ={"SENTINEL_SERVER__PORT": "x"})
+    finally:
+        os.environ = real  # noqa: B003

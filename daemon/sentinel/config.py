@@ -13,11 +13,20 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
 
 from sentinel.calibrate.settings import CalibrationSettings
 from sentinel.collect.settings import CollectorsSettings
@@ -40,6 +49,19 @@ class ConfigError(Exception):
 class LogSettings(Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
+
+
+@dataclass(frozen=True, slots=True)
+class _Inputs:
+    path: Path | None
+    environ: Mapping[str, str]
+
+
+# What one load_settings() call reads. settings_customise_sources is a classmethod without
+# per-call arguments; a context variable hands it this call's file and environment. Each thread
+# (and each asyncio task) sees its own value, so a SIGHUP reload on one thread and a load on
+# another never see each other's inputs, and nothing process-wide (os.environ) is swapped.
+_INPUTS: ContextVar[_Inputs | None] = ContextVar("sentinel_config_inputs", default=None)
 
 
 class Settings(BaseSettings):
@@ -68,28 +90,72 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # The TOML data is handed over as init kwargs by load_settings(); env must beat it, so
-        # env comes first and the file's values act as the next layer down.
-        return (env_settings, init_settings)
+        inputs = _INPUTS.get()
+        if inputs is None:
+            # Settings() built directly: keyword arguments over the process environment (read only).
+            return (init_settings, env_settings)
+        # Highest first. The file is read (and its errors raised) before the environment is
+        # checked, so a missing file is reported as such, not as a stray variable.
+        toml = () if inputs.path is None else (_TomlFile(settings_cls, inputs.path),)
+        return (init_settings, _MappingEnv(settings_cls, inputs.environ), *toml)
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path}: not found") from None
-    except PermissionError:
-        raise ConfigError(f"config file {path}: permission denied") from None
-    except IsADirectoryError:
-        raise ConfigError(f"config file {path}: is a directory") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path}: invalid TOML: {exc}") from None
-    except OSError as exc:
-        raise ConfigError(f"config file {path}: {exc.strerror or exc}") from None
+class _TomlFile(TomlConfigSettingsSource):
+    """pydantic-settings' TOML source, for one named file that must be readable."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: Path) -> None:
+        self._path = path
+        super().__init__(settings_cls, toml_file=path)
+
+    def _read_files(self, files: Any, deep_merge: bool = False) -> dict[str, Any]:
+        # The stock source skips a path that is not a regular file; a config named by --config or
+        # SENTINEL_CONFIG must exist, and may be a pipe (--config <(...)).
+        return self._read_file(self._path)
+
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        path = self._path
+        try:
+            with path.open("rb") as fh:
+                return tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path}: not found") from None
+        except PermissionError:
+            raise ConfigError(f"config file {path}: permission denied") from None
+        except IsADirectoryError:
+            raise ConfigError(f"config file {path}: is a directory") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path}: invalid TOML: {exc}") from None
+        except OSError as exc:
+            raise ConfigError(f"config file {path}: {exc.strerror or exc}") from None
 
 
-def _unknown_env(environ: dict[str, str]) -> list[str]:
+class _MappingEnv(EnvSettingsSource):
+    """pydantic-settings' env source (prefix, ``__`` nesting, JSON values) over a given mapping.
+
+    The stock source reads ``os.environ``; the daemon reloads on SIGHUP with the environment it
+    started with while its scrape and GPU threads run, so the mapping is passed in instead.
+    A ``SENTINEL_*`` variable naming no section is an error here: the stock source ignores it,
+    and a typo would silently leave the default in place.
+    """
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(settings_cls)
+        unknown = _unknown_env(environ)
+        if unknown:
+            raise ConfigError(
+                "unknown environment variable(s): "
+                + ", ".join(unknown)
+                + f" (known sections: {', '.join(sorted(Settings.model_fields))})"
+            )
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        # Settings are case-insensitive (model_config): keys are matched lower-cased, as the stock
+        # source does with case_sensitive=False.
+        return {key.lower(): value for key, value in self._environ.items()}
+
+
+def _unknown_env(environ: Mapping[str, str]) -> list[str]:
     fields = {name.upper() for name in Settings.model_fields}
     bad = []
     for key in environ:
@@ -115,38 +181,22 @@ def _format_validation(exc: ValidationError, origin: str) -> str:
     return "\n".join(lines)
 
 
-def load_settings(path: Path | str | None = None, environ: dict[str, str] | None = None) -> Settings:
+def load_settings(path: Path | str | None = None, environ: Mapping[str, str] | None = None) -> Settings:
     """Build the settings from an optional TOML file and the environment.
 
-    ``path`` defaults to ``$SENTINEL_CONFIG``; with neither, only env and defaults apply.
+    ``environ`` defaults to a copy of ``os.environ`` taken now; it is only read, never installed.
+    ``path`` defaults to ``$SENTINEL_CONFIG`` (of ``environ``); with neither, only env and
+    defaults apply.
     """
     env = dict(os.environ if environ is None else environ)
     if path is None and env.get("SENTINEL_CONFIG"):
         path = env["SENTINEL_CONFIG"]
-    data: dict[str, Any] = {}
-    origin = "defaults and environment"
-    if path is not None:
-        p = Path(path)
-        data = _read_toml(p)
-        origin = f"{p} and environment"
-    unknown = _unknown_env(env)
-    if unknown:
-        raise ConfigError(
-            "unknown environment variable(s): "
-            + ", ".join(unknown)
-            + f" (known sections: {', '.join(sorted(Settings.model_fields))})"
-        )
-    saved = None
-    if environ is not None:
-        # pydantic-settings reads os.environ; swap it for the duration when a caller passes its own.
-        saved = dict(os.environ)
-        os.environ.clear()
-        os.environ.update(env)
+    file = None if path is None else Path(path)
+    origin = "defaults and environment" if file is None else f"{file} and environment"
+    token = _INPUTS.set(_Inputs(file, env))
     try:
-        return Settings(**data)
+        return Settings()
     except ValidationError as exc:
         raise ConfigError(_format_validation(exc, origin)) from None
     finally:
-        if saved is not None:
-            os.environ.clear()
-            os.environ.update(saved)
+        _INPUTS.reset(token)
