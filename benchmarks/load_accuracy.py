@@ -36,8 +36,8 @@ from typing import Any
 
 import httpx
 
+from sentinel.cli.bench import run_on_loop
 from sentinel.load import ArrivalProcess, LoadSpec, RandomDataset, RunResult, run_load
-from sentinel.load.command import run_on_loop
 from sentinel.load.stats import summarize
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from sentinel.atomic import atomic_write_bytes
-from sentinel.cli import CliError
-from sentinel.cli_target import add_target_options, read_api_key, target_base_url
+from sentinel.cli.common import CliError
+from sentinel.cli.target import add_target_options, read_api_key, target_base_url
 from sentinel.lazy import lazy_exports
 from sentinel.netloc import url_host
 

@@ -1,7 +1,8 @@
 """`sentinel --help` and every subcommand's parser stay cheap to build: no engine, no HTTP stack.
 
-`sentinel.cli` imports every subcommand module to build its parser, which runs each package's
-``__init__``; those export their public names lazily (`sentinel.lazy`). These tests keep it so,
+`sentinel.cli` imports every subcommand module and the config model (whose sections live in each
+package) to build its parser, which runs package ``__init__`` modules; those export their public
+names lazily (`sentinel.lazy`). These tests keep it so,
 and check that each lazy table still names every exported name.
 """
 
@@ -105,3 +106,29 @@ def test_every_exported_name_resolves_to_what_type_checkers_see(package: str) ->
         assert value is getattr(importlib.import_module(declared[name]), name), name
     with pytest.raises(AttributeError, match="no attribute 'not_exported'"):
         _ = module.not_exported
+
+
+def test_commands_of_the_entry_point_group_are_registered_after_the_built_in_ones(tmp_path: Path) -> None:
+    """A distribution on the path with a ``sentinel.commands`` entry point adds its subcommand."""
+    (tmp_path / "hello_cmd.py").write_text(
+        "def register(sub):\n"
+        "    p = sub.add_parser('hello', help='say hello')\n"
+        "    p.set_defaults(handler=lambda args: print('hello from a plugin') or 7)\n"
+        "def register_config(sub):\n"
+        "    raise AssertionError('a plugin must not replace a built-in command')\n"
+    )
+    dist = tmp_path / "hello_cmd-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: hello-cmd\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[sentinel.commands]\nhello = hello_cmd\nconfig = hello_cmd:register_config\n"
+    )
+    env = {**_clean_env(), "PYTHONPATH": str(tmp_path)}
+    run = [sys.executable, "-m", "sentinel"]
+    out = subprocess.run([*run, "--help"], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    listed = [line.split()[0] for line in out.stdout.splitlines() if line.startswith("    ")]
+    assert listed[-1] == "hello"
+    assert listed.count("config") == 1
+    out = subprocess.run([*run, "hello"], capture_output=True, text=True, timeout=60, env=env)
+    assert (out.returncode, out.stdout) == (7, "hello from a plugin\n"), out.stderr

@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from sentinel.cli import main
-from sentinel.status import health_code, summarize
+from sentinel.cli.status import health_code, summarize
 from sentinel.status_page import render_status_page
 from support.headless_chromium import dump_dom, requires_chromium, screenshot
 

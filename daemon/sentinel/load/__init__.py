@@ -69,9 +69,9 @@ __all__ = [
     "run_load",
 ]
 
-# Imported on first use: `sentinel --help` imports `sentinel.load.command` (which runs this
-# __init__) to build its parser, and the engine drags in aiohttp, httptools and the transport;
-# a package that only needs `LoadSpec` or `LoadCounters` should not pay for them either.
+# Imported on first use: the engine drags in aiohttp, httptools and the transport, and a
+# package that only needs `LoadSpec` or `LoadCounters` (the scheduler's settings, the
+# calibration model) should not pay for them.
 __getattr__ = lazy_exports(
     __name__,
     {

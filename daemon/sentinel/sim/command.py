@@ -8,7 +8,7 @@ import os
 import signal
 from typing import Any
 
-from sentinel.cli import CliError, add_common_options
+from sentinel.cli.common import CliError, add_common_options
 
 __all__ = ["register"]
 

@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from sentinel.config import Settings
 
+from sentinel.cli.common import add_common_options
+
 __all__ = ["register"]
 
 _FAILED = re.compile(r'^sentinel_collector_success\{collector="([^"]+)"\} 0\.0$', re.MULTILINE)
 
 
 def register(sub: Any) -> None:
-    from sentinel.cli import add_common_options
-
     p: argparse.ArgumentParser = sub.add_parser(
         "collect", help="run the collectors once and print the exposition /metrics would serve"
     )

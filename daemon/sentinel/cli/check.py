@@ -10,12 +10,12 @@ import asyncio
 import json
 from typing import Any
 
+from sentinel.cli.common import CliError, add_common_options
+
 __all__ = ["register"]
 
 
 def register(sub: Any) -> None:
-    from sentinel.cli import add_common_options
-
     p: argparse.ArgumentParser = sub.add_parser(
         "check", help="print the server's rendered command line and run the preflight checks"
     )
@@ -25,7 +25,6 @@ def register(sub: Any) -> None:
 
 
 def _handle(args: argparse.Namespace) -> int:
-    from sentinel.cli import CliError
     from sentinel.config import load_settings
     from sentinel.log import configure_logging
     from sentinel.supervise.preflight import run_preflight

@@ -6,14 +6,13 @@ import argparse
 import json
 from typing import Any
 
+from sentinel.cli.common import add_common_options
 from sentinel.config import load_settings
 
 __all__ = ["register"]
 
 
 def register(sub: Any) -> None:
-    from sentinel.cli import add_common_options
-
     p: argparse.ArgumentParser = sub.add_parser(
         "config", help="validate the configuration and print the effective values"
     )

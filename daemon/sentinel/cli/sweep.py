@@ -23,13 +23,13 @@ if TYPE_CHECKING:
     from sentinel.calibrate.model import CalibrationResult
     from sentinel.calibrate.settings import CalibrationSettings
 
+from sentinel.cli.common import CliError, add_common_options
+from sentinel.cli.target import add_target_options, read_api_key, target_base_url
+
 __all__ = ["format_summary", "register"]
 
 
 def register(sub: Any) -> None:
-    from sentinel.cli import add_common_options
-    from sentinel.cli_target import add_target_options
-
     p: argparse.ArgumentParser = sub.add_parser(
         "sweep",
         help="find the throughput ceiling, the knee and the SLO capacity with an adaptive load sweep",
@@ -78,7 +78,6 @@ def _overridden(base: CalibrationSettings, args: argparse.Namespace) -> Calibrat
     from pydantic import ValidationError
 
     from sentinel.calibrate.settings import CalibrationSettings
-    from sentinel.cli import CliError
 
     top = {
         "input_len": args.random_input_len,
@@ -160,8 +159,6 @@ def _handle(args: argparse.Namespace) -> int:
     from sentinel.calibrate.report import ReportError, write_report
     from sentinel.calibrate.runner import LoadStepRunner
     from sentinel.calibrate.store import StoreError, compare, load_result
-    from sentinel.cli import CliError
-    from sentinel.cli_target import read_api_key, target_base_url
     from sentinel.config import load_settings
     from sentinel.load import SpecError
     from sentinel.log import configure_logging

@@ -24,7 +24,8 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sentinel.cli_target import API_KEY_ENVS, add_target_options, read_api_key, target_base_url
+from sentinel.cli.common import CliError, add_common_options
+from sentinel.cli.target import API_KEY_ENVS, add_target_options, read_api_key, target_base_url
 
 if TYPE_CHECKING:
     from sentinel.load.result import RunResult
@@ -32,12 +33,10 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
-__all__ = ["register"]
+__all__ = ["build_spec", "register", "run_on_loop"]
 
 
 def register(sub: Any) -> None:
-    from sentinel.cli import add_common_options
-
     p: argparse.ArgumentParser = sub.add_parser(
         "bench",
         help="run one load against an SGLang server and print bench_serving's result block",
@@ -98,7 +97,6 @@ def register(sub: Any) -> None:
 
 def build_spec(args: argparse.Namespace) -> LoadSpec:
     """The LoadSpec an argument namespace describes; `CliError` (exit 2) for bad usage."""
-    from sentinel.cli import CliError
     from sentinel.load.spec import (
         ArrivalProcess,
         Backend,
@@ -331,7 +329,6 @@ def _failure_message(result: RunResult) -> str:
 
 
 def _report(args: argparse.Namespace, result: RunResult, interrupted: bool) -> int:
-    from sentinel.cli import CliError
     from sentinel.load.report import format_result_block
 
     m = result.metrics

@@ -17,14 +17,14 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from sentinel.cli.common import CliError, add_common_options
+
 __all__ = ["health_code", "register", "summarize"]
 
 EXIT_OK, EXIT_DEGRADED, EXIT_UNREACHABLE = 0, 1, 3
 
 
 def register(sub: Any) -> None:
-    from sentinel.cli import add_common_options
-
     p: argparse.ArgumentParser = sub.add_parser(
         "status",
         help="summarize the running daemon's state (exit 0 healthy, 1 degraded, 3 unreachable)",
@@ -132,7 +132,6 @@ def _handle(args: argparse.Namespace) -> int:
 
     import httpx
 
-    from sentinel.cli import CliError
     from sentinel.config import load_settings
     from sentinel.netloc import url_host
 

@@ -12,6 +12,8 @@ import argparse
 import os
 from pathlib import Path
 
+from sentinel.cli.common import CliError
+
 __all__ = ["API_KEY_ENVS", "add_target_options", "read_api_key", "target_base_url"]
 
 # Looked up in this order when no --api-key-file is given; OPENAI_API_KEY because bench_serving
@@ -60,7 +62,6 @@ def read_api_key(path: Path | None, configured: str | None = None) -> str | None
     An unreadable or empty file is a usage error (``CliError``, exit 2): silently falling back
     to another key would send the wrong credentials.
     """
-    from sentinel.cli import CliError
 
     if path is not None:
         try:

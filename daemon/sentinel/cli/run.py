@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from sentinel.cli.common import CliError, add_common_options
+
 __all__ = ["parse_listen", "register"]
 
 
 def register(sub: Any) -> None:
-    from sentinel.cli import add_common_options
-
     p: argparse.ArgumentParser = sub.add_parser(
         "run",
         help="run the daemon: supervise the server, load it on a schedule, export everything",
@@ -46,7 +46,6 @@ def parse_listen(value: str) -> tuple[str, int]:
 def _handle(args: argparse.Namespace) -> int:
     import asyncio
 
-    from sentinel.cli import CliError
     from sentinel.config import load_settings
     from sentinel.daemon import Daemon, DaemonError
     from sentinel.log import configure_logging
