@@ -127,7 +127,12 @@ def test_commands_of_the_entry_point_group_are_registered_after_the_built_in_one
     run = [sys.executable, "-m", "sentinel"]
     out = subprocess.run([*run, "--help"], capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr
-    listed = [line.split()[0] for line in out.stdout.splitlines() if line.startswith("    ")]
+    # Command lines are indented by four; wrapped help text by more.
+    listed = [
+        line.split()[0]
+        for line in out.stdout.splitlines()
+        if line.startswith("    ") and not line.startswith("     ")
+    ]
     assert listed[-1] == "hello"
     assert listed.count("config") == 1
     out = subprocess.run([*run, "hello"], capture_output=True, text=True, timeout=60, env=env)
