@@ -24,7 +24,15 @@ from typing import TYPE_CHECKING
 from sentinel.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from sentinel.collect.registry import CollectorSet, Factory, available, build_collector_set, register
+    from sentinel.collect.registry import (
+        CollectorInputs,
+        CollectorSet,
+        Factory,
+        ServerEndpoint,
+        available,
+        build_collector_set,
+        register,
+    )
     from sentinel.collect.sglang_log import SGLangLogCollector
     from sentinel.collect.sglang_metrics import SGLangMetricsCollector
     from sentinel.collect.source import Background, CollectionFailed, Source, Timestamped
@@ -32,10 +40,12 @@ if TYPE_CHECKING:
 __all__ = [
     "Background",
     "CollectionFailed",
+    "CollectorInputs",
     "CollectorSet",
     "Factory",
     "SGLangLogCollector",
     "SGLangMetricsCollector",
+    "ServerEndpoint",
     "Source",
     "Timestamped",
     "available",
@@ -48,11 +58,13 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
+        "CollectorInputs": "sentinel.collect.registry",
         "CollectorSet": "sentinel.collect.registry",
         "Factory": "sentinel.collect.registry",
         "available": "sentinel.collect.registry",
         "build_collector_set": "sentinel.collect.registry",
         "register": "sentinel.collect.registry",
+        "ServerEndpoint": "sentinel.collect.registry",
         "SGLangLogCollector": "sentinel.collect.sglang_log",
         "SGLangMetricsCollector": "sentinel.collect.sglang_metrics",
         "Background": "sentinel.collect.source",

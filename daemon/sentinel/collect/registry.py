@@ -17,7 +17,7 @@ import asyncio
 import importlib
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
@@ -28,13 +28,46 @@ from sentinel.collect.source import Background, CollectionFailed, Source, Timest
 from sentinel.log import get_logger
 
 if TYPE_CHECKING:
-    from sentinel.config import Settings
+    from sentinel.collect.settings import CollectorsSettings
 
-__all__ = ["CollectorSet", "Factory", "available", "build_collector_set", "register"]
+__all__ = [
+    "CollectorInputs",
+    "CollectorSet",
+    "Factory",
+    "ServerEndpoint",
+    "available",
+    "build_collector_set",
+    "register",
+]
 
 _log = get_logger(__name__)
 
-Factory = Callable[["Settings"], Source]
+
+class ServerEndpoint(Protocol):
+    """Where the server listens (``[server]`` host/port): the default of the sglang collector's URL."""
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
+
+
+class CollectorInputs(Protocol):
+    """What a collector factory reads of the configuration: ``[collectors]`` and the server's address.
+
+    :class:`sentinel.config.Settings` is one. Declared here, not imported: the config composes
+    this package's settings section, so it sits a layer above and collect must not import it.
+    """
+
+    @property
+    def collectors(self) -> CollectorsSettings: ...
+
+    @property
+    def server(self) -> ServerEndpoint: ...
+
+
+Factory = Callable[[CollectorInputs], Source]
 
 _FACTORIES: dict[str, Factory] = {}
 # Imported on first use so each registers itself; kept here so the list of built-ins is in one place.
@@ -68,7 +101,7 @@ def available() -> frozenset[str]:
     return frozenset(_FACTORIES)
 
 
-def build_collector_set(settings: Settings) -> CollectorSet:
+def build_collector_set(settings: CollectorInputs) -> CollectorSet:
     """One instance of every enabled collector, in the configured order (not started)."""
     _load_builtins()
     return CollectorSet((name, _FACTORIES[name](settings)) for name in settings.collectors.enabled)

@@ -17,12 +17,12 @@ import threading
 import time
 from collections.abc import AsyncIterable, Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from sentinel.collect.registry import register
+from sentinel.collect.registry import CollectorInputs, register
 from sentinel.sglang.logparse import (
     DecodeBatch,
     HealthCheckFailed,
@@ -30,9 +30,6 @@ from sentinel.sglang.logparse import (
     PrefillBatch,
     parse_line,
 )
-
-if TYPE_CHECKING:
-    from sentinel.config import Settings
 
 __all__ = ["SGLangLogCollector"]
 
@@ -259,5 +256,5 @@ class SGLangLogCollector:
 
 
 @register("sglang_log")
-def _factory(settings: Settings) -> SGLangLogCollector:
+def _factory(settings: CollectorInputs) -> SGLangLogCollector:
     return SGLangLogCollector()

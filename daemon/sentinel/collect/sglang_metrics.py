@@ -19,18 +19,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 import httpx
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from sentinel.collect.registry import register
+from sentinel.collect.registry import CollectorInputs, register
 from sentinel.collect.sglang_parse import FamilyParser
 from sentinel.collect.source import CollectionFailed
-
-if TYPE_CHECKING:
-    from sentinel.config import Settings
 
 __all__ = ["SGLangMetricsCollector", "default_metrics_url"]
 
@@ -147,7 +143,7 @@ class SGLangMetricsCollector:
 
 
 @register("sglang")
-def _factory(settings: Settings) -> SGLangMetricsCollector:
+def _factory(settings: CollectorInputs) -> SGLangMetricsCollector:
     cfg = settings.collectors.sglang
     url = cfg.url or default_metrics_url(settings.server.host, settings.server.port)
     return SGLangMetricsCollector(url, timeout=cfg.timeout_seconds, max_bytes=cfg.max_bytes)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -18,12 +17,9 @@ from prometheus_client.metrics_core import Metric
 from sentinel.collect.gpu.fake import FakeNvml
 from sentinel.collect.gpu.poller import GpuPoller, GpuSnapshot
 from sentinel.collect.gpu.reading import DeviceIdentity, DeviceReading, Nvml
-from sentinel.collect.registry import register
+from sentinel.collect.registry import CollectorInputs, register
 from sentinel.collect.render import render_families
 from sentinel.collect.source import CollectionFailed
-
-if TYPE_CHECKING:
-    from sentinel.config import Settings
 
 __all__ = ["GpuCollector"]
 
@@ -344,7 +340,7 @@ def _real_nvml() -> Nvml:
 
 
 @register("gpu")
-def _factory(settings: Settings) -> GpuCollector:
+def _factory(settings: CollectorInputs) -> GpuCollector:
     cfg = settings.collectors.gpu
     nvml_factory: Callable[[], Nvml]
     if cfg.backend == "fake":
