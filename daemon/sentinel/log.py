@@ -65,5 +65,10 @@ def configure_logging(level: str = "info", fmt: LogFormat = "auto") -> None:
 
 
 def get_logger(name: str) -> structlog.stdlib.BoundLogger:
+    """The logger of one module: ``_log = get_logger(__name__)`` at module level, everywhere.
+
+    The name is the module's, so a line's ``logger`` field says where it came from and the
+    stdlib's per-logger levels work on sentinel's own tree (``sentinel.load``...).
+    """
     logger: structlog.stdlib.BoundLogger = structlog.stdlib.get_logger(name)
     return logger

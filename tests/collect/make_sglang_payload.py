@@ -2,12 +2,12 @@
 
 The real samples are excerpts; tests of the exporter and ``benchmarks/exporter_latency.py`` need a
 whole, well-formed payload of realistic size. This builds one with prometheus_client itself (as
-SGLang does), from ``sentinel.sglang.metricnames`` (every family a default TP=8 launch creates,
+SGLang does), from ``support.sglang_metricnames`` (every family a default TP=8 launch creates,
 with its labels and buckets): scheduler series from TP rank 0, and the three families v0.5.9
 writes on every rank (queue_time_seconds, cuda_graph_passes_total, cache_config_info) on all 8.
 Values are deterministic. No ``_created`` series (SGLang's multiprocess mode has none).
 
-Run: ``.venv/bin/python tests/collect/make_sglang_payload.py``
+Run: ``PYTHONPATH=tests .venv/bin/python tests/collect/make_sglang_payload.py``
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from sentinel.sglang.metricnames import FAMILIES
+from support.sglang_metricnames import FAMILIES
 
 ALL_RANKS = {"sglang:queue_time_seconds", "sglang:cuda_graph_passes_total", "sglang:cache_config_info"}
 MODEL = "zai-org/GLM-5-NVFP4"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sentinel.sglang.metricnames import FAMILIES, MetricFamily, by_name
+from support.sglang_metricnames import FAMILIES, MetricFamily, by_name
 
 SGLANG_SRC = Path("/work/notes/sglang-0.5.9/sglang")
 SAMPLES = Path("/work/shared/reference/samples")
@@ -20,7 +20,7 @@ def test_reference_matches_the_wheel_source() -> None:
     if not (SGLANG_SRC / "srt/metrics/collector.py").is_file():
         pytest.skip("unpacked sglang 0.5.9 wheel not present")
     spec = importlib.util.spec_from_file_location(
-        "extract", Path(__file__).with_name("extract_metricnames.py")
+        "extract", Path(__file__).parents[1] / "support" / "extract_sglang_metricnames.py"
     )
     assert spec is not None
     assert spec.loader is not None

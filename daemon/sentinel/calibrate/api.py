@@ -17,7 +17,7 @@ from sentinel.log import get_logger
 
 __all__ = ["base_spec", "calibrate", "recalibrate", "store_for"]
 
-log = get_logger(__name__)
+_log = get_logger(__name__)
 
 
 def _secret(key: str | SecretStr | None) -> str | None:
@@ -120,6 +120,6 @@ async def recalibrate(
     try:
         store.save(result)
     except StoreError as exc:
-        log.error("calibration_not_saved", error=str(exc))
+        _log.error("calibration_not_saved", error=str(exc))
         result = result.model_copy(update={"warnings": (*result.warnings, f"result not saved: {exc}")})
     return result

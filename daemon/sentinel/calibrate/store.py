@@ -22,7 +22,7 @@ __all__ = ["REGRESSION_FIGURES", "ResultStore", "StoreError", "compare", "load_r
 _PREFIX = "calibration-"
 _SUFFIX = ".json"
 
-log = get_logger(__name__)
+_log = get_logger(__name__)
 
 # Figures whose drop below the baseline is a regression. Knee and SLO concurrency are reported as
 # changes only: they move in whole steps of the search, so a one-step move is not news.
@@ -88,7 +88,7 @@ class ResultStore:
             try:
                 old.unlink()
             except OSError as exc:
-                log.warning("calibration_prune_failed", path=str(old), error=str(exc))
+                _log.warning("calibration_prune_failed", path=str(old), error=str(exc))
 
     def results(self) -> list[CalibrationResult]:
         """Every readable result, oldest first."""
@@ -97,7 +97,7 @@ class ResultStore:
             try:
                 out.append(load_result(path))
             except ValueError as exc:
-                log.warning("calibration_result_unreadable", reason=str(exc))
+                _log.warning("calibration_result_unreadable", reason=str(exc))
         return out
 
     def latest(self) -> CalibrationResult | None:
@@ -106,7 +106,7 @@ class ResultStore:
             try:
                 return load_result(path)
             except ValueError as exc:
-                log.warning("calibration_result_unreadable", reason=str(exc))
+                _log.warning("calibration_result_unreadable", reason=str(exc))
         return None
 
 

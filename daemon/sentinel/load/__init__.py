@@ -16,7 +16,7 @@ Used by `sentinel bench`, the calibration sweep and the daemon's scheduled loads
     result.to_dict(details=False)        # bench_serving --output-file keys + ours
     format_result_block(result)          # bench_serving's printed block (same labels)
 
-Metric definitions live in `sentinel.load.metrics` (module docstring). A server's misbehaviour
+Metric definitions live in `sentinel.load.figures` (module docstring). A server's misbehaviour
 never raises: each request ends as success or a counted failure reason
 (`RunMetrics.failures`, `FailureReason`). Setting `cancel` returns the partial result.
 """
@@ -29,7 +29,7 @@ from sentinel.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from sentinel.load.engine import RecordCallback, make_session, resolve_model, run_load
-    from sentinel.load.metrics import RunMetrics, SteadyState, compute_metrics
+    from sentinel.load.figures import RunMetrics, SteadyState, compute_metrics
     from sentinel.load.records import FailureReason, LoadCounters, RequestRecord
     from sentinel.load.report import format_result_block
     from sentinel.load.result import RunResult
@@ -79,9 +79,9 @@ __getattr__ = lazy_exports(
         "make_session": "sentinel.load.engine",
         "resolve_model": "sentinel.load.engine",
         "run_load": "sentinel.load.engine",
-        "RunMetrics": "sentinel.load.metrics",
-        "SteadyState": "sentinel.load.metrics",
-        "compute_metrics": "sentinel.load.metrics",
+        "RunMetrics": "sentinel.load.figures",
+        "SteadyState": "sentinel.load.figures",
+        "compute_metrics": "sentinel.load.figures",
         "FailureReason": "sentinel.load.records",
         "LoadCounters": "sentinel.load.records",
         "RequestRecord": "sentinel.load.records",

@@ -32,8 +32,8 @@ import aiohttp
 from sentinel.load.arrivals import planned_offsets
 from sentinel.load.backends import ResponseParser, StreamFailure, build_body, make_parser, parse_whole
 from sentinel.load.datasets import Prompt, PromptSource
+from sentinel.load.figures import compute_metrics
 from sentinel.load.lag import LoopLagMonitor
-from sentinel.load.metrics import compute_metrics
 from sentinel.load.records import FailureReason, LoadCounters, RequestRecord
 from sentinel.load.result import RunResult
 from sentinel.load.spec import ArrivalProcess, Backend, LoadSpec, SharedPrefixDataset

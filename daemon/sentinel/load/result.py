@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from sentinel.load.metrics import RunMetrics
+from sentinel.load.figures import RunMetrics
 from sentinel.load.records import RequestRecord
 from sentinel.load.spec import ArrivalProcess, JsonlDataset, LoadSpec, RandomDataset, SharedPrefixDataset
 from sentinel.load.stats import Summary

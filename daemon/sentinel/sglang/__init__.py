@@ -2,6 +2,8 @@
 
 - ``sentinel.sglang.logparse`` — SGLang server log line → typed event (batch lines, start-up
   milestones, health-check failures, crash signatures).
-- ``sentinel.sglang.metricnames`` — the ``sglang:*`` metric families of SGLang 0.5.9 (type,
-  labels, histogram buckets).
+
+The catalog of SGLang 0.5.9's ``sglang:*`` metric families (type, labels, buckets) is test data:
+``tests/support/sglang_metricnames.py``, generated next to it. Production code re-exposes
+SGLang's series as the server emits them and needs no list of them.
 """

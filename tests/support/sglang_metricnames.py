@@ -1,7 +1,7 @@
 # ruff: noqa: E501  (generated: SGLang's help strings are kept verbatim)
 """The ``sglang:*`` metric families of SGLang 0.5.9 — GENERATED, do not edit by hand.
 
-Regenerate with ``python tests/sglang/extract_metricnames.py <sglang-0.5.9 wheel>/sglang``
+Regenerate with ``python tests/support/extract_sglang_metricnames.py <sglang-0.5.9 wheel>/sglang``
 (then ``ruff format``).
 One ``MetricFamily`` per constructor call in the wheel's source (a family created in two
 branches appears twice with each branch's ``condition``). ``labels`` are the label names for a

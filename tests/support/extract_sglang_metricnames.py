@@ -1,12 +1,13 @@
-"""Regenerate ``sentinel/sglang/metricnames.py`` from an unpacked SGLang 0.5.9 wheel.
+"""Regenerate ``tests/support/sglang_metricnames.py`` from an unpacked SGLang 0.5.9 wheel.
 
 Reads the source statically (``ast``): the metrics modules import torch, so they cannot be
 imported here. Every ``Counter/Gauge/Histogram/Summary/GaugeHistogram(name="sglang:…")`` call is
 evaluated with the label set its caller passes (read from scheduler_metrics_mixin.py and
 tokenizer_manager.py) and the literal bucket lists assigned earlier in the same function.
 
-Usage: ``python tests/sglang/extract_metricnames.py /work/notes/sglang-0.5.9/sglang > OUT.py``
-(``test_metricnames.py`` runs it and compares with the committed module when the source is present).
+Usage: ``python tests/support/extract_sglang_metricnames.py /work/notes/sglang-0.5.9/sglang > OUT.py``
+(``tests/sglang/test_metricnames.py`` runs it and compares with the committed module when the source
+is present).
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ def render(entries: list[dict[str, Any]]) -> str:
         "# ruff: noqa: E501  (generated: SGLang's help strings are kept verbatim)",
         '"""The ``sglang:*`` metric families of SGLang 0.5.9 — GENERATED, do not edit by hand.',
         "",
-        "Regenerate with ``python tests/sglang/extract_metricnames.py <sglang-0.5.9 wheel>/sglang``",
+        "Regenerate with ``python tests/support/extract_sglang_metricnames.py <sglang-0.5.9 wheel>/sglang``",
         "(then ``ruff format``).",
         "One ``MetricFamily`` per constructor call in the wheel's source (a family created in two",
         "branches appears twice with each branch's ``condition``). ``labels`` are the label names for a",
