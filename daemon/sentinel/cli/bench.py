@@ -214,9 +214,10 @@ def run_on_loop(main: Coroutine[Any, Any, _T], arrival: ArrivalProcess) -> _T:
 
 
 async def _bench(spec: LoadSpec, show_progress: bool, flush_cache: bool) -> tuple[RunResult, bool]:
-    from sentinel.load.engine import make_session, run_load
+    from sentinel.load.engine import run_load
     from sentinel.load.progress import ProgressLine
     from sentinel.load.records import LoadCounters
+    from sentinel.load.session import make_session
 
     cancel = asyncio.Event()
     interrupted = False

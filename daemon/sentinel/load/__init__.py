@@ -28,11 +28,12 @@ from typing import TYPE_CHECKING
 from sentinel.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from sentinel.load.engine import RecordCallback, make_session, resolve_model, run_load
+    from sentinel.load.engine import RecordCallback, run_load
     from sentinel.load.figures import RunMetrics, SteadyState, compute_metrics
     from sentinel.load.records import FailureReason, LoadCounters, RequestRecord
     from sentinel.load.report import format_result_block
     from sentinel.load.result import RunResult
+    from sentinel.load.session import make_session, resolve_model
     from sentinel.load.spec import (
         ArrivalProcess,
         Backend,
@@ -76,8 +77,8 @@ __getattr__ = lazy_exports(
     __name__,
     {
         "RecordCallback": "sentinel.load.engine",
-        "make_session": "sentinel.load.engine",
-        "resolve_model": "sentinel.load.engine",
+        "make_session": "sentinel.load.session",
+        "resolve_model": "sentinel.load.session",
         "run_load": "sentinel.load.engine",
         "RunMetrics": "sentinel.load.figures",
         "SteadyState": "sentinel.load.figures",

@@ -8,7 +8,7 @@ against this one, cost more client CPU per token (1.89x vs 2.57x bench_serving's
 256/256, 2.66x vs 4.29x at 1024/1024) and had a higher Poisson p99 schedule lag (3.4-6 ms vs
 ~2 ms); httpx parses HTTP in pure Python and cost 2-3x aiohttp's CPU per event
 (`benchmarks/load_http_clients.py`, `benchmarks/load_efficiency.py`, `benchmarks/load_accuracy.py`).
-aiohttp is still used for the few auxiliary calls (`/v1/models`).
+aiohttp is still used for the few auxiliary calls (`/v1/models`): `sentinel.load.session`.
 
 Timing-path discipline: bodies are serialised before their planned time; a request's send
 time is when its last byte was handed to the kernel (after any connect); a response read's time
@@ -36,79 +36,17 @@ from sentinel.load.figures import compute_metrics
 from sentinel.load.lag import LoopLagMonitor
 from sentinel.load.records import FailureReason, LoadCounters, RequestRecord
 from sentinel.load.result import RunResult
+from sentinel.load.session import make_session, request_headers, resolve_model
 from sentinel.load.spec import ArrivalProcess, Backend, LoadSpec, SharedPrefixDataset
-from sentinel.load.transport import KEEPALIVE_S, ConnectError, ConnectionLost, HttpClient, ProtocolError
+from sentinel.load.transport import ConnectError, ConnectionLost, HttpClient, ProtocolError
 
-__all__ = ["RecordCallback", "make_session", "resolve_model", "run_load"]
+__all__ = ["RecordCallback", "run_load"]
 
 RecordCallback = Callable[[RequestRecord], None]
 
 _ERROR_BODY_LIMIT = 2048
 _PRECISE_WINDOW_S = 0.0015
 _DONE_EVENT = b"data: [DONE]\n\n"
-# aiohttp's per-response buffer for the auxiliary calls.
-_READ_BUFSIZE = 1 << 20
-
-
-def _headers(spec: LoadSpec) -> dict[str, str]:
-    headers = {"Content-Type": "application/json", "Accept": "text/event-stream, application/json"}
-    headers.update(spec.headers)
-    if spec.api_key:
-        headers["Authorization"] = f"Bearer {spec.api_key}"
-    return headers
-
-
-def make_session(
-    spec: LoadSpec,
-    *,
-    limit: int = 0,
-    headers: dict[str, str] | None = None,
-) -> aiohttp.ClientSession:
-    """An aiohttp session for auxiliary calls to the server (must be made inside a loop).
-
-    `limit` caps its connections (0: no cap, for callers that bound their own concurrency);
-    `headers` are sent with every request."""
-    connector = aiohttp.TCPConnector(
-        limit=limit,
-        limit_per_host=0,
-        keepalive_timeout=KEEPALIVE_S,
-        ttl_dns_cache=300,
-    )
-    return aiohttp.ClientSession(
-        connector=connector,
-        headers=headers,
-        # Per-request deadlines are the engine's own (asyncio.timeout around each request).
-        timeout=aiohttp.ClientTimeout(total=None, connect=min(30.0, spec.request_timeout_s)),
-        cookie_jar=aiohttp.DummyCookieJar(),
-        # We ask for no compression: a compressed stream would delay tokens and cost CPU.
-        skip_auto_headers=("Accept-Encoding", "User-Agent"),
-        auto_decompress=False,
-        read_bufsize=_READ_BUFSIZE,
-        trust_env=False,
-    )
-
-
-async def resolve_model(session: aiohttp.ClientSession, spec: LoadSpec) -> tuple[str, str | None]:
-    """The model name for OpenAI routes: the spec's, else the server's first, else "default".
-
-    Returns (model, note) where note explains a fallback."""
-    if spec.model:
-        return spec.model, None
-    headers = {k: v for k, v in _headers(spec).items() if k != "Content-Type"}
-    try:
-        async with asyncio.timeout(10.0):
-            async with session.get(spec.base_url + "/v1/models", headers=headers) as resp:
-                if resp.status == 200:
-                    data = await resp.json(content_type=None)
-                    models = data.get("data") if isinstance(data, dict) else None
-                    if isinstance(models, list) and models and isinstance(models[0], dict):
-                        mid = models[0].get("id")
-                        if isinstance(mid, str) and mid:
-                            return mid, None
-                note = f"GET /v1/models answered {resp.status}; using model 'default'"
-    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-        note = f"GET /v1/models failed ({type(exc).__name__}); using model 'default'"
-    return "default", note
 
 
 def _split_events(buf: bytes) -> tuple[list[bytes], bytes]:
@@ -421,7 +359,9 @@ async def run_load(
     source = PromptSource(spec)  # may raise SpecError before anything is sent
     # The pool has no cap of its own: the engine bounds its streams (max_concurrency), so a
     # request never waits in the pool for a connection (that wait would count in TTFT).
-    client = HttpClient(spec.base_url, _headers(spec), connect_timeout=min(30.0, spec.request_timeout_s))
+    client = HttpClient(
+        spec.base_url, request_headers(spec), connect_timeout=min(30.0, spec.request_timeout_s)
+    )
     cancel_task = asyncio.create_task(cancel.wait())
     try:
         notes: list[str] = []

@@ -1,0 +1,82 @@
+"""The aiohttp session for the load engine's auxiliary calls to the server (``/v1/models``, ...).
+
+Streams do not go through it (they use `sentinel.load.transport`, see `sentinel.load.engine`):
+aiohttp is fine for a handful of calls per run, and ``sentinel bench`` reuses the session for
+its own (``/flush_cache``, ``/server_info``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+
+from sentinel.load.spec import LoadSpec
+from sentinel.load.transport import KEEPALIVE_S
+
+__all__ = ["make_session", "request_headers", "resolve_model"]
+
+# aiohttp's per-response buffer for the auxiliary calls.
+_READ_BUFSIZE = 1 << 20
+
+
+def request_headers(spec: LoadSpec) -> dict[str, str]:
+    """The headers of every load request: JSON in, SSE or JSON out, the spec's own, the API key."""
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream, application/json"}
+    headers.update(spec.headers)
+    if spec.api_key:
+        headers["Authorization"] = f"Bearer {spec.api_key}"
+    return headers
+
+
+def make_session(
+    spec: LoadSpec,
+    *,
+    limit: int = 0,
+    headers: dict[str, str] | None = None,
+) -> aiohttp.ClientSession:
+    """An aiohttp session for auxiliary calls to the server (must be made inside a loop).
+
+    `limit` caps its connections (0: no cap, for callers that bound their own concurrency);
+    `headers` are sent with every request."""
+    connector = aiohttp.TCPConnector(
+        limit=limit,
+        limit_per_host=0,
+        keepalive_timeout=KEEPALIVE_S,
+        ttl_dns_cache=300,
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        headers=headers,
+        # Per-request deadlines are the engine's own (asyncio.timeout around each request).
+        timeout=aiohttp.ClientTimeout(total=None, connect=min(30.0, spec.request_timeout_s)),
+        cookie_jar=aiohttp.DummyCookieJar(),
+        # We ask for no compression: a compressed stream would delay tokens and cost CPU.
+        skip_auto_headers=("Accept-Encoding", "User-Agent"),
+        auto_decompress=False,
+        read_bufsize=_READ_BUFSIZE,
+        trust_env=False,
+    )
+
+
+async def resolve_model(session: aiohttp.ClientSession, spec: LoadSpec) -> tuple[str, str | None]:
+    """The model name for OpenAI routes: the spec's, else the server's first, else "default".
+
+    Returns (model, note) where note explains a fallback."""
+    if spec.model:
+        return spec.model, None
+    headers = {k: v for k, v in request_headers(spec).items() if k != "Content-Type"}
+    try:
+        async with asyncio.timeout(10.0):
+            async with session.get(spec.base_url + "/v1/models", headers=headers) as resp:
+                if resp.status == 200:
+                    data = await resp.json(content_type=None)
+                    models = data.get("data") if isinstance(data, dict) else None
+                    if isinstance(models, list) and models and isinstance(models[0], dict):
+                        mid = models[0].get("id")
+                        if isinstance(mid, str) and mid:
+                            return mid, None
+                note = f"GET /v1/models answered {resp.status}; using model 'default'"
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        note = f"GET /v1/models failed ({type(exc).__name__}); using model 'default'"
+    return "default", note
