@@ -122,6 +122,7 @@ def test_commands_of_the_entry_point_group_are_registered_after_the_built_in_one
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: hello-cmd\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text(
         "[sentinel.commands]\nhello = hello_cmd\nconfig = hello_cmd:register_config\n"
+        "broken = no_such_module_anywhere\n"
     )
     env = {**_clean_env(), "PYTHONPATH": str(tmp_path)}
     run = [sys.executable, "-m", "sentinel"]
@@ -135,5 +136,9 @@ def test_commands_of_the_entry_point_group_are_registered_after_the_built_in_one
     ]
     assert listed[-1] == "hello"
     assert listed.count("config") == 1
+    assert "broken" not in listed
+    # A plugin that cannot be imported is one line on stderr, not a traceback and not a dead CLI.
+    assert out.stderr.startswith("sentinel: command 'broken' (no_such_module_anywhere) not loaded: ")
+    assert "Traceback" not in out.stderr
     out = subprocess.run([*run, "hello"], capture_output=True, text=True, timeout=60, env=env)
     assert (out.returncode, out.stdout) == (7, "hello from a plugin\n"), out.stderr

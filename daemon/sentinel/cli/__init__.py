@@ -44,16 +44,21 @@ def _register_plugins(sub: Any, taken: set[str]) -> None:
 
     Loaded here, when the parser is built, not at import: an installed plugin costs nothing
     until the command line is parsed. A plugin naming a command that is already registered is
-    skipped (the built-in one wins, and argparse would refuse the duplicate).
+    skipped (the built-in one wins, and argparse would refuse the duplicate). A plugin that
+    cannot be loaded costs its own command only: one line on stderr, the others still work.
     """
     from importlib.metadata import entry_points
 
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         if ep.name in taken:
             continue
-        target = ep.load()
-        register: Callable[[Any], None] = getattr(target, "register", target)
-        register(sub)
+        try:
+            target = ep.load()
+            register: Callable[[Any], None] = getattr(target, "register", target)
+            register(sub)
+        except Exception as exc:
+            print(f"sentinel: command {ep.name!r} ({ep.value}) not loaded: {exc!r}", file=sys.stderr)
+            continue
         taken.add(ep.name)
 
 
