@@ -605,9 +605,11 @@ def _parse(line: str) -> LogEvent | None:
         crash = _CRASH.search(msg)
         if crash is not None and crash.lastgroup is not None:
             # The outer (k…) group closes last, so it is lastgroup even when an x… group matched.
-            kind = _CRASH_KINDS[crash.lastgroup]
-            code = crash.group("x1") or crash.group("x2") if kind in _EXIT_CODE_KINDS else None
-            return CrashSignature(ts, ranks, kind, line.strip(), int(code) if code is not None else None)
+            crash_kind = _CRASH_KINDS[crash.lastgroup]
+            code = crash.group("x1") or crash.group("x2") if crash_kind in _EXIT_CODE_KINDS else None
+            return CrashSignature(
+                ts, ranks, crash_kind, line.strip(), int(code) if code is not None else None
+            )
     return None
 
 
