@@ -170,7 +170,7 @@ CHANGES: tuple[Change, ...] = (
            "series.server_total: one series per replica (lowest tp_rank), summed over dp_rank"),
     Change("metrics.module_moved", "metrics",
            "Collectors moved: srt/metrics/collector.py -> srt/observability/metrics_collector.py; "
-           "~86 family names added, 8 gone (see sentinel.sglang.metricnames)",
+           "85 literal name=\"sglang:…\" families added, 8 gone (grep of both wheels); tokenizer histograms gain is_streaming",
            "0.5.9", "0.5.23", "sglang/srt/observability/metrics_collector.py",
            "sglang collector passes every sglang:* family through with its labels"),
     # --- /v1/loads ----------------------------------------------------------------------------
