@@ -108,7 +108,9 @@ def test_every_sample_file_feeds_without_error(clock: Clock) -> None:
             total += 1
     s = scrape(c)
     assert get(s, "sentinel_sglang_log_lines_total") == total
-    assert get(s, "sentinel_sglang_log_unparsed_batch_lines_total") == 0
+    unparsed = [v for k, v in s.items() if k[0] == "sentinel_sglang_log_lines_unparsed_total"]
+    assert len(unparsed) == 8  # every kind x reason, at 0 from the start
+    assert sum(unparsed) == 0
 
 
 def test_stale_gauges_disappear_but_timestamps_stay(clock: Clock) -> None:
@@ -135,7 +137,8 @@ def test_unparseable_batch_lines_and_events_are_counted(clock: Clock) -> None:
     )
     s = scrape(c)
     assert get(s, "sentinel_sglang_log_lines_total") == 4
-    assert get(s, "sentinel_sglang_log_unparsed_batch_lines_total") == 1
+    assert get(s, "sentinel_sglang_log_lines_unparsed_total", kind="decode", reason="bad_value") == 1
+    assert get(s, "sentinel_sglang_log_lines_unparsed_total", kind="decode", reason="missing_field") == 0
     assert get(s, "sentinel_sglang_log_kv_retractions_total") == 1
     assert get(s, "sentinel_sglang_log_retracted_requests_total") == 3
 
@@ -166,3 +169,19 @@ async def test_follow_a_line_stream() -> None:
     s = scrape(c)
     assert get(s, "sentinel_sglang_log_batch_lines_total", dp_rank="0", kind="decode") == 8
     assert get(s, "sentinel_sglang_log_last_line_timestamp_seconds") == 1007.0  # the line's own read time
+
+
+def test_unparsed_reasons_and_nan_sanitized(clock: Clock) -> None:
+    c = SGLangLogCollector(clock=clock)
+    c.feed("[2026-01-01 00:00:00 TP0] Decode batch, #running-req: 1, cuda graph: True")  # no usage
+    c.feed("[2026-01-01 00:00:00 TP0] Prefill batch; #new-seq: 1")  # not the ", " head
+    assert get(scrape(c), "sentinel_sglang_log_nan_sanitized_total") == 0
+    c.feed(
+        "[2026-01-01 00:00:01 TP0] NaN detected in sampler: next_token_logits; values were sanitized "
+        "before sampling. This usually indicates numerical overflow (e.g. fp16 activations) or an "
+        "upstream bug producing NaN. Logged once; further occurrences are silent."
+    )
+    s = scrape(c)
+    assert get(s, "sentinel_sglang_log_lines_unparsed_total", kind="decode", reason="missing_field") == 1
+    assert get(s, "sentinel_sglang_log_lines_unparsed_total", kind="prefill", reason="bad_head") == 1
+    assert get(s, "sentinel_sglang_log_nan_sanitized_total") == 1

@@ -162,7 +162,8 @@ async def test_read_progress_prefers_live_running_count() -> None:
 
     async with client(handler) as c:
         p = await read_progress(c, 1.0)
-    assert p == Progress(decode_tokens=2400.0, running=5.0)
+    # Two TP ranks of one replica count the same tokens (--enable-metrics-for-all-schedulers).
+    assert p == Progress(decode_tokens=1200.0, running=5.0, running_source="loads_aggregate")
 
     def old_server(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/metrics":
@@ -170,7 +171,46 @@ async def test_read_progress_prefers_live_running_count() -> None:
         return httpx.Response(404)
 
     async with client(old_server) as c:
-        assert (await read_progress(c, 1.0)).running == 0.0
+        p = await read_progress(c, 1.0)
+    assert (p.running, p.running_source) == (0.0, "metrics_gauge")
+
+
+async def test_read_progress_sums_0_5_23_loads_without_aggregate() -> None:
+    """0.5.23's /v1/loads has per-DP-rank entries and no aggregate (entrypoints/v1_loads.py)."""
+    loads = {"version": "0.5.23", "loads": [
+        {"dp_rank": 0, "num_running_reqs": 3, "num_waiting_reqs": 1, "token_usage": 0.2},
+        {"dp_rank": 1, "num_running_reqs": 4, "num_waiting_reqs": 0, "token_usage": 0.4},
+    ]}  # fmt: skip
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/metrics":
+            return httpx.Response(200, text=METRICS)
+        return httpx.Response(200, json=loads)
+
+    async with client(handler) as c:
+        p = await read_progress(c, 1.0)
+    assert (p.running, p.running_source) == (7.0, "loads_ranks")
+    d = StallDetector(stall_after=60)
+    assert "loads_ranks" in d.observe(p, now=0).detail
+
+
+async def test_read_progress_counts_priority_gauges_once() -> None:
+    """--enable-priority-scheduling: total under priority="" plus one series per priority."""
+    metrics = METRICS.replace(
+        'sglang:num_running_reqs{tp_rank="0"} 0.0',
+        'sglang:num_running_reqs{priority="",tp_rank="0"} 6.0\n'
+        'sglang:num_running_reqs{priority="0",tp_rank="0"} 4.0\n'
+        'sglang:num_running_reqs{priority="1",tp_rank="0"} 2.0',
+    )
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/metrics":
+            return httpx.Response(200, text=metrics)
+        return httpx.Response(404)
+
+    async with client(handler) as c:
+        p = await read_progress(c, 1.0)
+    assert (p.running, p.running_source) == (6.0, "metrics_gauge")
 
 
 def test_stall_detector() -> None:

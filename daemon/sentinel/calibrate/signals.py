@@ -3,8 +3,10 @@
 SGLang's scheduler gauges are snapshots written at log time (every prefill batch and every
 ``decode-log-interval`` decode steps), so one scrape at the end of a step says little: the step
 is sampled every ``interval`` seconds and summarised (mean, max, fraction of samples with a
-non-empty queue). Only TP rank 0 writes these gauges (other ranks' series, when present, are
-duplicates), so ``tp_rank="0"`` is preferred; without that label the largest series is used.
+non-empty queue). Each figure is taken once per server with
+:func:`sentinel.sglang.series.server_total`: other TP ranks' series (``--enable-metrics-for-all-
+schedulers``) are duplicates, ``--enable-priority-scheduling`` adds per-priority series next to
+the ``priority=""`` total, and DP replicas (``dp_rank``) are summed (KV usage: the fullest).
 
 Every failure (connection refused, non-200, an unparsable body) is counted in
 ``scrape_failures`` rather than raised: the client-side figures of a step stand on their own.
@@ -24,6 +26,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from sentinel.calibrate.model import ServerSignals
+from sentinel.sglang.series import server_total
 
 __all__ = ["ServerSampler", "parse_sample"]
 
@@ -54,8 +57,9 @@ def parse_sample(text: str) -> dict[str, float]:
         raise ValueError(f"malformed metrics exposition: {exc}") from None
     out: dict[str, float] = {}
     for name, series in found.items():
-        rank0 = [v for labels, v in series if labels.get("tp_rank") == "0"]
-        out[name] = rank0[0] if rank0 else max(v for _, v in series)
+        value = server_total(series, across_replicas="max" if name == TOKEN_USAGE else "sum")
+        if value is not None:
+            out[name] = value
     return out
 
 

@@ -24,11 +24,14 @@ from prometheus_client.metrics_core import Metric
 
 from sentinel.collect.registry import CollectorInputs, register
 from sentinel.sglang.logparse import (
+    UNPARSED_REASONS,
     DecodeBatch,
     HealthCheckFailed,
     KvRetraction,
+    NanSanitized,
     PrefillBatch,
     parse_line,
+    unparsed_reason,
 )
 
 __all__ = ["SGLangLogCollector"]
@@ -72,7 +75,9 @@ class SGLangLogCollector:
         self._ranks: dict[str, _Rank] = {}
         self._lines = 0
         self._last_line_at: float | None = None
-        self._unparsed_batch_lines = 0
+        # (kind, reason) -> count; every pair exported from the start, at 0.
+        self._unparsed = dict.fromkeys(((k, r) for k in ("decode", "prefill") for r in UNPARSED_REASONS), 0)
+        self._nan_sanitized = 0
         self._retractions = 0
         self._retracted_requests = 0
         self._health_check_failures = 0
@@ -105,9 +110,12 @@ class SGLangLogCollector:
                 self._retracted_requests += event.retracted_reqs
             elif isinstance(event, HealthCheckFailed):
                 self._health_check_failures += 1
+            elif isinstance(event, NanSanitized):
+                self._nan_sanitized += 1
             elif event is None and ("Decode batch" in line or "Prefill batch" in line):
                 # A batch line this parser cannot read: a new SGLang log layout, worth knowing.
-                self._unparsed_batch_lines += 1
+                why = unparsed_reason(line) or ("decode" if "Decode batch" in line else "prefill", "error")
+                self._unparsed[why] = self._unparsed.get(why, 0) + 1
 
     async def follow(self, lines: AsyncIterable[_Line]) -> None:
         """Feed every line of an async stream until it ends, e.g. ``Supervisor.subscribe_lines()``.
@@ -132,7 +140,8 @@ class SGLangLogCollector:
         with self._lock:
             ranks = {k: _Rank(**{f: getattr(v, f) for f in _Rank.__slots__}) for k, v in self._ranks.items()}
             lines, last_line = self._lines, self._last_line_at
-            unparsed = self._unparsed_batch_lines
+            unparsed = dict(self._unparsed)
+            nan_sanitized = self._nan_sanitized
             retractions, retracted = self._retractions, self._retracted_requests
             health = self._health_check_failures
 
@@ -141,10 +150,20 @@ class SGLangLogCollector:
             yield GaugeMetricFamily(
                 f"{_P}last_line_timestamp_seconds", "When the last log line arrived.", value=last_line
             )
+        unparsed_family = CounterMetricFamily(
+            f"{_P}lines_unparsed",
+            "Batch lines that could not be parsed (a new SGLang log layout?), by kind and reason: "
+            "bad_head, bad_value (a known field not a number), missing_field, error.",
+            labels=["kind", "reason"],
+        )
+        for (kind, reason), count in sorted(unparsed.items()):
+            unparsed_family.add_metric([kind, reason], count)
+        yield unparsed_family
         yield CounterMetricFamily(
-            f"{_P}unparsed_batch_lines",
-            "Lines that look like batch lines but could not be parsed (a new SGLang log layout?).",
-            value=unparsed,
+            f"{_P}nan_sanitized",
+            "'NaN detected in ...; values were sanitized' lines (SGLANG_SANITIZE_NAN_LOGITS, once per "
+            "server process): the model produced NaN logits and kept serving.",
+            value=nan_sanitized,
         )
         yield CounterMetricFamily(
             f"{_P}kv_retractions", "'KV cache pool is full. Retract requests.' lines.", value=retractions

@@ -10,6 +10,11 @@ the collector reports failure with the reason. Only families named ``sglang:*`` 
 anything else (a process collector, or the URL pointing at sentinel itself) could collide with
 sentinel's own names.
 
+SGLang's version decides how its series are read (``sentinel.sglang.versions``); whoever learns it
+(the supervisor detects it before launch) calls :meth:`SGLangMetricsCollector.set_sglang_version`.
+``sentinel_sglang_version_known`` is 0 from the start until a version in the known range is set:
+an undetected or newer-than-known server is read with the newest known behaviour, and said so.
+
 Parsing uses prometheus_client's parser through a per-family-shape cache (``sglang_parse.py``):
 a full parse of a TP=8 payload costs about ten times the scrape budget.
 """
@@ -27,6 +32,7 @@ from prometheus_client.metrics_core import Metric
 from sentinel.collect.registry import CollectorInputs, register
 from sentinel.collect.sglang_parse import FamilyParser
 from sentinel.collect.source import CollectionFailed
+from sentinel.sglang.versions import Resolution, note_version, resolve
 
 __all__ = ["SGLangMetricsCollector", "default_metrics_url"]
 
@@ -66,6 +72,13 @@ class SGLangMetricsCollector:
         self._failures = dict.fromkeys(_REASONS, 0)
         self._last_success: float | None = None
         self._parser = FamilyParser()
+        self._version: Resolution = resolve(None)
+
+    def set_sglang_version(self, version: str | None) -> None:
+        """The server's SGLang version as reported (``None``: unknown). Logs an unknown one once."""
+        resolution = note_version(version)
+        with self._lock:
+            self._version = resolution
 
     def close(self) -> None:
         self._client.close()
@@ -133,7 +146,21 @@ class SGLangMetricsCollector:
         with self._lock:
             for reason, count in self._failures.items():
                 failures.add_metric([reason], count)
+            version = self._version
         yield failures
+        yield GaugeMetricFamily(
+            "sentinel_sglang_version_known",
+            "1 when the server's SGLang version is within the range sentinel's readers know; 0 when it is "
+            "undetected, unparsable or newer (read as the newest known behaviour).",
+            value=1 if version.known else 0,
+        )
+        info = GaugeMetricFamily(
+            "sentinel_sglang_version_info",
+            "The SGLang version as reported and the known one whose behaviour the readers use (constant 1).",
+            labels=["reported", "behaves_as"],
+        )
+        info.add_metric([version.reported or "", str(version.behaves_as)], 1)
+        yield info
         if dropped is not None:
             yield GaugeMetricFamily(
                 "sentinel_sglang_metrics_dropped_families",

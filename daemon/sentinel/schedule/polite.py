@@ -6,15 +6,16 @@ The server's figures come from its ``/metrics`` gauges (``sglang:num_running_req
 computed on request). ``sglang:token_usage`` (KV-cache fill) is read in the same request because
 the circuit breaker needs it.
 
-With tensor parallelism every TP rank of one data-parallel replica reports the same scheduler
-figures, so series are grouped by their labels without ``tp_rank`` and the ranks' maximum is taken
-before the replicas are summed; otherwise an 8-GPU server would report 8x its real load.
+With ``--enable-metrics-for-all-schedulers`` every TP rank of one data-parallel replica reports
+the same scheduler figures, and with ``--enable-priority-scheduling`` (0.5.23) the queue gauges are
+written as a total plus once per priority: :func:`sentinel.sglang.series.server_total` takes each
+figure once (otherwise an 8-GPU server would report 8x, or a prioritised one 2x, its real load).
+``/v1/loads`` carries an ``aggregate`` up to 0.5.9 only; 0.5.23 sends per-DP-rank ``loads`` alone.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -22,6 +23,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from sentinel.schedule.settings import PoliteSettings
+from sentinel.sglang.series import loads_totals, server_total
 
 __all__ = [
     "Decision",
@@ -55,18 +57,6 @@ class ServerLoad:
         return max(0, math.ceil(self.running + self.queued - own_in_flight))
 
 
-def _sum_over_replicas(samples: list[tuple[dict[str, str], float]], reduce_max: bool = False) -> float | None:
-    groups: dict[tuple[tuple[str, str], ...], float] = {}
-    for labels, value in samples:
-        if not math.isfinite(value):
-            continue
-        key = tuple(sorted((k, v) for k, v in labels.items() if k != "tp_rank"))
-        groups[key] = max(groups.get(key, value), value)
-    if not groups:
-        return None
-    return max(groups.values()) if reduce_max else sum(groups.values())
-
-
 def parse_metrics_text(text: str) -> ServerLoad:
     """Parse SGLang's Prometheus exposition; raises :class:`LoadReadError` when gauges are missing."""
     wanted: dict[str, list[tuple[dict[str, str], float]]] = {_RUNNING: [], _QUEUED: [], _USAGE: []}
@@ -77,45 +67,22 @@ def parse_metrics_text(text: str) -> ServerLoad:
                     wanted[sample.name].append((dict(sample.labels), float(sample.value)))
     except (ValueError, TypeError, IndexError) as exc:
         raise LoadReadError(f"malformed /metrics: {exc}") from None
-    running = _sum_over_replicas(wanted[_RUNNING])
-    queued = _sum_over_replicas(wanted[_QUEUED])
+    running = server_total(wanted[_RUNNING])
+    queued = server_total(wanted[_QUEUED])
     if running is None or queued is None:
         raise LoadReadError("/metrics lacks sglang:num_running_reqs / sglang:num_queue_reqs")
     # KV usage: the fullest replica is the one that will start retracting first.
-    usage = _sum_over_replicas(wanted[_USAGE], reduce_max=True)
+    usage = server_total(wanted[_USAGE], across_replicas="max")
     return ServerLoad(running=running, queued=queued, token_usage=usage)
 
 
-def _number(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise LoadReadError(f"/v1/loads: {what} is not a number")
-    return float(value)
-
-
 def parse_loads_json(document: Any) -> ServerLoad:
-    """Parse ``/v1/loads``: prefers ``aggregate``, else sums the per-DP-rank entries."""
-    if not isinstance(document, Mapping):
-        raise LoadReadError("/v1/loads: not a JSON object")
-    aggregate = document.get("aggregate")
-    loads = document.get("loads")
-    usage: float | None = None
-    if isinstance(loads, list) and loads:
-        usages = [e.get("token_usage") for e in loads if isinstance(e, Mapping)]
-        numbers = [_number(u, "token_usage") for u in usages if u is not None]
-        usage = max(numbers) if numbers else None
-    if isinstance(aggregate, Mapping) and "total_running_reqs" in aggregate:
-        running = _number(aggregate.get("total_running_reqs"), "total_running_reqs")
-        queued = _number(aggregate.get("total_waiting_reqs", 0), "total_waiting_reqs")
-        return ServerLoad(running, queued, usage)
-    if isinstance(loads, list) and loads:
-        running = queued = 0.0
-        for entry in loads:
-            if not isinstance(entry, Mapping):
-                raise LoadReadError("/v1/loads: a loads entry is not an object")
-            running += _number(entry.get("num_running_reqs"), "num_running_reqs")
-            queued += _number(entry.get("num_waiting_reqs", 0), "num_waiting_reqs")
-        return ServerLoad(running, queued, usage)
-    raise LoadReadError("/v1/loads: neither aggregate nor loads present")
+    """Parse ``/v1/loads``: prefers ``aggregate`` (≤ 0.5.9), else sums the per-DP-rank entries (0.5.23)."""
+    try:
+        totals = loads_totals(document)
+    except ValueError as exc:
+        raise LoadReadError(str(exc)) from None
+    return ServerLoad(totals.running, totals.waiting, totals.token_usage)
 
 
 class ServerLoadReader:

@@ -54,6 +54,7 @@ from enum import StrEnum
 
 __all__ = [
     "CRASH_PRIORITY",
+    "UNPARSED_REASONS",
     "CrashKind",
     "CrashSignature",
     "DecodeBatch",
@@ -64,11 +65,13 @@ __all__ = [
     "LogEvent",
     "Milestone",
     "MilestoneKind",
+    "NanSanitized",
     "PrefillBatch",
     "Ranks",
     "ServerCapacity",
     "classify_crash",
     "parse_line",
+    "unparsed_reason",
 ]
 
 
@@ -112,6 +115,9 @@ class DecodeBatch:
     prealloc_req: int | None = None
     transfer_req: int | None = None
     retracted_req: int | None = None
+    #: ``--enable-hisparse`` (0.5.23): device/host token pools instead of ``token usage``.
+    gpu_token_usage: float | None = None
+    cpu_token_usage: float | None = None
     #: Forward-pass counter printed under ``SGLANG_LOG_FORWARD_ITERS``.
     iteration: int | None = None
     #: Fields this parser does not model, as printed: ``(("fwd occupancy", "81%"),)``.
@@ -138,8 +144,13 @@ class PrefillBatch:
     full_token_usage: float | None = None
     swa_token_usage: float | None = None
     mamba_usage: float | None = None
+    #: PD prefill's bootstrap queue: ``#prealloc-req`` up to 0.5.9, ``#bootstrap-req`` later
+    #: (both land here; ``prealloc_req`` keeps the 0.5.9 spelling's value too).
     prealloc_req: int | None = None
+    bootstrap_req: int | None = None
     inflight_req: int | None = None
+    #: Prefill-side requests still waiting for bootstrap (``#optimistic-req``, 0.5.23).
+    optimistic_req: int | None = None
     iteration: int | None = None
     extra: tuple[tuple[str, str], ...] = ()
 
@@ -199,6 +210,21 @@ class KvRetraction:
     new_tokens_gained: int
     new_token_ratio_before: float | None
     new_token_ratio_after: float | None
+    #: ``#mamba_num_gained`` (0.5.23, hybrid-SSM models); ``None`` when not printed.
+    mamba_num_gained: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NanSanitized:
+    """0.5.23 ``SGLANG_SANITIZE_NAN_LOGITS``: ``NaN detected in <where>; values were sanitized …``.
+
+    The server keeps serving (the NaNs were replaced), so this is no crash, but the model produced
+    NaN logits: worth an alert. SGLang logs it once per process (utils/async_probe.py).
+    """
+
+    timestamp: datetime | None
+    ranks: Ranks
+    where: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +249,9 @@ class CrashKind(StrEnum):
     # Causes: what actually went wrong.
     PORT_IN_USE = "port_in_use"
     NAN_IN_SAMPLER = "nan_in_sampler"
+    #: 0.5.23 ``SGLANG_ENABLE_NAN_LOGITS_CHECK`` device assert: ``NaN detected! <where>`` (the
+    #: "device-side assert triggered" that follows is the consequence, not a CUDA fault).
+    NAN_DETECTED = "nan_detected"
     CUDA_OOM = "cuda_oom"
     UNSUPPORTED_ARCH = "unsupported_arch"
     NCCL_TIMEOUT = "nccl_timeout"
@@ -233,7 +262,14 @@ class CrashKind(StrEnum):
     WARMUP_FAILED = "warmup_failed"
     SCHEDULER_EXCEPTION = "scheduler_exception"
     DETOKENIZER_EXCEPTION = "detokenizer_exception"
+    #: ``TokenizerManager hit an exception`` — SGLang then SIGKILLs its whole tree itself, with no
+    #: SIGQUIT line (tokenizer_manager.py ``print_exception_wrapper``).
+    TOKENIZER_EXCEPTION = "tokenizer_exception"
     RANK_DEAD = "rank_dead"
+    #: 0.5.23: ``Rank N scheduler died during initialization (exit code: -9)`` (entrypoints/engine.py).
+    SCHEDULER_DIED_INIT = "scheduler_died_init"
+    #: 0.5.23 watchdog: ``Subprocess scheduler_N (pid=P) crashed with exit code -11`` (utils/watchdog.py).
+    SUBPROCESS_CRASHED = "subprocess_crashed"
     INIT_FAILED = "init_failed"
     CHILD_FAILED = "child_failed"
 
@@ -251,6 +287,8 @@ class CrashSignature:
     kind: CrashKind
     #: The whole line (stripped), for the supervisor's "last error" display.
     line: str
+    #: A child's exit status when the line states it (negative: killed by that signal).
+    exit_code: int | None = None
 
     @property
     def is_cause(self) -> bool:
@@ -267,6 +305,7 @@ LogEvent = (
     | Draining
     | HttpAccess
     | CrashSignature
+    | NanSanitized
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -316,6 +355,12 @@ _FIELDS: dict[str, tuple[str, _Conv]] = {
     "mamba usage": ("mamba_usage", float),
     "pre-allocated usage": ("prealloc_usage", float),
     "#prealloc-req": ("prealloc_req", int),
+    "#bootstrap-req": ("bootstrap_req", int),
+    "#optimistic-req": ("optimistic_req", int),
+    "#gpu token": ("_gpu_tokens", int),
+    "gpu token usage": ("gpu_token_usage", float),
+    "#cpu token": ("_cpu_tokens", int),
+    "cpu token usage": ("cpu_token_usage", float),
     "#transfer-req": ("transfer_req", int),
     "#retracted-req": ("retracted_req", int),
     "#inflight-req": ("inflight_req", int),
@@ -327,15 +372,24 @@ _FIELDS: dict[str, tuple[str, _Conv]] = {
     "cuda graph": ("cuda_graph", _bool),
     "npu graph": ("cuda_graph", _bool),
     "cpu graph": ("cuda_graph", _bool),
+    "musa graph": ("cuda_graph", _bool),
 }
-_GRAPH_BACKEND = {"cuda graph": "cuda", "npu graph": "npu", "cpu graph": "cpu"}
+_GRAPH_BACKEND = {"cuda graph": "cuda", "npu graph": "npu", "cpu graph": "cpu", "musa graph": "musa"}
+_REQUIRED = {
+    "Decode": ("running_req", "token_usage", "gen_throughput", "queue_req"),
+    "Prefill": ("new_seq", "new_token", "cached_token", "token_usage", "running_req", "queue_req",
+                "input_throughput"),
+}  # fmt: skip
+#: Label values of ``reason`` for a batch line that did not parse (see :func:`unparsed_reason`).
+UNPARSED_REASONS: tuple[str, ...] = ("bad_head", "bad_value", "missing_field", "error")
 _DECODE_SLOTS = frozenset(DecodeBatch.__slots__)
 _PREFILL_SLOTS = frozenset(PrefillBatch.__slots__)
 
 
 def _parse_batch(
     kind: str, iteration: str | None, body: str, ts: datetime | None, ranks: Ranks
-) -> DecodeBatch | PrefillBatch | None:
+) -> DecodeBatch | PrefillBatch | str:
+    """The event, or why not (one of ``UNPARSED_REASONS``)."""
     values: dict[str, object] = {}
     extra: list[tuple[str, str]] = []
     for piece in body.split(", "):
@@ -354,21 +408,34 @@ def _parse_batch(
         try:
             values[attr] = conv(raw)
         except ValueError:
-            return None
+            return "bad_value"
         if attr == "cuda_graph":
             values["graph_backend"] = _GRAPH_BACKEND[key]
     # Hybrid pools print usage per pool; fold them the way SGLang's own gauges do.
+    # HiSparse (0.5.23) prints only the device/host pools; the device pool is the GPU's KV.
     full_tokens = values.pop("_full_tokens", None)
     swa_tokens = values.pop("_swa_tokens", None)
+    gpu_tokens = values.pop("_gpu_tokens", None)
+    values.pop("_cpu_tokens", None)
     values.pop("_mamba_num", None)
     if "token_usage" not in values:
         parts = [
-            v for v in (values.get("full_token_usage"), values.get("swa_token_usage")) if isinstance(v, float)
+            v
+            for v in (
+                values.get("full_token_usage"),
+                values.get("swa_token_usage"),
+                values.get("gpu_token_usage"),
+            )
+            if isinstance(v, float)
         ]
         if parts:
             values["token_usage"] = max(parts)
-    if "used_tokens" not in values and isinstance(full_tokens, int):
-        values["used_tokens"] = max(full_tokens, swa_tokens) if isinstance(swa_tokens, int) else full_tokens
+    if "used_tokens" not in values:
+        counts = [v for v in (full_tokens, swa_tokens, gpu_tokens) if isinstance(v, int)]
+        if counts:
+            values["used_tokens"] = max(counts)
+    if kind == "Prefill" and "bootstrap_req" not in values and "prealloc_req" in values:
+        values["bootstrap_req"] = values["prealloc_req"]  # 0.5.9's name for the bootstrap queue
     if iteration is not None:
         values["iteration"] = int(iteration)
     if extra:
@@ -379,11 +446,10 @@ def _parse_batch(
         slots = _DECODE_SLOTS
     else:
         cls, slots = PrefillBatch, _PREFILL_SLOTS
+    if any(name not in values for name in _REQUIRED[kind]):
+        return "missing_field"  # not a layout we understand
     kwargs = {k: v for k, v in values.items() if k in slots}
-    try:
-        return cls(timestamp=ts, ranks=ranks, **kwargs)  # type: ignore[arg-type]
-    except TypeError:
-        return None  # a required field is missing: not a layout we understand
+    return cls(timestamp=ts, ranks=ranks, **kwargs)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -408,10 +474,11 @@ _HEALTH = re.compile(
     r"Health check failed\. Server couldn't get a response from detokenizer for last ([\d.]+) seconds\."
     r"(?: tic start time: ([\d:]+)\.)?(?: last_heartbeat time: ([\d:]+))?"
 )
-_RETRACT = re.compile(
-    r"KV cache pool is full\. Retract requests\. #retracted_reqs: (\d+), #new_tokens_gained: (\d+)"
-    r"(?:, #new_token_ratio: ([\d.]+) -> ([\d.]+))?"
-)
+# "KV cache pool is full. Retract requests. #retracted_reqs: 3, #new_tokens_gained: 1024
+#  [, #mamba_num_gained: 2 (0.5.23)], #new_token_ratio: 0.7000 -> 0.9000": read as key: value
+# pairs, so a field added between two known ones does not lose the others.
+_RETRACT_HEAD = "KV cache pool is full. Retract requests. "
+_NAN_SANITIZED = re.compile(r"NaN detected in (.*?); values were sanitized")
 _DRAIN = re.compile(r"Gracefully exiting\.\.\. Remaining number of requests (\d+)")
 _ACCESS = re.compile(r'(?:INFO: +)?(\S+:\d+) - "([A-Z]+) (\S+) HTTP/[\d.]+" (\d{3})')
 
@@ -420,6 +487,7 @@ _ACCESS = re.compile(r'(?:INFO: +)?(\S+:\d+) - "([A-Z]+) (\S+) HTTP/[\d.]+" (\d{
 _CRASH_PATTERNS: tuple[tuple[CrashKind, str], ...] = (
     (CrashKind.NAN_IN_SAMPLER, r"probability tensor contains either `?inf`?, `?nan`? or element < 0"),
     (CrashKind.NAN_IN_SAMPLER, r"Detected errors during sampling! NaN in the logits"),
+    (CrashKind.NAN_DETECTED, r"NaN detected! "),
     (CrashKind.CUDA_OOM, r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"),
     (CrashKind.CUDA_OOM, r"(?:Prefill|Decode) out of memory\. Try to lower your batch size"),
     (CrashKind.CUDA_OOM, r"Not enough memory\. Please try to increase --mem-fraction-static"),
@@ -436,17 +504,27 @@ _CRASH_PATTERNS: tuple[tuple[CrashKind, str], ...] = (
     (CrashKind.WARMUP_FAILED, r"Initialization failed\. warmup error"),
     (CrashKind.SCHEDULER_EXCEPTION, r"Scheduler hit an exception|DataParallelController hit an exception"),
     (CrashKind.DETOKENIZER_EXCEPTION, r"DetokenizerManager hit an exception"),
+    (
+        CrashKind.TOKENIZER_EXCEPTION,
+        r"TokenizerManager hit an exception|MultiTokenizerRouter hit an exception",
+    ),
     (CrashKind.RANK_DEAD, r"Rank \d+ scheduler is dead"),
+    (
+        CrashKind.SCHEDULER_DIED_INIT,
+        r"Rank \d+ scheduler died during initialization \(exit code: (?P<x1>-?\d+)\)",
+    ),
+    (CrashKind.SUBPROCESS_CRASHED, r"Subprocess \S+ \(pid=\d+\) crashed with exit code (?P<x2>-?\d+)"),
     (CrashKind.INIT_FAILED, r"Initialization failed\."),
     (CrashKind.CHILD_FAILED, r"Received sigquit from a child process|SIGQUIT received\..*one child failed"),
 )
 _CRASH = re.compile("|".join(f"(?P<k{i}>{p})" for i, (_, p) in enumerate(_CRASH_PATTERNS)))
 _CRASH_KINDS = {f"k{i}": kind for i, (kind, _) in enumerate(_CRASH_PATTERNS)}
+_EXIT_CODE_KINDS = frozenset({CrashKind.SCHEDULER_DIED_INIT, CrashKind.SUBPROCESS_CRASHED})
 # Cheap pre-filter: every crash pattern contains one of these (checked before the big regex).
 _CRASH_HINTS = (
     "nan", "NaN", "memory", "Memory", "in use", "not available", "rchitecture", "kernel image",
     "atchdog", "NCCL", "nccl", "CUDA", "cuda", "CUBLAS", "device-side", "failed", "exception", "dead",
-    "sigquit", "SIGQUIT",
+    "sigquit", "SIGQUIT", "died", "crashed",
 )  # fmt: skip
 # With --log-requests SGLang logs prompts and outputs; user text must never look like a crash.
 _REQUEST_LOG_PREFIXES = ("Receive: ", "Finish: ")
@@ -475,17 +553,9 @@ def _parse(line: str) -> LogEvent | None:
             msg = line[m.end() :]
 
     # Hot path first: batch lines and access lines are nearly everything a busy server prints.
-    if msg.startswith(("Decode batch", "Prefill batch")):
-        head = _BATCH_HEAD.match(msg)
-        if head is None:
-            return None
-        return _parse_batch(head.group(1), head.group(2), msg[head.end() :], ts, ranks)
-    if ts is None and " batch" in msg:
-        # A custom SGLANG_LOGGING_CONFIG_PATH format or a forwarder's prefix ("sglang[42]: ..."):
-        # the fields are still SGLang's, only the timestamp is unknown.
-        head = _BATCH_ANYWHERE.search(msg)
-        if head is not None:
-            return _parse_batch(head.group(1), head.group(2), msg[head.end() :], None, NO_RANKS)
+    batch = _batch(msg, ts, ranks)
+    if batch is not None:
+        return batch if not isinstance(batch, str) else None
     if " HTTP/" in msg:
         acc = _ACCESS.search(msg)
         if acc is not None:
@@ -520,18 +590,12 @@ def _parse(line: str) -> LogEvent | None:
         hc = _HEALTH.match(msg)
         if hc is not None:
             return HealthCheckFailed(ts, ranks, float(hc.group(1)), hc.group(2), hc.group(3))
-    if msg.startswith("KV cache pool is full"):
-        rt = _RETRACT.match(msg)
-        if rt is not None:
-            before, after = rt.group(3), rt.group(4)
-            return KvRetraction(
-                ts,
-                ranks,
-                int(rt.group(1)),
-                int(rt.group(2)),
-                float(before) if before else None,
-                float(after) if after else None,
-            )
+    if msg.startswith(_RETRACT_HEAD):
+        return _retraction(msg[len(_RETRACT_HEAD) :], ts, ranks)
+    if msg.startswith("NaN detected in "):
+        nan = _NAN_SANITIZED.match(msg)
+        if nan is not None:
+            return NanSanitized(ts, ranks, nan.group(1))
     if msg.startswith("Gracefully exiting"):
         dr = _DRAIN.match(msg)
         if dr is not None:
@@ -540,8 +604,79 @@ def _parse(line: str) -> LogEvent | None:
     if any(h in msg for h in _CRASH_HINTS):
         crash = _CRASH.search(msg)
         if crash is not None and crash.lastgroup is not None:
-            return CrashSignature(ts, ranks, _CRASH_KINDS[crash.lastgroup], line.strip())
+            # The outer (k…) group closes last, so it is lastgroup even when an x… group matched.
+            crash_kind = _CRASH_KINDS[crash.lastgroup]
+            code = crash.group("x1") or crash.group("x2") if crash_kind in _EXIT_CODE_KINDS else None
+            return CrashSignature(
+                ts, ranks, crash_kind, line.strip(), int(code) if code is not None else None
+            )
     return None
+
+
+def _batch(msg: str, ts: datetime | None, ranks: Ranks) -> DecodeBatch | PrefillBatch | str | None:
+    """A batch line's event, the reason it did not parse, or ``None`` for no batch line at all."""
+    if msg.startswith(("Decode batch", "Prefill batch")):
+        head = _BATCH_HEAD.match(msg)
+        if head is None:
+            return "bad_head"
+        return _parse_batch(head.group(1), head.group(2), msg[head.end() :], ts, ranks)
+    if ts is None and " batch" in msg:
+        # A custom SGLANG_LOGGING_CONFIG_PATH format or a forwarder's prefix ("sglang[42]: ..."):
+        # the fields are still SGLang's, only the timestamp is unknown.
+        head = _BATCH_ANYWHERE.search(msg)
+        if head is not None:
+            return _parse_batch(head.group(1), head.group(2), msg[head.end() :], None, NO_RANKS)
+    return None
+
+
+def _retraction(body: str, ts: datetime | None, ranks: Ranks) -> KvRetraction | None:
+    fields: dict[str, str] = {}
+    for piece in body.split(", "):
+        key, sep, raw = piece.partition(": ")
+        if sep:
+            fields[key.strip()] = raw.strip()
+    try:
+        retracted = int(fields["#retracted_reqs"])
+        gained = int(fields["#new_tokens_gained"])
+    except (KeyError, ValueError):
+        return None
+    before = after = None
+    ratio = fields.get("#new_token_ratio")
+    if ratio is not None:
+        left, arrow, right = ratio.partition(" -> ")
+        if arrow:
+            try:
+                before, after = float(left), float(right)
+            except ValueError:
+                before = after = None
+    mamba = fields.get("#mamba_num_gained")
+    mamba_gained = int(mamba) if mamba is not None and mamba.lstrip("-").isdigit() else None
+    return KvRetraction(ts, ranks, retracted, gained, before, after, mamba_gained)
+
+
+def unparsed_reason(line: str) -> tuple[str, str] | None:
+    """``(kind, reason)`` for a line that looks like a batch line but does not parse, else ``None``.
+
+    ``kind`` is ``decode``, ``prefill`` or ``unknown``; ``reason`` one of ``UNPARSED_REASONS``.
+    Meant for lines :func:`parse_line` returned ``None`` for (rare), so it may cost a re-parse.
+    """
+    if "Decode batch" not in line and "Prefill batch" not in line:
+        return None
+    kind = "decode" if "Decode batch" in line else "prefill"
+    try:
+        text = line.rstrip("\r\n")
+        ts: datetime | None = None
+        msg = text
+        m = _PREFIX.match(text) if text.startswith("[") else None
+        if m is not None:
+            ts, msg = datetime(2000, 1, 1), text[m.end() :]  # any non-None: the prefix was there
+        result = _batch(msg, ts, NO_RANKS)
+    except Exception:
+        return kind, "error"
+    if result is None:
+        # "Decode batch" somewhere in a line with a timestamp but not at the message start.
+        return kind, "bad_head"
+    return (kind, result) if isinstance(result, str) else None
 
 
 def classify_crash(lines: Iterable[str]) -> CrashKind | None:

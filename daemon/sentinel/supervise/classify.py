@@ -4,14 +4,23 @@ SGLang ends every fatal error by SIGKILLing its own process tree, so the exit st
 almost nothing ("killed by signal 9"); the cause is in the log tail, read by
 :func:`sentinel.sglang.logparse.classify_crash`. A signal with no crash signature in the tail means
 something outside killed it (the OOM killer, an operator).
+
+SGLang's generic markers say SGLang itself brought the tree down even when no cause precedes them:
+``TokenizerManager hit an exception`` is followed by a SIGKILL of the whole tree and *no* SIGQUIT
+line, so it is ``unknown`` (SGLang's own crash), never ``killed``. A child's exit status printed by
+SGLang (0.5.23: ``Rank N scheduler died during initialization (exit code: -9)``, the watchdog's
+``Subprocess scheduler_N (pid=…) crashed with exit code -11``) is kept in :attr:`Crash.child_exit_code`:
+a SIGKILLed child with no cause in the log was killed from outside (the kernel OOM killer, usually)
+and counts as ``killed``; a SIGSEGV stays ``unknown`` with "segfault" in the detail.
 """
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sentinel.sglang.logparse import CrashKind, classify_crash
+from sentinel.sglang.logparse import CrashKind, CrashSignature, classify_crash, parse_line
 from sentinel.supervise.runners import ExitInfo
 
 __all__ = ["CRASH_REASONS", "RESTART_REASONS", "Crash", "classify_exit"]
@@ -44,6 +53,9 @@ _CAUSES: dict[CrashKind, str] = {
     CrashKind.NCCL_TIMEOUT: "nccl_timeout",
     CrashKind.WATCHDOG_TIMEOUT: "watchdog_timeout",
     CrashKind.NAN_IN_SAMPLER: "nan_in_sampler",
+    # 0.5.23's device-side NaN assert on logits/probs (sampler, spec verify): same alert as the
+    # sampler's own NaN check, not a CUDA fault; the kind stays in the detail.
+    CrashKind.NAN_DETECTED: "nan_in_sampler",
     CrashKind.UNSUPPORTED_ARCH: "unsupported_arch",
     CrashKind.CUDA_ERROR: "cuda_error",
     CrashKind.PORT_IN_USE: "port_in_use",
@@ -56,13 +68,48 @@ class Crash:
     exit: ExitInfo | None
     detail: str  # for humans: the exit description and the signature found
     timestamp: float
+    #: A child's exit status as SGLang logged it (negative = killed by that signal), if it did.
+    child_exit_code: int | None = None
+
+
+def _child_exit_code(tail: Sequence[str]) -> int | None:
+    """The last child exit status SGLang printed in the tail (scheduler init death, watchdog)."""
+    code: int | None = None
+    for line in tail:
+        if "exit code" in line:
+            event = parse_line(line)
+            if isinstance(event, CrashSignature) and event.exit_code is not None:
+                code = event.exit_code
+    return code
+
+
+_SIGNAL_HINTS = {
+    signal.SIGKILL: " (from outside SGLang: usually the kernel OOM killer, see dmesg -T | grep -i oom)",
+    signal.SIGSEGV: " (segfault in native code)",
+}
+
+
+def _describe_child(code: int) -> str:
+    if code >= 0:
+        return f"child exited with status {code}"
+    try:
+        sig = signal.Signals(-code)
+    except ValueError:
+        return f"child killed by signal {-code}"
+    return f"child killed by {sig.name}{_SIGNAL_HINTS.get(sig, '')}"
 
 
 def classify_exit(exit_info: ExitInfo, tail: Sequence[str], timestamp: float) -> Crash:
     kind = classify_crash(tail)
     if kind is not None:
         reason = _CAUSES.get(kind, "unknown")
-        return Crash(reason, exit_info, f"{exit_info.description}; log: {kind.value}", timestamp)
+        detail = f"{exit_info.description}; log: {kind.value}"
+        child = _child_exit_code(tail)
+        if child is not None:
+            detail += f"; {_describe_child(child)}"
+            if reason == "unknown" and child == -signal.SIGKILL:
+                reason = "killed"  # SGLang only reports it; the SIGKILL came from outside
+        return Crash(reason, exit_info, detail, timestamp, child)
     if exit_info.signal is not None:
         # No SGLang crash line before the signal: it did not kill itself.
         return Crash(

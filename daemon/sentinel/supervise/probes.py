@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from sentinel.sglang.series import loads_totals, server_total
 from sentinel.supervise.settings import CanaryCheckSettings, CanarySettings
 
 __all__ = [
@@ -164,23 +165,30 @@ async def probe_canary(
 
 @dataclass(frozen=True, slots=True)
 class Progress:
-    decode_tokens: float | None  # sglang:realtime_tokens_total{mode="decode"}, summed over ranks
+    decode_tokens: float | None  # sglang:realtime_tokens_total{mode="decode"}, once per DP replica
     running: float | None  # requests in flight now
+    #: Where ``running`` came from: ``loads_aggregate`` / ``loads_ranks`` (``/v1/loads``, live;
+    #: 0.5.23 has no aggregate, its per-DP-rank entries are summed), ``metrics_gauge`` (the
+    #: sampled ``sglang:num_running_reqs``: /v1/loads failed or is absent), or ``none``.
+    running_source: str = "none"
 
 
 def _metrics_progress(text: str) -> tuple[float | None, float | None]:
-    decode: float | None = None
-    running: float | None = None
+    decode: list[tuple[dict[str, str], float]] = []
+    running: list[tuple[dict[str, str], float]] = []
     for family in text_string_to_metric_families(text):
         # The parser strips _total from counter family names.
         if family.name in ("sglang:realtime_tokens", "sglang:realtime_tokens_total"):
-            for s in family.samples:
-                if s.name.endswith("_total") and s.labels.get("mode") == "decode":
-                    decode = (decode or 0.0) + s.value
+            decode.extend(
+                (s.labels, s.value)
+                for s in family.samples
+                if s.name.endswith("_total") and s.labels.get("mode") == "decode"
+            )
         elif family.name == "sglang:num_running_reqs":
-            for s in family.samples:
-                running = (running or 0.0) + s.value
-    return decode, running
+            # Priority scheduling writes a total plus one series per priority; all-scheduler
+            # metrics repeat the figure on every TP rank: server_total takes it once.
+            running.extend((s.labels, s.value) for s in family.samples)
+    return server_total(decode), server_total(running)
 
 
 async def read_progress(client: httpx.AsyncClient, timeout_s: float) -> Progress:
@@ -189,19 +197,17 @@ async def read_progress(client: httpx.AsyncClient, timeout_s: float) -> Progress
     resp = await client.get("/metrics", timeout=timeout_s)
     resp.raise_for_status()
     decode, running_gauge = _metrics_progress(resp.text)
-    running = running_gauge
     try:
         # /v1/loads round-trips to the scheduler: a wedged one never answers, so do not let it
         # eat the whole check timeout; the gauge fallback still shows the last running count.
         loads = await client.get("/v1/loads", params={"include": "core"}, timeout=timeout_s / 3)
         if loads.status_code == 200:
-            agg = loads.json().get("aggregate", {})
-            value = agg.get("total_running_reqs")
-            if isinstance(value, int | float):
-                running = float(value)
-    except (httpx.HTTPError, ValueError, AttributeError):
-        pass  # older servers: fall back to the (sampled) gauge
-    return Progress(decode, running)
+            totals = loads_totals(loads.json())
+            source = "loads_aggregate" if totals.source == "aggregate" else "loads_ranks"
+            return Progress(decode, totals.running, source)
+    except (httpx.HTTPError, ValueError):
+        pass  # older servers, a wedged scheduler: the (sampled) gauge, and Progress says so
+    return Progress(decode, running_gauge, "metrics_gauge" if running_gauge is not None else "none")
 
 
 class StallDetector:
@@ -231,11 +237,12 @@ class StallDetector:
             )
         value = progress.decode_tokens
         busy = (progress.running or 0) > 0
+        source = f"running from {progress.running_source}"
         if self._last_value is None or value != self._last_value or not busy:
             # Idle time is not a stall: restart the clock whenever nothing is in flight.
             self._last_value = value
             self._last_change = now
-            return ProbeResult("stall", True, 0.0, "ok")
+            return ProbeResult("stall", True, 0.0, "ok", source)
         assert self._last_change is not None
         still = now - self._last_change
         if still >= self.stall_after:
@@ -244,6 +251,7 @@ class StallDetector:
                 False,
                 0.0,
                 "stalled",
-                f"decode tokens stuck at {value:g} for {still:.0f} s with {progress.running:g} running",
+                f"decode tokens stuck at {value:g} for {still:.0f} s with {progress.running:g} running"
+                f" ({source})",
             )
-        return ProbeResult("stall", True, 0.0, "ok")
+        return ProbeResult("stall", True, 0.0, "ok", source)
