@@ -72,6 +72,8 @@ class SyslogLevelPrefix:
     def __call__(self, logger: Any, method_name: str, event_dict: MutableMapping[str, Any]) -> str:
         level = str(event_dict.get("level", method_name)).lower()
         rendered = self._inner(logger, method_name, event_dict)
+        if isinstance(rendered, bytes):
+            rendered = rendered.decode("utf-8", "replace")
         return f"<{_SYSLOG_LEVELS.get(level, 6)}>{rendered}"
 
 

@@ -69,7 +69,9 @@ def test_install_into_a_clean_root_then_uninstall(tmp_path: Path) -> None:
     assert {"sentinel", "sglang"} <= set(users)
     s_uid, s_gid = int(users["sentinel"][2]), int(users["sentinel"][3])
     g_uid, g_gid = int(users["sglang"][2]), int(users["sglang"][3])
-    groups = {line.split(":")[0]: line.split(":")[3] for line in (root / "etc/group").read_text().splitlines()}
+    groups = {
+        line.split(":")[0]: line.split(":")[3] for line in (root / "etc/group").read_text().splitlines()
+    }
     assert "sentinel" in groups["systemd-journal"].split(",")
     assert "sglang" in groups["video"].split(",")
 

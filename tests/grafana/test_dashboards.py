@@ -168,7 +168,8 @@ def test_stat_panels_state_their_colours_and_down_is_red() -> None:
             if panel["type"] != "stat":
                 continue
             steps = panel["fieldConfig"]["defaults"].get("thresholds", {}).get("steps")
-            assert steps and steps != grafana_default, f"{name}: {panel['title']}"
+            assert steps, f"{name}: {panel['title']}"
+            assert steps != grafana_default, f"{name}: {panel['title']}"
     overview = _dashboards()["sentinel-overview.json"]
     by_title = {p["title"]: p for p in _panels(overview)}
     up = by_title["Server up"]["fieldConfig"]["defaults"]

@@ -82,17 +82,6 @@ class Runner(Protocol):
         """Return when the server has exited (for whatever reason)."""
         ...
 
-    async def _wait_out_stop_job(self, props: dict[str, str]) -> None:
-        """Let someone else's stop (or restart) job finish: a start queued behind it would find
-        the same stopping unit and count the one restart again."""
-        failures = 0
-        while props.get("ActiveState") == "deactivating" and failures < 3:
-            await asyncio.sleep(self._s.poll_interval)
-            try:
-                props = await self.show()
-            except LaunchError:
-                failures += 1
-
     async def is_running(self) -> bool:
         """Whether the server process (or unit) is alive right now."""
         ...
@@ -181,17 +170,6 @@ class ChildRunner:
         while (rc := self._proc.returncode) is None:  # noqa: ASYNC110
             await asyncio.sleep(_EXIT_POLL)
         return rc
-
-    async def _wait_out_stop_job(self, props: dict[str, str]) -> None:
-        """Let someone else's stop (or restart) job finish: a start queued behind it would find
-        the same stopping unit and count the one restart again."""
-        failures = 0
-        while props.get("ActiveState") == "deactivating" and failures < 3:
-            await asyncio.sleep(self._s.poll_interval)
-            try:
-                props = await self.show()
-            except LaunchError:
-                failures += 1
 
     async def is_running(self) -> bool:
         if self._proc is None or self._proc.returncode is not None:
