@@ -9,6 +9,17 @@
 # In a container sentinel cannot restart a host systemd unit; use server.mode = "external" (watch,
 # probe, load, export) or "child" with SGLang inside the same image. GPU series need the NVIDIA
 # container toolkit (--gpus all); without it the gpu collector reports "library not found".
+#
+# State volume: the daemon runs as uid/gid 10001 and writes /var/lib/sentinel (restart history,
+# runs.jsonl, calibrations). A named volume is created with the image's ownership; a bind mount
+# must be made writable for 10001 first: `install -d -o 10001 -g 10001 /srv/sentinel-state`.
+#
+# Health: HEALTHCHECK only *reports* (docker ps shows "unhealthy", `docker inspect` the probe
+# output). Plain Docker and `--restart` never act on it: --restart reacts to the process exiting.
+# To restart an unhealthy container, let something act on the health state: an orchestrator's
+# liveness probe on GET /healthz (Kubernetes livenessProbe, Nomad check_restart), Docker Swarm
+# (replaces unhealthy tasks), or an autoheal container (willfarrell/autoheal, label
+# autoheal=true). A stalled scheduler does not make the daemon exit by itself (README, "Docker").
 
 FROM python:3.11-slim-bookworm AS build
 WORKDIR /src
@@ -28,7 +39,8 @@ USER sentinel
 WORKDIR /var/lib/sentinel
 VOLUME ["/var/lib/sentinel"]
 EXPOSE 9480
-# /healthz answers 503 when the daemon's scheduler has stalled (the container's watchdog).
+# /healthz answers 503 when the daemon's scheduler has stalled. This marks the container
+# unhealthy; it does not restart it (see the header).
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
   CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:9480/healthz', timeout=4).status != 200)"]
 # SIGTERM: cancel the load run in progress, stop the server, exit 0 (docker stop's default signal).

@@ -140,6 +140,10 @@ class Board:
             }
         if kind == "stat":
             panel["options"] = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}}
+            # Grafana's default (green, red from 80) would colour a 2-minute uptime red and a
+            # DOWN server green: a stat states its own colours, neutral unless given.
+            panel["fieldConfig"]["defaults"]["thresholds"] = _steps(("blue", None))
+            panel["fieldConfig"]["defaults"]["mappings"] = []
         for key, value in extra.items():
             if key == "defaults":
                 panel["fieldConfig"]["defaults"].update(value)
@@ -151,7 +155,36 @@ class Board:
 
 
 def _q(histogram: str, q: float, sel: str) -> str:
-    return f"histogram_quantile({q}, sum by (le, profile) (rate({histogram}_bucket{{{sel}}}[$window])))"
+    return f"histogram_quantile({q}, sum by (le, instance, profile) (rate({histogram}_bucket{{{sel}}}[$window])))"
+
+
+def _steps(*steps: tuple[str, float | None]) -> dict[str, Any]:
+    return {"mode": "absolute", "steps": [{"color": c, "value": v} for c, v in steps]}
+
+
+def _map(values: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:
+    """Value mappings: raw value -> (text, colour)."""
+    return [
+        {
+            "type": "value",
+            "options": {
+                v: {"text": text, "color": color, "index": i}
+                for i, (v, (text, color)) in enumerate(values.items())
+            },
+        }
+    ]
+
+
+# Colours of the lifecycle states (the state stat shows the name of the state whose series is 1).
+_STATE_COLOURS = {
+    "ready": "green",
+    "starting": "blue",
+    "warming": "blue",
+    "restarting": "orange",
+    "unhealthy": "orange",
+    "stopped": "red",
+    "failed": "red",
+}
 
 
 def overview() -> dict[str, Any]:
@@ -164,18 +197,37 @@ def overview() -> dict[str, Any]:
         "none",
         [(f"sentinel_server_up{{{INST}}}", "{{instance}}")],
         w=4,
-        defaults={"mappings": [{"type": "value", "options": {"0": {"text": "DOWN"}, "1": {"text": "UP"}}}]},
+        defaults={
+            "mappings": _map({"0": ("DOWN", "red"), "1": ("UP", "green")}),
+            "thresholds": _steps(("red", None), ("green", 1)),
+            "color": {"mode": "thresholds"},
+        },
+        options={
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "colorMode": "background",
+        },
     )
     b.panel(
         "stat",
         "Server state",
         "The supervisor's lifecycle state: starting, warming, ready, unhealthy, restarting, failed, stopped.",
         "none",
-        [(f"sentinel_server_state{{{INST}}} == 1", "{{state}}")],
+        [(f"sentinel_server_state{{{INST}}} == 1", "{{instance}} {{state}}")],
         w=5,
         options={
             "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
             "textMode": "name",
+            "colorMode": "background",
+        },
+        fieldConfig={
+            "defaults": {"unit": "none", "thresholds": _steps(("blue", None)), "mappings": []},
+            "overrides": [
+                {
+                    "matcher": {"id": "byRegexp", "options": f".* {state}$"},
+                    "properties": [{"id": "color", "value": {"mode": "fixed", "fixedColor": colour}}],
+                }
+                for state, colour in _STATE_COLOURS.items()
+            ],
         },
     )
     b.panel(
@@ -201,18 +253,19 @@ def overview() -> dict[str, Any]:
         "none",
         [
             (
-                f"sum by (instance) (increase(sentinel_server_restarts_total{{{INST}}}[$__range]))",
+                f"round(sum by (instance) (increase(sentinel_server_restarts_total{{{INST}}}[$__range])))",
                 "{{instance}}",
             )
         ],
         w=5,
+        defaults={"thresholds": _steps(("green", None), ("orange", 1), ("red", 4))},
     )
     b.panel(
         "timeseries",
         "Probe and canary results",
         "1 = pass, 0 = fail, for /health, /health_generate, stall detection and each known-answer canary.",
         "none",
-        [(f"sentinel_probe_success{{{INST}}}", "{{probe}}")],
+        [(f"sentinel_probe_success{{{INST}}}", "{{instance}} {{probe}}")],
         defaults={"min": 0, "max": 1},
     )
     b.panel(
@@ -220,7 +273,7 @@ def overview() -> dict[str, Any]:
         "Probe duration",
         "Time each probe took; a growing /health_generate time is an early sign of an overloaded server.",
         "s",
-        [(f"sentinel_probe_duration_seconds{{{INST}}}", "{{probe}}")],
+        [(f"sentinel_probe_duration_seconds{{{INST}}}", "{{instance}} {{probe}}")],
     )
     b.panel(
         "timeseries",
@@ -229,8 +282,8 @@ def overview() -> dict[str, Any]:
         "none",
         [
             (
-                f"sum by (reason) (increase(sentinel_server_restarts_total{{{INST}}}[$__rate_interval]))",
-                "{{reason}}",
+                f"sum by (instance, reason) (increase(sentinel_server_restarts_total{{{INST}}}[$__rate_interval]))",
+                "{{instance}} {{reason}}",
             )
         ],
     )
@@ -241,8 +294,8 @@ def overview() -> dict[str, Any]:
         "none",
         [
             (
-                f"sum by (reason) (increase(sentinel_server_crashes_total{{{INST}}}[$__rate_interval]))",
-                "{{reason}}",
+                f"sum by (instance, reason) (increase(sentinel_server_crashes_total{{{INST}}}[$__rate_interval]))",
+                "{{instance}} {{reason}}",
             )
         ],
     )
@@ -255,8 +308,8 @@ def overview() -> dict[str, Any]:
         "calibrated saturation throughput.",
         "short",
         [
-            (f"sentinel_load_output_throughput_tokens_per_second{{{PROF}}}", "{{profile}}"),
-            (f"sentinel_capacity_output_throughput_tokens_per_second{{{INST}}}", "capacity"),
+            (f"sentinel_load_output_throughput_tokens_per_second{{{PROF}}}", "{{instance}} {{profile}}"),
+            (f"sentinel_capacity_output_throughput_tokens_per_second{{{INST}}}", "{{instance}} capacity"),
         ],
         defaults={"custom": {"drawStyle": "line", "lineInterpolation": "stepAfter"}},
     )
@@ -265,7 +318,7 @@ def overview() -> dict[str, Any]:
         "Total throughput of the last reference run",
         "Input plus output tokens/s of each profile's last reference run.",
         "short",
-        [(f"sentinel_load_total_throughput_tokens_per_second{{{PROF}}}", "{{profile}}")],
+        [(f"sentinel_load_total_throughput_tokens_per_second{{{PROF}}}", "{{instance}} {{profile}}")],
         defaults={"custom": {"drawStyle": "line", "lineInterpolation": "stepAfter"}},
     )
     b.panel(
@@ -274,8 +327,8 @@ def overview() -> dict[str, Any]:
         "Mean (sum of E2E / duration) and peak requests in flight.",
         "short",
         [
-            (f"sentinel_load_concurrency_mean{{{PROF}}}", "{{profile}} mean"),
-            (f"sentinel_load_concurrency_peak{{{PROF}}}", "{{profile}} peak"),
+            (f"sentinel_load_concurrency_mean{{{PROF}}}", "{{instance}} {{profile}} mean"),
+            (f"sentinel_load_concurrency_peak{{{PROF}}}", "{{instance}} {{profile}} peak"),
         ],
     )
     b.panel(
@@ -284,8 +337,8 @@ def overview() -> dict[str, Any]:
         "p50 and p99 TTFT over the synthetic requests of reference runs in the chosen window.",
         "s",
         [
-            (_q("sentinel_request_ttft_seconds", 0.5, PROF), "{{profile}} p50"),
-            (_q("sentinel_request_ttft_seconds", 0.99, PROF), "{{profile}} p99"),
+            (_q("sentinel_request_ttft_seconds", 0.5, PROF), "{{instance}} {{profile}} p50"),
+            (_q("sentinel_request_ttft_seconds", 0.99, PROF), "{{instance}} {{profile}} p99"),
         ],
     )
     b.panel(
@@ -294,8 +347,8 @@ def overview() -> dict[str, Any]:
         "p50 and p99 TPOT ((E2E - TTFT) / (output tokens - 1)) of synthetic requests.",
         "s",
         [
-            (_q("sentinel_request_tpot_seconds", 0.5, PROF), "{{profile}} p50"),
-            (_q("sentinel_request_tpot_seconds", 0.99, PROF), "{{profile}} p99"),
+            (_q("sentinel_request_tpot_seconds", 0.5, PROF), "{{instance}} {{profile}} p50"),
+            (_q("sentinel_request_tpot_seconds", 0.99, PROF), "{{instance}} {{profile}} p99"),
         ],
     )
     b.panel(
@@ -304,8 +357,8 @@ def overview() -> dict[str, Any]:
         "p50 and p99 inter-token latency, bench_serving's definition.",
         "s",
         [
-            (_q("sentinel_request_itl_seconds", 0.5, PROF), "{{profile}} p50"),
-            (_q("sentinel_request_itl_seconds", 0.99, PROF), "{{profile}} p99"),
+            (_q("sentinel_request_itl_seconds", 0.5, PROF), "{{instance}} {{profile}} p50"),
+            (_q("sentinel_request_itl_seconds", 0.99, PROF), "{{instance}} {{profile}} p99"),
         ],
     )
     b.panel(
@@ -314,8 +367,8 @@ def overview() -> dict[str, Any]:
         "p50 and p99 end-to-end latency of synthetic requests.",
         "s",
         [
-            (_q("sentinel_request_e2e_seconds", 0.5, PROF), "{{profile}} p50"),
-            (_q("sentinel_request_e2e_seconds", 0.99, PROF), "{{profile}} p99"),
+            (_q("sentinel_request_e2e_seconds", 0.5, PROF), "{{instance}} {{profile}} p50"),
+            (_q("sentinel_request_e2e_seconds", 0.99, PROF), "{{instance}} {{profile}} p99"),
         ],
     )
     b.panel(
@@ -325,8 +378,8 @@ def overview() -> dict[str, Any]:
         "none",
         [
             (
-                f"sum by (profile, outcome) (increase(sentinel_load_runs_total{{{PROF}}}[$window]))",
-                "{{profile}} {{outcome}}",
+                f"sum by (instance, profile, outcome) (increase(sentinel_load_runs_total{{{PROF}}}[$window]))",
+                "{{instance}} {{profile}} {{outcome}}",
             )
         ],
         w=8,
@@ -340,12 +393,12 @@ def overview() -> dict[str, Any]:
         "none",
         [
             (
-                f"sum by (profile, reason) (increase(sentinel_load_skipped_total{{{PROF}}}[$window]))",
-                "skipped {{profile}} {{reason}}",
+                f"sum by (instance, profile, reason) (increase(sentinel_load_skipped_total{{{PROF}}}[$window]))",
+                "{{instance}} {{profile}} skipped {{reason}}",
             ),
             (
-                f"sum by (profile, reason) (increase(sentinel_load_aborts_total{{{PROF}}}[$window]))",
-                "aborted {{profile}} {{reason}}",
+                f"sum by (instance, profile, reason) (increase(sentinel_load_aborts_total{{{PROF}}}[$window]))",
+                "{{instance}} {{profile}} aborted {{reason}}",
             ),
         ],
         w=8,
@@ -357,8 +410,8 @@ def overview() -> dict[str, Any]:
         "none",
         [
             (
-                f"sum by (profile, outcome) (increase(sentinel_load_requests_total{{{PROF}}}[$window]))",
-                "{{profile}} {{outcome}}",
+                f"sum by (instance, profile, outcome) (increase(sentinel_load_requests_total{{{PROF}}}[$window]))",
+                "{{instance}} {{profile}} {{outcome}}",
             )
         ],
         w=8,
@@ -369,8 +422,8 @@ def overview() -> dict[str, Any]:
         "Tokens (prompt + generated) still allowed in the sliding hour, and the hourly limit.",
         "short",
         [
-            (f"sentinel_budget_remaining_tokens{{{INST}}}", "remaining"),
-            (f"sentinel_budget_limit_tokens{{{INST}}}", "limit"),
+            (f"sentinel_budget_remaining_tokens{{{INST}}}", "{{instance}} remaining"),
+            (f"sentinel_budget_limit_tokens{{{INST}}}", "{{instance}} limit"),
         ],
         w=8,
     )
@@ -389,8 +442,16 @@ def overview() -> dict[str, Any]:
         "1 when the last reference run's client lagged past its thresholds: its latencies include "
         "client delay.",
         "none",
-        [(f"sentinel_load_client_bound{{{PROF}}}", "{{profile}}")],
+        [(f"sentinel_load_client_bound{{{PROF}}}", "{{instance}} {{profile}}")],
         w=8,
+        defaults={
+            "mappings": _map({"0": ("no", "green"), "1": ("CLIENT-BOUND", "orange")}),
+            "thresholds": _steps(("green", None), ("orange", 1)),
+        },
+        options={
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "colorMode": "background",
+        },
     )
 
     b.row("Capacity (calibration)")
@@ -434,8 +495,8 @@ def overview() -> dict[str, Any]:
         "SGLang's scheduler gauges: requests decoding and requests waiting.",
         "short",
         [
-            (f"sum by (instance) (sglang:num_running_reqs{{{INST}}})", "running"),
-            (f"sum by (instance) (sglang:num_queue_reqs{{{INST}}})", "queued"),
+            (f"sum by (instance) (sglang:num_running_reqs{{{INST}}})", "{{instance}} running"),
+            (f"sum by (instance) (sglang:num_queue_reqs{{{INST}}})", "{{instance}} queued"),
         ],
         w=8,
     )
@@ -463,12 +524,12 @@ def overview() -> dict[str, Any]:
         "s",
         [
             (
-                f"histogram_quantile(0.5, sum by (le) (rate({SGLANG_TTFT}{{{INST}}}[$__rate_interval])))",
-                "p50",
+                f"histogram_quantile(0.5, sum by (le, instance) (rate({SGLANG_TTFT}{{{INST}}}[$__rate_interval])))",
+                "{{instance}} p50",
             ),
             (
-                f"histogram_quantile(0.99, sum by (le) (rate({SGLANG_TTFT}{{{INST}}}[$__rate_interval])))",
-                "p99",
+                f"histogram_quantile(0.99, sum by (le, instance) (rate({SGLANG_TTFT}{{{INST}}}[$__rate_interval])))",
+                "{{instance}} p99",
             ),
         ],
     )
@@ -478,8 +539,14 @@ def overview() -> dict[str, Any]:
         "Prompt and generated tokens per second over all of the server's requests.",
         "short",
         [
-            (f"sum(rate(sglang:prompt_tokens_total{{{INST}}}[$__rate_interval]))", "prompt"),
-            (f"sum(rate(sglang:generation_tokens_total{{{INST}}}[$__rate_interval]))", "generated"),
+            (
+                f"sum by (instance) (rate(sglang:prompt_tokens_total{{{INST}}}[$__rate_interval]))",
+                "{{instance}} prompt",
+            ),
+            (
+                f"sum by (instance) (rate(sglang:generation_tokens_total{{{INST}}}[$__rate_interval]))",
+                "{{instance}} generated",
+            ),
         ],
     )
 
@@ -489,7 +556,7 @@ def overview() -> dict[str, Any]:
         "Collector success",
         "1 when the collector's last run succeeded (sglang metrics, log lines, GPU).",
         "none",
-        [(f"sentinel_collector_success{{{INST}}}", "{{collector}}")],
+        [(f"sentinel_collector_success{{{INST}}}", "{{instance}} {{collector}}")],
         defaults={"min": 0, "max": 1},
     )
     b.panel(
@@ -497,7 +564,7 @@ def overview() -> dict[str, Any]:
         "Collector duration",
         "Time each collector took; GPU reads run in the background.",
         "s",
-        [(f"sentinel_collector_duration_seconds{{{INST}}}", "{{collector}}")],
+        [(f"sentinel_collector_duration_seconds{{{INST}}}", "{{instance}} {{collector}}")],
     )
     return _dashboard("sentinel-overview", "sglang-sentinel: server, load and capacity", b, with_profile=True)
 
@@ -505,7 +572,7 @@ def overview() -> dict[str, Any]:
 def gpu() -> dict[str, Any]:
     b = Board()
     gsel = 'instance=~"$instance"'
-    legend = "GPU {{gpu}}"
+    legend = "{{instance}} GPU {{gpu}}"
     b.row("Load")
     for title, desc, unit, metric, extra in (
         (
@@ -526,7 +593,7 @@ def gpu() -> dict[str, Any]:
         "Clock-event reasons active",
         "Throttle reasons holding the clocks down (1 = active): thermal, power cap, hardware slowdown.",
         "none",
-        [(f"sentinel_gpu_clock_event_active{{{gsel}}} == 1", "GPU {{gpu}} {{reason}}")],
+        [(f"sentinel_gpu_clock_event_active{{{gsel}}} == 1", "{{instance}} GPU {{gpu}} {{reason}}")],
         w=8,
     )
     b.row("PCIe (TP 8 over PCIe: every all-reduce crosses it)")
@@ -552,8 +619,8 @@ def gpu() -> dict[str, Any]:
         "Lanes in use against the maximum; below the maximum is a degraded link.",
         "none",
         [
-            (f"sentinel_gpu_pcie_link_width{{{gsel}}}", "GPU {{gpu}} current"),
-            (f"sentinel_gpu_pcie_link_max_width{{{gsel}}}", "GPU {{gpu}} max"),
+            (f"sentinel_gpu_pcie_link_width{{{gsel}}}", "{{instance}} GPU {{gpu}} current"),
+            (f"sentinel_gpu_pcie_link_max_width{{{gsel}}}", "{{instance}} GPU {{gpu}} max"),
         ],
         w=8,
     )
@@ -570,7 +637,13 @@ def gpu() -> dict[str, Any]:
         "XID errors",
         "XID errors per window, by GPU and XID.",
         "none",
-        [(f"increase(sentinel_gpu_xid_errors_total{{{gsel}}}[$__rate_interval])", "GPU {{gpu}} XID {{xid}}")],
+        [
+            (
+                f"increase(sentinel_gpu_xid_errors_total{{{gsel}}}[$__rate_interval])"
+                f" or on (instance) (0 * sentinel_gpu_visible_devices{{{gsel}}})",
+                "{{instance}} GPU {{gpu}} XID {{xid}}",
+            )
+        ],
         w=12,
     )
     b.row("Collection")
@@ -580,8 +653,8 @@ def gpu() -> dict[str, Any]:
         "GPUs NVML reports now against the launch profile's count.",
         "none",
         [
-            (f"sentinel_gpu_visible_devices{{{gsel}}}", "visible"),
-            (f"sentinel_gpu_expected_devices{{{gsel}}}", "expected"),
+            (f"sentinel_gpu_visible_devices{{{gsel}}}", "{{instance}} visible"),
+            (f"sentinel_gpu_expected_devices{{{gsel}}}", "{{instance}} expected"),
         ],
         w=12,
     )

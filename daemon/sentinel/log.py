@@ -3,17 +3,24 @@
 JSON lines when stderr is not a TTY (journald, files, CI), a readable console on a TTY. Records
 from the standard library (aiohttp, httpx, apscheduler, ...) are routed through the same
 processors so that every line of the daemon has one shape.
+
+When stderr is the journal (systemd sets ``JOURNAL_STREAM`` to the stream's ``dev:inode``), every
+line starts with its syslog level (``<3>`` error, ``<4>`` warning, ``<6>`` info, ``<7>`` debug):
+journald's default ``SyslogLevelPrefix=yes`` strips it and files the line at that PRIORITY, so
+``journalctl -p warning -u sentinel`` works. Anywhere else a line is plain JSON.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
-from typing import Literal
+from collections.abc import MutableMapping
+from typing import IO, Any, Literal
 
 import structlog
 
-__all__ = ["LogFormat", "configure_logging", "get_logger"]
+__all__ = ["LogFormat", "SyslogLevelPrefix", "configure_logging", "get_logger", "stream_is_journal"]
 
 LogFormat = Literal["auto", "json", "console"]
 
@@ -24,6 +31,50 @@ _SHARED: list[structlog.types.Processor] = [
     structlog.processors.TimeStamper(fmt="iso", utc=True),
     structlog.processors.StackInfoRenderer(),
 ]
+
+
+# syslog(3) levels by structlog level name (sd-daemon(3): "<3>" at the start of a line).
+_SYSLOG_LEVELS = {
+    "critical": 2,
+    "exception": 3,
+    "error": 3,
+    "warning": 4,
+    "warn": 4,
+    "info": 6,
+    "debug": 7,
+    "notset": 7,
+}
+
+
+def stream_is_journal(stream: IO[Any]) -> bool:
+    """True when ``stream`` is the journald stream systemd connected (``JOURNAL_STREAM`` matches).
+
+    Compared by device and inode, as sd_journal_stream_fd(3) says: a child whose stderr was
+    redirected elsewhere inherits the variable but not the stream.
+    """
+    value = os.environ.get("JOURNAL_STREAM", "")
+    dev, sep, ino = value.partition(":")
+    if not sep:
+        return False
+    try:
+        st = os.fstat(stream.fileno())
+        return (st.st_dev, st.st_ino) == (int(dev), int(ino))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+class SyslogLevelPrefix:
+    """Renderer wrapper: ``<N>`` (the syslog level of the record) before what ``inner`` renders."""
+
+    def __init__(self, inner: structlog.types.Processor) -> None:
+        self._inner = inner
+
+    def __call__(self, logger: Any, method_name: str, event_dict: MutableMapping[str, Any]) -> str:
+        level = str(event_dict.get("level", method_name)).lower()
+        rendered = self._inner(logger, method_name, event_dict)
+        if isinstance(rendered, bytes):
+            rendered = rendered.decode("utf-8", "replace")
+        return f"<{_SYSLOG_LEVELS.get(level, 6)}>{rendered}"
 
 
 def configure_logging(level: str = "info", fmt: LogFormat = "auto") -> None:
@@ -38,6 +89,8 @@ def configure_logging(level: str = "info", fmt: LogFormat = "auto") -> None:
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
         pre = []
+    if stream_is_journal(sys.stderr):
+        renderer = SyslogLevelPrefix(renderer)
     structlog.configure(
         processors=[*_SHARED, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),

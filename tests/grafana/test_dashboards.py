@@ -20,7 +20,7 @@ PROMTOOL = shutil.which("promtool")
 # PromQL functions, keywords and label names that the name regex also matches.
 _NOT_METRICS = {
     "sum", "max", "min", "avg", "by", "rate", "increase", "irate", "time", "histogram_quantile",
-    "quantile_over_time", "and", "unless", "on", "le", "count", "without", "offset", "bool",
+    "quantile_over_time", "and", "unless", "on", "le", "count", "without", "offset", "bool", "or",
 }  # fmt: skip
 
 
@@ -128,6 +128,7 @@ def _metric_names(expr: str) -> set[str]:
     expr = re.sub(r'"[^"]*"', '""', expr)  # label values and strings
     expr = re.sub(r"\{[^}]*\}", "{}", expr)  # label matchers
     expr = re.sub(r"\[[^\]]*\]", "[]", expr)  # ranges
+    expr = re.sub(r"\boffset\s+\d+[smhdwy]", "", expr)  # offsets
     expr = re.sub(r"\b(?:by|without|on|ignoring)\s*\([^)]*\)", "", expr)  # grouping labels
     # An identifier followed by "(" is a function or an aggregation, not a series.
     names = set(re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*(?![a-zA-Z0-9_:]|\s*\()", expr))
@@ -158,3 +159,35 @@ def test_alert_rules_name_only_existing_metrics(known_metrics: set[str]) -> None
     # `up` comes from Prometheus itself, not from the exporter.
     unknown = {m for e in exprs for m in _metric_names(e)} - known_metrics - {"up", "printf"}
     assert not unknown, sorted(unknown)
+
+
+def test_stat_panels_state_their_colours_and_down_is_red() -> None:
+    grafana_default = [{"color": "green", "value": None}, {"color": "red", "value": 80}]
+    for name, d in _dashboards().items():
+        for panel in _panels(d):
+            if panel["type"] != "stat":
+                continue
+            steps = panel["fieldConfig"]["defaults"].get("thresholds", {}).get("steps")
+            assert steps, f"{name}: {panel['title']}"
+            assert steps != grafana_default, f"{name}: {panel['title']}"
+    overview = _dashboards()["sentinel-overview.json"]
+    by_title = {p["title"]: p for p in _panels(overview)}
+    up = by_title["Server up"]["fieldConfig"]["defaults"]
+    assert up["mappings"][0]["options"]["0"] == {"text": "DOWN", "color": "red", "index": 0}
+    state = by_title["Server state"]["fieldConfig"]["overrides"]
+    colours = {o["matcher"]["options"]: o["properties"][0]["value"]["fixedColor"] for o in state}
+    assert colours[".* failed$"] == "red"
+    assert colours[".* ready$"] == "green"
+
+
+def test_every_series_is_one_line_per_instance() -> None:
+    # With $instance = All, a legend without the instance merges boxes into one name, and an
+    # aggregation without `instance` merges them into one line.
+    for name, d in _dashboards().items():
+        for panel in _panels(d):
+            for target in panel["targets"]:
+                where = f"{name}: {panel['title']}: {target['expr']}"
+                assert "{{instance}}" in target["legendFormat"], where
+                for grouping in re.findall(r"\b(?:sum|max|min|avg) by \(([^)]*)\)", target["expr"]):
+                    assert "instance" in grouping, where
+                assert not re.search(r"\b(?:sum|max|min|avg)\s*\(", target["expr"]), where

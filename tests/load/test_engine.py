@@ -325,3 +325,41 @@ async def test_events_read_together_are_counted_as_sharing_a_read(fake_sglang: A
     assert out["shared_read_events"] == m.shared_read_events
     assert out["timestamps"] in ("kernel", "user")
     assert "Events sharing a read (%):" in format_result_block(result)
+
+
+@pytest.mark.parametrize("how", ["event", "task"])
+async def test_a_stop_during_warmup_leaves_no_unretrieved_exception(fake_sglang: Any, how: str) -> None:
+    # The daemon stops a run either way: the cancel event (breaker, shutdown) or cancelling the
+    # task. Neither may leave a gather holding an exception nobody reads (asyncio logs
+    # "_GatheringFuture exception was never retrieved" at error level when it is collected).
+    import gc
+
+    fake = await fake_sglang(first_delay=5.0)
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        cancel = asyncio.Event()
+        counters = LoadCounters()
+        task = asyncio.create_task(
+            run_load(_spec(fake.base_url, warmup_requests=4), counters=counters, cancel=cancel)
+        )
+        async with asyncio.timeout(5.0):
+            while len(fake.requests) < 4:  # noqa: ASYNC110 - the fake records as requests arrive
+                await asyncio.sleep(0.01)
+        assert counters.warmup
+        if how == "event":
+            cancel.set()
+            result = await asyncio.wait_for(task, 5.0)
+            assert result.cancelled
+        else:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, 5.0)
+        for _ in range(3):
+            await asyncio.sleep(0)
+            gc.collect()
+    finally:
+        loop.set_exception_handler(previous)
+    assert [c.get("message") for c in reported] == []

@@ -52,7 +52,11 @@ def main() -> int:
         _manage(d)
         return 0
     if verb == "show":
-        if running:
+        if running and (d / "stopping").exists():
+            # As systemd while a stop job waits for the main process: it has not exited yet.
+            print(f"ActiveState=deactivating\nSubState=stop-sigterm\nResult=success\nMainPID={pid}")
+            print("ExecMainCode=0\nExecMainStatus=0")
+        elif running:
             print(f"ActiveState=active\nSubState=running\nResult=success\nMainPID={pid}")
             print("ExecMainCode=0\nExecMainStatus=0")
         elif (d / "result").exists():

@@ -63,6 +63,28 @@ async def test_systemd_own_restart_counts_as_an_exit() -> None:
     assert "new MainPID 200" in (await runner_with([RUNNING, again]).wait()).description
 
 
+async def test_a_stop_or_restart_by_someone_else_is_external_not_a_signal() -> None:
+    # `systemctl restart sglang` seen mid-way: the old process is still being stopped.
+    stopping = {"ActiveState": "deactivating", "SubState": "stop-sigterm", "ExecMainCode": "0"}
+    stopped = {
+        "ActiveState": "inactive",
+        "SubState": "dead",
+        "ExecMainCode": "2",
+        "ExecMainStatus": "15",
+        "Result": "success",
+    }
+    # The stop job is waited out (a start queued behind it would see the same stop again).
+    exit_info = await runner_with([RUNNING, {**stopping, "ExecMainStatus": "0"}, stopping, stopped]).wait()
+    assert exit_info.external
+    assert exit_info.signal is None
+    assert "signal 0" not in exit_info.description
+    # ... or seen after the stop: systemd files its own SIGTERM as Result=success.
+    exit_info = await runner_with([RUNNING, stopped]).wait()
+    assert exit_info.external
+    # A SIGTERM the unit did not survive on its own (Result=signal) is still a crash.
+    assert not (await runner_with([RUNNING, {**stopped, "Result": "signal"}]).wait()).external
+
+
 async def test_a_queued_start_is_not_an_exit() -> None:
     queued = {"ActiveState": "inactive", "SubState": "dead", "MainPID": "0"}
     dead = {"ActiveState": "inactive", "SubState": "dead", "ExecMainCode": "1", "ExecMainStatus": "0"}

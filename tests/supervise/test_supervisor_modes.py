@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
 
 from sentinel.supervise import GpuInfo, ServerState, Supervisor
 from sentinel.supervise.profiles import LaunchCommand
@@ -112,6 +113,31 @@ async def test_systemd_check_failure_restarts_through_systemctl(
         assert value(sup, "sentinel_server_restarts_total", reason="canary") == 1
         assert calls(unit_dir)[:1] == ["show"]
         assert [c for c in calls(unit_dir) if c != "show"] == ["start", "stop", "start"]
+    finally:
+        await sup.stop()
+
+
+async def test_systemd_stop_by_someone_else_is_recorded_as_external_without_an_error(
+    fast: Fast, fake_cmd: FakeCmd, port: int, unit_dir: Path
+) -> None:
+    # Slow to stop, as a real server is: the stop is seen while systemd waits for it.
+    set_unit_command(unit_dir, fake_cmd(port, "--ignore-sigterm"))
+    sup = Supervisor(systemd_settings(fast, port, unit_dir))
+    await sup.start()
+    try:
+        await sup.wait_for_state(ServerState.READY, timeout_s=15)
+        with capture_logs() as logs:
+            # An operator's `systemctl stop` (or the first half of a restart).
+            stopper = await asyncio.create_subprocess_exec(
+                sys.executable, str(FAKE_SYSTEMCTL), str(unit_dir), "stop", "x"
+            )
+            assert await stopper.wait() == 0
+            await sup.wait_for_state(ServerState.RESTARTING, timeout_s=10)
+            await sup.wait_for_state(ServerState.READY, timeout_s=15)
+        assert value(sup, "sentinel_server_restarts_total", reason="external") == 1
+        assert value(sup, "sentinel_server_crashes_total", reason="killed") == 0
+        assert sup.last_crash is None
+        assert [e for e in logs if e["log_level"] in ("error", "critical")] == []
     finally:
         await sup.stop()
 

@@ -406,10 +406,15 @@ async def _run(
             rec.planned_output_len = p.output_len
             warm.append((rec, run.body(rec, p, p.output_len)))
         tasks = {asyncio.create_task(run.execute(r, b)) for r, b in warm}
-        await _wait(asyncio.gather(*tasks), None, cancel_task)
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        # return_exceptions: a warm-up cut short by a stop cancels its requests, and a plain
+        # gather would hold that CancelledError unread ("exception was never retrieved").
+        warm_all = asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            await _wait(warm_all, None, cancel_task)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
         records.extend(r for r, _ in warm)
         counters.warmup = False
         warmup_failed = not any(r.success for r, _ in warm)

@@ -21,7 +21,38 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-__all__ = ["RequestTimings", "RunFigures", "ScheduleMetrics"]
+__all__ = [
+    "ABORT_REASONS",
+    "EXCLUDE_REASONS",
+    "SHRINK_REASONS",
+    "SKIP_REASONS",
+    "RequestTimings",
+    "RunFigures",
+    "ScheduleMetrics",
+]
+
+# Label values the scheduler uses, exported at 0 per profile from start (declare_profiles).
+SKIP_REASONS = (
+    "busy",
+    "misfire",
+    "budget",
+    "foreign_traffic",
+    "server_not_ready",
+    "warmup",
+    "load_unknown",
+)
+SHRINK_REASONS = ("budget", "foreign_traffic")
+ABORT_REASONS = (
+    "error_ratio",
+    "kv_usage",
+    "gpu_temperature",
+    "gpu_throttle",
+    "foreign_traffic",
+    "timeout",
+    "server_restart",
+    "shutdown",
+)
+EXCLUDE_REASONS = ("restart_window", "shrunk")
 
 # Buckets sized for the flagship deployment (~12.5 tok/s per stream, 256-token answers, TTFT of
 # a 744B MoE from tens of ms idle to seconds when queued) and still useful on faster servers.
@@ -222,6 +253,8 @@ class ScheduleMetrics(Collector):
             ["outcome"],
             registry=None,
         )
+        for outcome in ("completed", "aborted", "failed", "cancelled", "inconclusive"):
+            self.calibrations.labels(outcome)
         self._all: tuple[MetricWrapperBase, ...] = tuple(
             v for v in vars(self).values() if isinstance(v, MetricWrapperBase)
         )
@@ -240,6 +273,16 @@ class ScheduleMetrics(Collector):
             for outcome in ("completed", "aborted", "failed", "cancelled"):
                 self.runs.labels(profile, outcome)
             self.requests.labels(profile, "success")
+            # Every known reason at 0 too: a counter born at 1 with its first event is invisible
+            # to increase()/rate(), and the alert on a first breaker trip or budget skip would miss it.
+            for reason in SKIP_REASONS:
+                self.skipped.labels(profile, reason)
+            for reason in SHRINK_REASONS:
+                self.shrunk.labels(profile, reason)
+            for reason in ABORT_REASONS:
+                self.aborts.labels(profile, reason)
+            for reason in EXCLUDE_REASONS:
+                self.excluded.labels(profile, reason)
             self.output_tokens.labels(profile)
             self.input_tokens.labels(profile)
             self.running.labels(profile).set(0)

@@ -42,7 +42,8 @@ CRASH_REASONS: tuple[str, ...] = (
     "unknown",
 )
 # Restart reasons for a server that was alive but failed a check, or was restarted on request.
-CHECK_REASONS: tuple[str, ...] = ("health", "health_generate", "stall", "canary", "manual")
+# "external": someone else stopped or restarted the unit (systemd mode); sentinel re-attaches.
+CHECK_REASONS: tuple[str, ...] = ("health", "health_generate", "stall", "canary", "manual", "external")
 RESTART_REASONS: tuple[str, ...] = CRASH_REASONS + CHECK_REASONS
 
 # Causes keep their own label; SGLang's generic "something failed" markers without a recognised

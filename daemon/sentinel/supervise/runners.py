@@ -44,6 +44,8 @@ class ExitInfo:
     returncode: int | None  # exit status when it exited normally
     signal: int | None  # signal number when it was killed
     description: str
+    # Stopped or restarted by someone else (an operator's systemctl, a package upgrade): not a crash.
+    external: bool = False
 
     @classmethod
     def from_returncode(cls, rc: int) -> ExitInfo:
@@ -243,6 +245,9 @@ def _parse_show(text: str) -> dict[str, str]:
 _START_GRACE = 10.0
 # systemd's ExecMainCode is a CLD_* code: 1 exited, 2 killed, 3 dumped core.
 _CLD_EXITED = "1"
+_CLD_SIGNALLED = ("2", "3")
+# Signals systemd counts as a clean end of a service (Result=success) when it sent them itself.
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE)
 
 
 class SystemdRunner:
@@ -343,7 +348,10 @@ class SystemdRunner:
                 pid = int(props.get("MainPID", "0") or 0)
                 if seen_running and pid and self._main_pid and pid != self._main_pid:
                     # systemd restarted it between two polls (its own Restart=): the old one exited.
-                    exit_info = ExitInfo(None, None, f"unit restarted by systemd (new MainPID {pid})")
+                    # Without Restart= in the unit (as shipped) that is someone else's restart.
+                    exit_info = ExitInfo(
+                        None, None, f"unit restarted outside sentinel (new MainPID {pid})", external=True
+                    )
                 elif pid:
                     self._main_pid = pid
                     seen_running = True
@@ -352,11 +360,24 @@ class SystemdRunner:
             elif state in ("failed", "inactive", "deactivating") or (seen_running and state):
                 exit_info = self._exit_info(props)
             if exit_info is not None:
+                if exit_info.external:
+                    await self._wait_out_stop_job(props)
                 self._main_pid = None
                 # journald (and our follower) lag the exit a little; the cause is in those lines.
                 await asyncio.sleep(self._s.settle)
                 return exit_info
             await asyncio.sleep(self._s.poll_interval)
+
+    async def _wait_out_stop_job(self, props: dict[str, str]) -> None:
+        """Let someone else's stop (or restart) job finish: a start queued behind it would find
+        the same stopping unit and count the one restart again."""
+        failures = 0
+        while props.get("ActiveState") == "deactivating" and failures < 3:
+            await asyncio.sleep(self._s.poll_interval)
+            try:
+                props = await self.show()
+            except LaunchError:
+                failures += 1
 
     async def is_running(self) -> bool:
         try:
@@ -375,6 +396,13 @@ class SystemdRunner:
             return ExitInfo(None, None, f"unit {state}, result {props.get('Result', '?')}")
         if code == _CLD_EXITED:
             return ExitInfo(n, None, f"unit {state}: exited with status {n}")
+        if code in _CLD_SIGNALLED and props.get("Result") == "success" and n in _STOP_SIGNALS:
+            # systemd files a stop it performed (SIGTERM) as success: someone ran stop/restart.
+            return ExitInfo(None, n, f"unit {state}: stopped outside sentinel ({_signame(n)})", external=True)
+        if code not in _CLD_SIGNALLED:
+            # ExecMainCode 0: the main process has not exited; the unit is being stopped or
+            # restarted by a job someone else queued (`systemctl restart sglang`), not by a signal 0.
+            return ExitInfo(None, None, f"unit {state}: stopped or restarted outside sentinel", external=True)
         return ExitInfo(None, n, f"unit {state}: killed by signal {n} ({_signame(n)})")
 
     async def terminate(self, timeout_s: float) -> ExitInfo | None:

@@ -328,7 +328,7 @@ class Supervisor:
                 self.crashes[outcome.reason] += 1
                 self.last_crash = outcome.crash
             # An operator's restart is neither backed off nor counted towards the crash loop.
-            delay = 0.0 if outcome.reason == "manual" else self.policy.next_delay(now)
+            delay = 0.0 if outcome.reason in ("manual", "external") else self.policy.next_delay(now)
             self._save_history()
             if delay is None:
                 log.error(
@@ -423,6 +423,10 @@ class Supervisor:
 
     async def _crash_outcome(self, exit_task: asyncio.Task[ExitInfo]) -> _Outcome:
         exit_info = exit_task.result()
+        if exit_info.external:
+            # An operator's restart is not a crash: no error line, no crash count, no backoff.
+            log.warning("server stopped or restarted outside sentinel", detail=exit_info.description)
+            return _Outcome("external", exit_info.description, None)
         crash = classify_exit(exit_info, self.bus.tail(), time.time())
         log.error("server exited", reason=crash.reason, detail=crash.detail, state=self.state.value)
         return _Outcome(crash.reason, crash.detail, crash)

@@ -24,6 +24,9 @@ from sentinel.collect.source import CollectionFailed
 __all__ = ["GpuCollector"]
 
 _ID = ["gpu", "uuid", "name", "pci_bus_id"]
+# deploy/alerts.yml's GpuXidCritical list: uncorrectable ECC (48), GSP/firmware (62, 119, 120),
+# row-remap failure (64), NVLink (74), fell off the bus (79), uncontained ECC (95).
+ALERTED_XIDS = (48, 62, 64, 74, 79, 95, 119, 120)
 
 # (metric name, help, DeviceReading attribute); every one a gauge with the identity labels only.
 _GAUGES: tuple[tuple[str, str, str], ...] = (
@@ -284,6 +287,13 @@ class GpuCollector:
             labels = [*_labels(ids[uuid]), str(code)] if uuid in ids else ["", uuid, "", "", str(code)]
             xid.add_metric(labels, count)
             xid_last.add_metric(labels, xid_times[(uuid, code)])
+        # The XIDs the shipped alert pages for are at 0 on every GPU from start, so a first XID
+        # 48 is an increase Prometheus sees (a series born at 1 is not). Other XIDs appear with
+        # their first event; GpuXidCritical also catches a series' first appearance.
+        for uuid in sorted(ids):
+            for code in ALERTED_XIDS:
+                if (uuid, code) not in xid_counts:
+                    xid.add_metric([*_labels(ids[uuid]), str(code)], 0)
         yield xid
         yield xid_last
 

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Install (or remove) sglang-sentinel as systemd services on a Debian/Ubuntu host.
+#
+#   sudo apt-get install -y python3-venv polkitd dbus     # Ubuntu < 23.04: policykit-1 for polkitd
+#   sudo deploy/install.sh                                  # from a checkout of this repository
+#   sudoedit /etc/sentinel/config.toml                      # then: systemctl start sentinel
+#   sudo deploy/install.sh --uninstall [--purge]
+#
+# What it does (every step is idempotent):
+#   - users sentinel and sglang (sysusers.d: deploy/sentinel.sysusers)
+#   - /opt/sentinel/.venv with this checkout installed; README and docs under /opt/sentinel
+#   - /opt/sglang/.venv, an empty venv for SGLang (install SGLang into it yourself)
+#   - /etc/sentinel/config.toml from deploy/config.example.toml if there is none (root:sentinel 0640)
+#   - /var/lib/sentinel (sentinel 0750) and /var/lib/sglang (sglang 0750)
+#   - the polkit rule that lets sentinel restart sglang.service, and nothing else
+#   - sentinel.service and sglang.service in /etc/systemd/system; sentinel.service enabled.
+#     sglang.service is not enabled: sentinel starts it (Wants=) and is its only restarter.
+#
+# Options:
+#   --root DIR     install into DIR instead of / (a throwaway root for CI, an image being built):
+#                  nothing on the running system is touched, no service is started; the venvs
+#                  are built at their final paths under DIR (a venv cannot be moved).
+#   --start        also start sentinel.service now (not with --root)
+#   --no-venv      skip the venvs (units and users only; the package is installed some other way)
+#   --uninstall    stop and disable the units, remove units, polkit rule and /opt/sentinel;
+#   --purge        with --uninstall: also /etc/sentinel, /var/lib/sentinel and the sentinel user.
+#                  /opt/sglang, /var/lib/sglang and the sglang user are always kept (model caches,
+#                  an SGLang install that took an hour).
+#   PYTHON=python3.11  the interpreter the venv is made with (default python3)
+#   PIP_ARGS="..."     extra arguments for pip install (an index, --no-index --find-links ...)
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+src=$(cd "$here/.." && pwd)
+root=""
+uninstall=0
+purge=0
+start=0
+venv=1
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --root) root=${2:?--root needs a directory}; shift 2 ;;
+        --root=*) root=${1#--root=}; shift ;;
+        --uninstall) uninstall=1; shift ;;
+        --purge) purge=1; shift ;;
+        --start) start=1; shift ;;
+        --no-venv) venv=0; shift ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) echo "install.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+root=${root:-${DESTDIR:-}}
+[ -z "$root" ] || root=$(mkdir -p "$root" && cd "$root" && pwd)
+if [ -n "$root" ] && [ "$start" = 1 ]; then
+    echo "install.sh: --start and --root do not go together" >&2; exit 2
+fi
+PY=${PYTHON:-python3}
+say() { printf 'install.sh: %s\n' "$*"; }
+die() { printf 'install.sh: %s\n' "$*" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || die "run as root (it creates users and writes /etc)"
+
+units="$root/etc/systemd/system"
+polkit="$root/etc/polkit-1/rules.d/50-sentinel.rules"
+sysusers="$root/usr/lib/sysusers.d/sglang-sentinel.conf"
+
+# systemctl for the running system, or offline on the root directory.
+sysctl() { if [ -n "$root" ]; then systemctl --root="$root" "$@"; else systemctl "$@"; fi; }
+
+if [ "$uninstall" = 1 ]; then
+    if [ -z "$root" ]; then
+        systemctl disable --now sentinel.service 2>/dev/null || true
+        systemctl stop sglang.service 2>/dev/null || true
+    else
+        sysctl disable sentinel.service 2>/dev/null || true
+    fi
+    rm -f "$units/sentinel.service" "$units/sglang.service" "$polkit"
+    rm -rf "$root/opt/sentinel"
+    if [ "$purge" = 1 ]; then
+        rm -rf "$root/etc/sentinel" "$root/var/lib/sentinel" "$sysusers"
+        if grep -q '^sentinel:' "$root/etc/passwd" 2>/dev/null; then
+            if [ -n "$root" ]; then userdel --prefix "$root" sentinel; else userdel sentinel; fi
+        fi
+    fi
+    [ -n "$root" ] || systemctl daemon-reload
+    say "removed; kept /opt/sglang, /var/lib/sglang and the sglang user$([ "$purge" = 1 ] || echo ', /etc/sentinel, /var/lib/sentinel and the sentinel user')"
+    exit 0
+fi
+
+# --- preconditions: say which Debian package is missing instead of failing half-way ---------
+missing=()
+"$PY" -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
+command -v systemd-sysusers >/dev/null || missing+=(systemd)
+if [ -z "$root" ]; then
+    # systemctl as the sentinel user goes through D-Bus and polkit.
+    [ -x /usr/lib/polkit-1/polkitd ] || [ -x /usr/libexec/polkitd ] || missing+=(polkitd)
+    command -v dbus-daemon >/dev/null || command -v dbus-broker >/dev/null || missing+=(dbus)
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+    die "missing: ${missing[*]} (apt-get install -y ${missing[*]})"
+fi
+"$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || die "$PY is older than 3.11 (set PYTHON=)"
+
+# --- users ------------------------------------------------------------------------------------
+install -D -m 0644 "$here/sentinel.sysusers" "$sysusers"
+install -d -m 0755 "$root/etc"
+if [ -n "$root" ]; then
+    systemd-sysusers --root="$root" "$sysusers"
+else
+    systemd-sysusers "$sysusers"
+fi
+uid_of() { awk -F: -v u="$1" '$1 == u { print $3 }' "$root/etc/passwd"; }
+gid_of() { awk -F: -v u="$1" '$1 == u { print $4 }' "$root/etc/passwd"; }
+s_uid=$(uid_of sentinel); s_gid=$(gid_of sentinel)
+g_uid=$(uid_of sglang); g_gid=$(gid_of sglang)
+[ -n "$s_uid" ] && [ -n "$g_uid" ] || die "users sentinel/sglang were not created"
+
+# --- directories ------------------------------------------------------------------------------
+install -d -m 0755 "$root/opt/sentinel" "$root/opt/sglang" "$units" "$root/etc/polkit-1/rules.d"
+install -d -m 0750 -o 0 -g "$s_gid" "$root/etc/sentinel"
+install -d -m 0750 -o "$s_uid" -g "$s_gid" "$root/var/lib/sentinel"
+install -d -m 0750 -o "$g_uid" -g "$g_gid" "$root/var/lib/sglang"
+if [ ! -e "$root/etc/sentinel/config.toml" ]; then
+    install -m 0640 -o 0 -g "$s_gid" "$here/config.example.toml" "$root/etc/sentinel/config.toml"
+    say "wrote /etc/sentinel/config.toml from the example: review [server] before starting"
+fi
+
+# --- venvs ------------------------------------------------------------------------------------
+if [ "$venv" = 1 ]; then
+    [ -x "$root/opt/sentinel/.venv/bin/python" ] || "$PY" -m venv "$root/opt/sentinel/.venv"
+    # shellcheck disable=SC2086  # PIP_ARGS is a list of words
+    "$root/opt/sentinel/.venv/bin/python" -m pip install -q --disable-pip-version-check \
+        ${PIP_ARGS:-} "$src"
+    [ -x "$root/opt/sglang/.venv/bin/python" ] || "$PY" -m venv "$root/opt/sglang/.venv"
+    "$root/opt/sentinel/.venv/bin/sentinel" --version >/dev/null
+fi
+install -m 0644 "$src/README.md" "$root/opt/sentinel/README.md"
+rm -rf "$root/opt/sentinel/docs" && cp -r "$src/docs" "$root/opt/sentinel/docs"
+
+# --- units and polkit ---------------------------------------------------------------------------
+install -m 0644 "$here/sentinel.service" "$here/sglang.service" "$units/"
+install -m 0644 "$here/sentinel-polkit.rules" "$polkit"
+if [ -n "$root" ]; then
+    sysctl enable sentinel.service
+else
+    systemctl daemon-reload
+    systemctl enable sentinel.service
+    # polkitd reads rules.d on change; a restart makes sure on old versions.
+    systemctl try-restart polkit.service 2>/dev/null || true
+    if [ "$start" = 1 ]; then systemctl start sentinel.service; fi
+fi
+if [ "$venv" = 1 ] && [ ! -e "$root/opt/sglang/.venv/bin/sglang" ] && \
+   ! "$root/opt/sglang/.venv/bin/python" -c 'import sglang' 2>/dev/null; then
+    say "SGLang is not installed yet: /opt/sglang/.venv/bin/pip install 'sglang[all]' (the version sglang.service's flags are for)"
+fi
+say "installed into ${root:-/}; check with: systemd-analyze verify${root:+ --root=$root} /etc/systemd/system/sentinel.service /etc/systemd/system/sglang.service"

@@ -1,0 +1,61 @@
+"""sentinel.log: one line shape everywhere; on the journal each line carries its syslog level."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+_EMIT = """
+import logging
+from sentinel.log import configure_logging, get_logger
+configure_logging("debug", "auto")
+log = get_logger("sentinel.test")
+log.debug("a_debug")
+log.info("an_info")
+log.warning("a_warning")
+log.error("an_error")
+log.critical("a_critical")
+logging.getLogger("aiohttp.server").error("foreign_error")
+"""
+
+
+def _emit(tmp_path: Path, journal: bool) -> list[str]:
+    """Run the logging setup in a child whose stderr is a file; as journald would, point
+    JOURNAL_STREAM at that file's device and inode (or at another file)."""
+    out = tmp_path / "stderr"
+    other = tmp_path / "other"
+    other.touch()
+    with out.open("wb") as f:
+        st = os.fstat(f.fileno()) if journal else os.stat(other)
+        env = {**os.environ, "JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}
+        subprocess.run([sys.executable, "-c", _EMIT], stderr=f, env=env, check=True, timeout=60)
+    return out.read_text().splitlines()
+
+
+def test_journal_lines_start_with_their_syslog_level(tmp_path: Path) -> None:
+    lines = _emit(tmp_path, journal=True)
+    expected = {
+        "a_debug": "<7>",
+        "an_info": "<6>",
+        "a_warning": "<4>",
+        "an_error": "<3>",
+        "a_critical": "<2>",
+        "foreign_error": "<3>",
+    }
+    seen = {}
+    for line in lines:
+        prefix, body = line[:3], line[3:]
+        record = json.loads(body)  # still one JSON object after the prefix
+        seen[record["event"]] = prefix
+    assert seen == expected
+
+
+def test_elsewhere_lines_are_plain_json(tmp_path: Path) -> None:
+    # JOURNAL_STREAM inherited, stderr redirected elsewhere: not the journal, no prefix.
+    lines = _emit(tmp_path, journal=False)
+    assert len(lines) == 6
+    for line in lines:
+        assert json.loads(line)["level"] in {"debug", "info", "warning", "error", "critical"}
