@@ -4,6 +4,10 @@ Each subcommand lives in its own module, ``sentinel.<package>.command``, which e
 ``register(subparsers)``; that adds a parser whose default ``handler(args) -> int`` runs it.
 Heavy imports belong inside the handlers so that ``sentinel --help`` stays fast.
 
+Other distributions (and other top-level packages of this one: ``sentinel sim`` is
+``sentinel_sim.command``) add subcommands through the ``sentinel.commands`` entry-point group, so
+that ``sentinel`` never imports them by name.
+
 Exit codes: 0 success, 1 the operation failed, 2 bad usage or configuration, 130 interrupted.
 """
 
@@ -17,12 +21,11 @@ from collections.abc import Sequence
 from sentinel import __version__
 from sentinel.config import ConfigError
 
-__all__ = ["COMMANDS", "CliError", "main"]
+__all__ = ["COMMANDS", "PLUGIN_GROUP", "CliError", "main"]
 
 # (subcommand module, in the order `sentinel --help` lists them)
 COMMANDS: tuple[str, ...] = (
     "sentinel.show_config",
-    "sentinel.sim.command",
     "sentinel.collect.command",
     "sentinel.supervise.command",
     "sentinel.load.command",
@@ -50,7 +53,33 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for module_name in COMMANDS:
         importlib.import_module(module_name).register(sub)
+    for module_name in _plugin_command_modules():
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            # A broken plugin must not take the built-in commands down with it.
+            print(f"sentinel: command plugin {module_name} not loaded: {exc}", file=sys.stderr)
+            continue
+        module.register(sub)
     return parser
+
+
+PLUGIN_GROUP = "sentinel.commands"
+
+
+def _plugin_command_modules() -> list[str]:
+    """Modules named in the ``sentinel.commands`` entry-point group, sorted by command name.
+
+    An entry point's value is a module exposing ``register(subparsers)``, like the built-in ones.
+    Only the installed metadata is read here (a few milliseconds); the module is imported by the
+    caller, and its own heavy imports wait for its handler.
+    """
+    from importlib.metadata import entry_points
+
+    found = sorted(entry_points(group=PLUGIN_GROUP), key=lambda ep: ep.name)
+    # The same distribution seen twice on sys.path (an editable install plus a build tree) is one.
+    modules = dict.fromkeys(ep.value.partition(":")[0] for ep in found)
+    return [name for name in modules if name not in COMMANDS]
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:

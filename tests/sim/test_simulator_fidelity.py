@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from sentinel.sim.fidelity import (
+from sentinel_sim.profiles import DEFAULT_PROFILE, get_profile
+from support.sim_fidelity import (
     TARGETS,
     Figures,
     drive_scenario,
@@ -14,7 +15,6 @@ from sentinel.sim.fidelity import (
     scenario_all_at_once,
     scenario_poisson,
 )
-from sentinel.sim.profiles import DEFAULT_PROFILE, get_profile
 
 # Relative tolerance per figure (the fit lands within ~3 % of every figure).
 TOLERANCE = {

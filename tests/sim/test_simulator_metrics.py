@@ -12,8 +12,8 @@ from prometheus_client.samples import Sample
 from simtest_sse import decode, sse
 
 from sentinel.sglang.metricnames import by_name
-from sentinel.sim import SimServer, serve
-from sentinel.sim.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, SimMetrics
+from sentinel_sim import SimServer, serve
+from sentinel_sim.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, SimMetrics
 
 
 async def _scrape(client: httpx.AsyncClient) -> dict[str, list[Sample]]:

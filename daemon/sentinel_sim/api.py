@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
-from sentinel.sim.engine import Request, RequestState
-from sentinel.sim.requests import (
+from sentinel_sim.engine import Request, RequestState
+from sentinel_sim.requests import (
     BadRequest,
     GenParams,
     parse_chat,
@@ -25,11 +25,11 @@ from sentinel.sim.requests import (
     parse_generate,
     stop_position,
 )
-from sentinel.sim.rxtime import receive_time
-from sentinel.sim.text import EOS_TOKEN_ID, THINK_END, make_script, token_id
+from sentinel_sim.rxtime import receive_time
+from sentinel_sim.text import EOS_TOKEN_ID, THINK_END, make_script, token_id
 
 if TYPE_CHECKING:
-    from sentinel.sim.server import SimServer
+    from sentinel_sim.server import SimServer
 
 __all__ = ["build_api_app"]
 
