@@ -26,12 +26,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
+from contextlib import AbstractContextManager
 from typing import Any
 
 import httpx
@@ -39,30 +36,23 @@ import httpx
 from sentinel.cli.bench import run_on_loop
 from sentinel.load import ArrivalProcess, LoadSpec, RandomDataset, RunResult, run_load
 from sentinel.load.stats import summarize
+from sentinel_sim.testing import SimProcess, spawn_sim
 
 
-def start_sim(
+def bench_sim(
     speed: float, extra: list[str], cpus: set[int] | None = None
-) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
-    ready = Path(tempfile.mkdtemp(prefix="sentinel-acc-")) / "ready.json"
-    cmd = [sys.executable, "-m", "sentinel", "sim", "--port", "0", "--ready-file", str(ready),
-           "--speed", str(speed), "--lifetime", "900", "--disable-access-log", "--skip-server-warmup",
-           *extra]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    if cpus:
-        os.sched_setaffinity(proc.pid, cpus)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if ready.is_file():
-            info = json.loads(ready.read_text())
-            try:
-                if httpx.get(info["base_url"] + "/health", timeout=2).status_code == 200:
-                    return proc, info
-            except httpx.HTTPError:
-                pass
-        time.sleep(0.1)
-    os.killpg(proc.pid, signal.SIGKILL)
-    raise SystemExit("simulator did not become ready")
+) -> AbstractContextManager[SimProcess]:
+    """The simulator these benchmarks measure against (killed on exit)."""
+    args = [
+        "--speed",
+        str(speed),
+        "--lifetime",
+        "900",
+        "--disable-access-log",
+        "--skip-server-warmup",
+        *extra,
+    ]
+    return spawn_sim(*args, timeout=60, cpus=cpus)
 
 
 def truth_by_rid(control_url: str, since: float) -> dict[str, dict[str, Any]]:
@@ -219,10 +209,9 @@ def main() -> None:
     wanted = args.scenarios.split(",")
     if args.pin:
         os.sched_setaffinity(0, {1})
-    proc, info = start_sim(args.speed, [], {0} if args.pin else None)
-    base, control = info["base_url"], info["control_url"]
     rows: list[dict[str, Any]] = []
-    try:
+    with bench_sim(args.speed, [], {0} if args.pin else None) as sim:
+        base, control, profile = sim.base_url, sim.control_url, sim.info["profile"]
         for name in wanted:
             if name == "ttft-256":
                 rows.append(scenario_ttft(base, control, args.speed))
@@ -235,10 +224,7 @@ def main() -> None:
             else:
                 raise SystemExit(f"unknown scenario {name}")
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    print(f"\nsentinel.load vs simulator ground truth (speed {args.speed:g}, profile {info['profile']})")
+    print(f"\nsentinel.load vs simulator ground truth (speed {args.speed:g}, profile {profile})")
     for row in rows:
         print("-" * 72)
         for k, v in row.items():

@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import resource
-import signal
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from load_accuracy import start_sim
+from load_accuracy import bench_sim
 from peer_cpu import PeerNotReady, run_bench_serving
 from sentinel.load import ArrivalProcess, LoadSpec, RandomDataset, run_load
 from sentinel.load.stats import summarize
@@ -64,9 +62,9 @@ def main() -> None:
     ap.add_argument("--max-concurrency", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    proc, info = start_sim(args.speed, [])
     rows = []
-    try:
+    with bench_sim(args.speed, []) as sim:
+        info = sim.info
         for i in range(args.repeat):
             try:
                 peer = run_bench_serving(
@@ -101,9 +99,6 @@ def main() -> None:
             row["ratio"] = row["our_tps"] / row["peer_tps"]
             rows.append(row)
             print(row, file=sys.stderr, flush=True)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
     print(
         f"\nStreamed output tokens per client CPU-second, native /generate, {args.num_prompts} prompts "
         f"{args.input_len}/{args.output_len}, max concurrency {args.max_concurrency}, "

@@ -1,7 +1,7 @@
 """Does the default simulator profile reproduce the deployment's figures?
 
-Drives ``sentinel sim`` (a subprocess, so the client is not measured as the server) the way the
-figures were measured (bench_serving's seed-1 random dataset, see sentinel.sim.fidelity), at a
+Drives the simulator (a subprocess, so the client is not measured as the server) the way the
+figures were measured (bench_serving's seed-1 random dataset, see support.sim_fidelity), at a
 high ``--speed``, converts back to server time, and prints: figure | target | virtual (the engine
 in virtual time) | live (over HTTP) | live error.
 
@@ -12,32 +12,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-from sentinel.sim.fidelity import TARGETS, run_live, run_virtual
-from sentinel.sim.profiles import DEFAULT_PROFILE, get_profile
+from sentinel_sim.profiles import DEFAULT_PROFILE, get_profile
+from sentinel_sim.testing import spawn_sim
 
-
-def _wait_healthy(base_url: str, proc: subprocess.Popen[bytes], timeout: float = 120.0) -> None:
-    """Poll /health until 200; the port refuses connections while "weights load"."""
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"sentinel sim exited with {proc.returncode}")
-        try:
-            if httpx.get(base_url + "/health", timeout=30).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.05)
-    raise SystemExit("sentinel sim did not become ready")
+# The scenarios and figures are test support (tests/support/, not in the wheel).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from support.sim_fidelity import TARGETS, run_live, run_virtual
 
 
 def main() -> int:
@@ -51,33 +34,10 @@ def main() -> int:
     virtual = run_virtual(get_profile(args.profile))
     live: dict[str, float] = {}
     if not args.virtual_only:
-        with tempfile.TemporaryDirectory() as tmp:
-            ready = Path(tmp) / "ready.json"
-            err_path = Path(tmp) / "stderr"
-            with err_path.open("wb") as err:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "sentinel", "sim", "--port", "0", "--ready-file", str(ready),
-                     "--speed", str(args.speed), "--profile", args.profile, "--disable-access-log",
-                     "--lifetime", "900"],
-                    stdout=subprocess.DEVNULL, stderr=err,
-                )  # fmt: skip
-                try:
-                    while not ready.exists():
-                        if proc.poll() is not None:
-                            raise SystemExit(f"sentinel sim exited: {err_path.read_text()[-2000:]}")
-                        time.sleep(0.05)
-                    info = json.loads(ready.read_text())
-                    _wait_healthy(info["base_url"], proc)
-                    live = asyncio.run(
-                        run_live(
-                            info["base_url"],
-                            args.speed,
-                            log_text=lambda: err_path.read_text(errors="replace"),
-                        )
-                    )
-                finally:
-                    proc.kill()
-                    proc.wait()
+        sim_args = ("--speed", str(args.speed), "--profile", args.profile, "--disable-access-log",
+                    "--lifetime", "900")  # fmt: skip
+        with spawn_sim(*sim_args, timeout=120) as sim:
+            live = asyncio.run(run_live(sim.base_url, args.speed, log_text=sim.stderr_text))
     print(f"profile {args.profile}, speed {args.speed:g} (figures in server time)")
     print(f"{'figure':<24} {'target':>9} {'virtual':>9} {'live':>9} {'live err':>9}")
     for key, target in TARGETS.items():

@@ -17,12 +17,11 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from sentinel_sim.testing import spawn_sim
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -70,31 +69,6 @@ def _client(host: str, port: int, streams: int, seconds: float, max_tokens: int,
     out.put(counts[0])
 
 
-def _start_sim(tmp: Path, speed: float, profile: str) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
-    ready = tmp / "ready.json"
-    ready.unlink(missing_ok=True)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sentinel", "sim", "--port", "0", "--ready-file", str(ready),
-         "--speed", str(speed), "--profile", profile, "--disable-access-log", "--lifetime", "900",
-         "--enable-metrics"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    while not ready.exists():
-        if proc.poll() is not None:
-            raise SystemExit("sentinel sim exited early")
-        time.sleep(0.05)
-    info = json.loads(ready.read_text())
-    import httpx
-
-    while True:
-        try:
-            if httpx.get(info["base_url"] + "/health", timeout=10).status_code == 200:
-                return proc, info
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.05)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -112,7 +86,7 @@ def main() -> int:
         f"profile {args.profile}, speed {args.speed:g}, {args.seconds:g} s per level, "
         f"{args.clients} client processes, {args.max_tokens}-token streams"
     )
-    from sentinel.sim.profiles import get_profile
+    from sentinel_sim.profiles import get_profile
 
     prof = get_profile(args.profile)
     print(
@@ -120,47 +94,45 @@ def main() -> int:
         f"{'sim CPU':>8} "
         f"{'events/CPU-s':>13} {'max lag s':>9}"
     )
-    with tempfile.TemporaryDirectory() as tmp:
-        for streams in args.streams:
-            proc, info = _start_sim(Path(tmp), args.speed, args.profile)
-            try:
-                host, port = info["host"], int(info["port"])
-                per_client = max(1, streams // args.clients)
-                queue: Any = mp.Queue()
-                cpu0 = _cpu_seconds(proc.pid)
-                tokens0 = httpx.get(info["control_url"] + "/state").json()["engine"]["generated_tokens"]
-                t0 = time.monotonic()
-                workers = [
-                    mp.Process(
-                        target=_client, args=(host, port, per_client, args.seconds, args.max_tokens, queue)
-                    )
-                    for _ in range(args.clients)
-                ]
-                for w in workers:
-                    w.start()
-                events = sum(queue.get() for _ in workers)
-                for w in workers:
-                    w.join()
-                elapsed = time.monotonic() - t0
-                cpu = _cpu_seconds(proc.pid) - cpu0
-                state = httpx.get(info["control_url"] + "/state").json()["engine"]
-                tokens = state["generated_tokens"] - tokens0
-                eps = events / elapsed
-                n = per_client * args.clients
-                # What the schedule asks for: one event per stream per decode step.
-                step = (
-                    prof.decode_base_s
-                    + prof.decode_per_req_s * n
-                    + prof.decode_per_kv_token_s * n * (4 + args.max_tokens / 2)
-                ) / args.speed
-                print(
-                    f"{n:>8} {n / step:>11.0f} {eps:>10.0f} {tokens / elapsed:>10.0f} "
-                    f"{tokens / max(events, 1):>9.2f} {cpu / elapsed:>7.0%} {events / max(cpu, 1e-9):>13.0f} "
-                    f"{state['max_lag_s']:>9.3f}"
+    sim_args = ("--speed", str(args.speed), "--profile", args.profile, "--disable-access-log",
+                "--lifetime", "900", "--enable-metrics")  # fmt: skip
+    for streams in args.streams:
+        with spawn_sim(*sim_args, timeout=120) as sim:
+            proc, info = sim.process, sim.info
+            host, port = sim.host, sim.port
+            per_client = max(1, streams // args.clients)
+            queue: Any = mp.Queue()
+            cpu0 = _cpu_seconds(proc.pid)
+            tokens0 = httpx.get(info["control_url"] + "/state").json()["engine"]["generated_tokens"]
+            t0 = time.monotonic()
+            workers = [
+                mp.Process(
+                    target=_client, args=(host, port, per_client, args.seconds, args.max_tokens, queue)
                 )
-            finally:
-                proc.kill()
-                proc.wait()
+                for _ in range(args.clients)
+            ]
+            for w in workers:
+                w.start()
+            events = sum(queue.get() for _ in workers)
+            for w in workers:
+                w.join()
+            elapsed = time.monotonic() - t0
+            cpu = _cpu_seconds(proc.pid) - cpu0
+            state = httpx.get(info["control_url"] + "/state").json()["engine"]
+            tokens = state["generated_tokens"] - tokens0
+            eps = events / elapsed
+            n = per_client * args.clients
+            # What the schedule asks for: one event per stream per decode step.
+            step = (
+                prof.decode_base_s
+                + prof.decode_per_req_s * n
+                + prof.decode_per_kv_token_s * n * (4 + args.max_tokens / 2)
+            ) / args.speed
+            print(
+                f"{n:>8} {n / step:>11.0f} {eps:>10.0f} {tokens / elapsed:>10.0f} "
+                f"{tokens / max(events, 1):>9.2f} {cpu / elapsed:>7.0%} {events / max(cpu, 1e-9):>13.0f} "
+                f"{state['max_lag_s']:>9.3f}"
+            )
     return 0
 
 

@@ -25,72 +25,32 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import signal
 import subprocess
 import sys
-import tempfile
-import time
-from pathlib import Path
 from typing import Any
 
 from sentinel.calibrate import CalibrationResult, CalibrationSettings, LoadStepRunner, StepPlan, calibrate
 from sentinel.calibrate.api import base_spec
 from sentinel.calibrate.judge import trusted
 from sentinel.calibrate.model import StepMeasurement
+from sentinel_sim.testing import start_sim
 
 BRUTE = (1, 2, 4, 8, 16, 32, 64, 128)
 PROMPTS = 64
 
 
 class Sim:
-    def __init__(self, args: list[str], lifetime: float, port: int = 0) -> None:
-        self.dir = tempfile.mkdtemp(prefix="sweep-bench-")
-        ready = Path(self.dir) / "ready.json"
-        cmd = [
-            sys.executable,
-            "-m",
-            "sentinel",
-            "sim",
-            "--port",
-            str(port),
-            "--ready-file",
-            str(ready),
-            "--enable-metrics",
-            "--disable-access-log",
-            "--lifetime",
-            str(lifetime),
-            *args,
-        ]
-        self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-        )
-        deadline = time.monotonic() + 30
-        while not ready.exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise SystemExit(f"simulator did not start: {' '.join(cmd)}")
-            time.sleep(0.02)
-        info = json.loads(ready.read_text())
-        self.base_url = info["base_url"]
-        self.port = int(info["port"])
-        import httpx
+    """The simulator with metrics, restartable on the same port (a "server restart" the sweep sees)."""
 
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(self.base_url + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        self.stop()
-        raise SystemExit("simulator never became healthy")
+    def __init__(self, args: list[str], lifetime: float, port: int = 0) -> None:
+        sim_args = ["--enable-metrics", "--disable-access-log", "--lifetime", str(lifetime), *args]
+        # A later --port wins (argparse): the restart binds where the first run did.
+        self._sim = start_sim(*sim_args, "--port", str(port), timeout=30)
+        self.base_url = self._sim.base_url
+        self.port = self._sim.port
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=10)
+        self._sim.kill()
 
 
 async def brute_force(url: str, cfg: CalibrationSettings) -> list[StepMeasurement]:

@@ -2,7 +2,7 @@
 
 Both ends of a measurement use them: the load client (`sentinel.load.transport`: a token's time
 is when it reached this host, not when the event loop read it) and the simulator
-(`sentinel.sim.rxtime`: a request's arrival is when it reached the server's socket). With the
+(`sentinel_sim.rxtime`: a request's arrival is when it reached the server's socket). With the
 option on, ``recvmsg`` returns the receive time of the last packet the read consumed as
 ancillary data. ``SIOCGSTAMPNS`` (the ioctl) answers ENOENT on TCP sockets, hence ``recvmsg``.
 """

@@ -1,9 +1,9 @@
 """`sentinel --help` and every subcommand's parser stay cheap to build: no engine, no HTTP stack.
 
-`sentinel.cli` imports every subcommand module and the config model (whose sections live in each
-package) to build its parser, which runs package ``__init__`` modules; those export their public
-names lazily (`sentinel.lazy`). These tests keep it so,
-and check that each lazy table still names every exported name.
+`sentinel.cli` imports every subcommand module to build its parser (the built-in ones and those of
+the ``sentinel.commands`` entry points, such as ``sentinel_sim.command``), which runs each
+package's ``__init__``; those export their public names lazily (`sentinel.lazy`). These tests keep
+it so, and check that each lazy table still names every exported name.
 """
 
 from __future__ import annotations
@@ -18,13 +18,18 @@ from pathlib import Path
 import pytest
 
 import sentinel
+import sentinel_sim
 
 PACKAGE_DIR = Path(sentinel.__file__).parent
-LAZY_PACKAGES = sorted(
-    f"sentinel.{init.parent.name}"
-    for init in PACKAGE_DIR.glob("*/__init__.py")
-    if "lazy_exports(" in init.read_text(encoding="utf-8")
-)
+# The simulator is a top-level package of its own, with the same lazy __init__.
+LAZY_PACKAGES = [
+    *sorted(
+        f"sentinel.{init.parent.name}"
+        for init in PACKAGE_DIR.glob("*/__init__.py")
+        if "lazy_exports(" in init.read_text(encoding="utf-8")
+    ),
+    "sentinel_sim",
+]
 # What a parser must not import: the HTTP clients and servers, the load engine and the simulator
 # (each a few hundred milliseconds on the target hosts), NVML and the plotting stack.
 HEAVY = (
@@ -38,8 +43,8 @@ HEAVY = (
     "numpy",
     "sentinel.load.engine",
     "sentinel.load.transport",
-    "sentinel.sim.server",
-    "sentinel.sim.engine",
+    "sentinel_sim.server",
+    "sentinel_sim.engine",
 )
 
 
@@ -60,7 +65,7 @@ def test_building_the_parser_imports_nothing_heavy() -> None:
 
 
 def test_help_lists_every_subcommand() -> None:
-    from sentinel.cli import COMMANDS
+    from sentinel.cli import COMMANDS, _plugin_command_modules
 
     out = subprocess.run(
         [sys.executable, "-m", "sentinel", "--help"],
@@ -73,16 +78,31 @@ def test_help_lists_every_subcommand() -> None:
     assert out.stderr == ""
     for name in ("sim", "bench", "run"):
         assert f"    {name} " in out.stdout
-    assert len(COMMANDS) >= 8
+    assert len(COMMANDS) >= 7
+    # `sentinel sim` comes from the simulator's entry point, not from a name in COMMANDS.
+    assert _plugin_command_modules() == ["sentinel_sim.command"]
+
+
+@pytest.mark.parametrize(
+    "argv", [["-m", "sentinel", "sim", "--help"], ["-m", "sentinel_sim", "--help"]], ids=" ".join
+)
+def test_the_simulator_runs_as_a_sentinel_subcommand_and_on_its_own(argv: list[str]) -> None:
+    out = subprocess.run(
+        [sys.executable, *argv], capture_output=True, text=True, timeout=60, env=_clean_env()
+    )
+    assert out.returncode == 0, out.stderr
+    assert "--ready-file" in out.stdout
+    assert "--fault SPEC" in out.stdout
 
 
 def test_lazy_packages_are_found() -> None:
-    assert {"sentinel.load", "sentinel.sim", "sentinel.calibrate"} <= set(LAZY_PACKAGES)
+    assert {"sentinel.load", "sentinel.calibrate"} <= set(LAZY_PACKAGES)
+    assert "lazy_exports(" in Path(sentinel_sim.__file__).read_text(encoding="utf-8")
 
 
 def _type_checking_imports(package: str) -> dict[str, str]:
     """Name -> module, from the package's ``if TYPE_CHECKING:`` imports (what type checkers see)."""
-    init = PACKAGE_DIR / package.split(".")[1] / "__init__.py"
+    init = Path(importlib.import_module(package).__file__ or "")
     tree = ast.parse(init.read_text(encoding="utf-8"))
     names: dict[str, str] = {}
     for node in tree.body:

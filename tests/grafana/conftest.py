@@ -28,8 +28,8 @@ def _names(text: str) -> set[str]:
 async def _gather() -> set[str]:
     from sentinel.collect import build_collector_set
     from sentinel.schedule.metrics import RequestTimings, RunFigures, ScheduleMetrics
-    from sentinel.sim import serve
     from sentinel.supervise import Supervisor
+    from sentinel_sim import serve
 
     async with serve(speed=100, enable_metrics=True) as sim:
         port = int(sim.base_url.rsplit(":", 1)[1])

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from sentinel.sim import SimServer, serve
+from sentinel_sim import SimServer, serve
 
 
 class Captured(io.StringIO):

@@ -14,7 +14,7 @@ import pytest
 from simtest_sse import decode, sse
 
 from sentinel.sglang.logparse import DecodeBatch, parse_line
-from sentinel.sim import SimServer, serve
+from sentinel_sim import SimServer, serve
 
 EOS = 154820
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from sentinel.sim.config import SimConfig
-from sentinel.sim.engine import Engine, EngineHooks, Request
-from sentinel.sim.profiles import get_profile
-from sentinel.sim.text import Script
-from sentinel.sim.virtual import simulate
+from sentinel_sim.config import SimConfig
+from sentinel_sim.engine import Engine, EngineHooks, Request
+from sentinel_sim.profiles import get_profile
+from sentinel_sim.text import Script
+from support.sim_virtual import simulate
 
 GLM = get_profile("glm5-nvfp4-8x-rtxpro6000")
 

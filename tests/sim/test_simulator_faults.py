@@ -13,7 +13,7 @@ import pytest
 from simtest_sse import sse
 
 from sentinel.sglang.logparse import CrashKind, classify_crash
-from sentinel.sim import serve
+from sentinel_sim import serve
 
 LONG = {"text": "x", "sampling_params": {"max_new_tokens": 100000, "ignore_eos": True}}
 

@@ -1,4 +1,5 @@
-"""The default profile reproduces the deployment's figures (docs/sim.md, benchmarks/sim_fidelity.py)."""
+"""The default profile reproduces the deployment's figures in virtual time (exact), and the served
+simulator schedules as its engine does; live figures over HTTP are benchmarks/sim_fidelity.py's."""
 
 from __future__ import annotations
 
@@ -6,15 +7,9 @@ import asyncio
 
 import pytest
 
-from sentinel.sim.fidelity import (
-    TARGETS,
-    Figures,
-    drive_scenario,
-    run_virtual,
-    scenario_all_at_once,
-    scenario_poisson,
-)
-from sentinel.sim.profiles import DEFAULT_PROFILE, get_profile
+from sentinel_sim.profiles import DEFAULT_PROFILE, get_profile
+from support.sim_fidelity import TARGETS, drive_scenario, run_virtual, scenario_poisson
+from support.sim_virtual import simulate
 
 # Relative tolerance per figure (the fit lands within ~3 % of every figure).
 TOLERANCE = {
@@ -36,28 +31,41 @@ def test_virtual_engine_reproduces_the_figures() -> None:
 
 
 @pytest.mark.slow
-def test_served_simulator_matches_its_engine_over_http(sim_factory) -> None:  # type: ignore[no-untyped-def]
+def test_served_simulator_schedules_as_its_engine_does(sim_factory) -> None:  # type: ignore[no-untyped-def]
+    """Over HTTP, the engine serves the Poisson scenario as the virtual engine schedules the very
+    arrivals it saw: the same scheduler, fed by a real clock.
+
+    The comparison is in the simulator's own ground truth (its per-request records), not in what
+    the client measured, and the arrivals replayed are the ones the server saw: a busy host delays
+    the client's sends and the server's handlers alike, and neither changes what is asserted. The
+    one thing a busy host does change, the engine running late, the engine reports itself
+    (``max_lag_s``, ``slipped_s``), and that is the slack allowed. How close the live figures come
+    to the deployment's is benchmarks/sim_fidelity.py's (a speed figure, not a guarantee).
+    """
     speed = 8.0
+    profile = get_profile(DEFAULT_PROFILE)
     sim = sim_factory("--speed", str(speed), "--disable-access-log")
-    virtual = run_virtual(get_profile(DEFAULT_PROFILE))
-
-    async def both() -> tuple[Figures, Figures]:
-        s32 = await drive_scenario(sim.base_url, scenario_all_at_once(), speed)
-        s64 = await drive_scenario(sim.base_url, scenario_poisson(), speed)
-        return s32, s64
-
-    s32, s64 = asyncio.run(both())
-    lag = sim.control("/state")["engine"]["max_lag_s"]
-    live = {
-        "s32_out_tps": s32.out_tps,
-        "s32_total_tps": s32.total_tps,
-        "s32_mean_concurrency": s32.mean_concurrency,
-        "s64_out_tps": s64.out_tps,
-        "s64_total_tps": s64.total_tps,
-    }
-    for key, value in live.items():
-        # HTTP, the client and a shared CPU add a little to every request; 6 % covers it.
-        assert abs(value / virtual[key] - 1) <= 0.06, (key, value, virtual[key], f"engine lag {lag:.3f} s")
-    assert s64.peak_concurrency >= 62
-    assert s32.completed == 32
-    assert s64.completed == 64
+    requests = scenario_poisson()
+    figures = asyncio.run(drive_scenario(sim.base_url, requests, speed))
+    assert figures.completed == len(requests)
+    records = sorted(sim.control("/requests")["requests"], key=lambda r: r["handler_time"])
+    assert [r["status"] for r in records] == ["ok"] * len(requests)
+    # Every request got exactly the tokens it asked for (ignore_eos), as the client counted them.
+    assert sorted(r["completion_tokens"] for r in records) == sorted(o for _, _, o in requests)
+    assert sum(r["completion_tokens"] for r in records) == round(figures.out_tps * figures.duration_s)
+    t0 = records[0]["handler_time"]
+    replay = simulate(
+        profile,
+        [((r["handler_time"] - t0) * speed, r["prompt_tokens"], r["completion_tokens"]) for r in records],
+    )
+    engine = sim.control("/state")["engine"]
+    # Server seconds the engine ran behind its schedule, plus one decode step of timer granularity.
+    slack = (engine["max_lag_s"] + engine["slipped_s"]) * speed + 0.2
+    for rec, want in zip(records, replay, strict=True):
+        served_e2e = (rec["finish_time"] - rec["handler_time"]) * speed
+        assert abs(served_e2e - want.e2e) <= 0.02 * want.e2e + slack, (
+            rec["rid"],
+            served_e2e,
+            want.e2e,
+            engine,
+        )

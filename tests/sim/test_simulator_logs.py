@@ -18,7 +18,7 @@ from sentinel.sglang.logparse import (
     ServerCapacity,
     parse_line,
 )
-from sentinel.sim import serve
+from sentinel_sim import serve
 
 SAMPLES = Path("/work/shared/reference/samples")
 

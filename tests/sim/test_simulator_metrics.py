@@ -11,8 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 from simtest_sse import decode, sse
 
-from sentinel.sim import SimServer, serve
-from sentinel.sim.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, SimMetrics
+from sentinel_sim import SimServer, serve
+from sentinel_sim.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, SimMetrics
 from support.sglang_metricnames import by_name
 
 

@@ -1,4 +1,5 @@
-"""Fixtures for the supervisor tests: fast settings, free ports, the fake server, leak checks."""
+"""Fixtures for the supervisor tests: fast settings, free ports, the simulator and the fake server
+(for what the simulator cannot do, see fake_server.py), leak checks."""
 
 from __future__ import annotations
 
@@ -86,6 +87,13 @@ def fake_command(port: int, *args: str) -> LaunchCommand:
     return LaunchCommand("fake", BUILTIN_PROFILES["sim"], argv, {})
 
 
+def sim_command(port: int, *args: str, metrics: bool = True) -> LaunchCommand:
+    """The simulator at --speed 100 (start-up ~0.03 s); --lifetime: no sim outlives a broken run."""
+    argv = (sys.executable, "-m", "sentinel_sim", "--port", str(port), "--speed", "100", "--lifetime", "300")
+    flags = ("--enable-metrics",) if metrics else ()
+    return LaunchCommand("sim", BUILTIN_PROFILES["sim"], (*argv, *flags, *args), {})
+
+
 @pytest.fixture
 def port() -> int:
     return free_port()
@@ -99,6 +107,11 @@ def fast() -> Callable[..., ServerSettings]:
 @pytest.fixture
 def fake_cmd() -> Callable[..., LaunchCommand]:
     return fake_command
+
+
+@pytest.fixture
+def sim_cmd() -> Callable[..., LaunchCommand]:
+    return sim_command
 
 
 @pytest.fixture

@@ -1,10 +1,24 @@
-"""A tiny stand-in for an SGLang server process, for the supervisor's fast tests.
+"""A tiny stand-in for an SGLang server process, for what the simulator cannot model.
 
-Run as ``python fake_server.py --port P [options]``. It behaves like SGLang where the supervisor
-looks: the port refuses while "loading", /health answers 503 while "warming", then 200; canary
-prompts get known answers; /metrics has a decode token counter; crashes print SGLang's log lines
-and SIGKILL the process itself. ``--once FILE`` makes the fault happen only in the first life
-(the file records that it happened), so restart-and-recover can be tested.
+The supervisor tests run the simulator (``sim_cmd``) wherever it has the fault: slow start-up,
+garbage canaries, no /metrics, API keys, hangs and stalls, crashes (tests/supervise/
+test_sim_faults.py). This stand-in stays for the process-level behaviours the simulator does not
+have, because it is one SGLang-like server that always dies by SIGKILL and shuts down cleanly:
+
+- ``--once FILE``: the fault happens only in the first life of a *restarted command line* (the
+  file survives the restart). The simulator's faults are per process; in systemd mode the
+  supervisor restarts a unit whose command line it cannot change, and there is no control port
+  to clear a fault through.
+- ``--exit-code N``: a crash that exits with a status instead of a signal.
+- ``--crash-line LINE``: arbitrary crash log lines (journal classification of any SGLang error).
+- ``--health-503-after S``: /health itself turns 503 while generation still works (the
+  simulator's ``http_503`` fault fails generation requests, not /health).
+- ``--ignore-sigterm`` and ``--spawn-child FILE``: a server that ignores SIGTERM, and a worker
+  in its process group, for the stop escalation and group-kill tests.
+
+Run as ``python fake_server.py --port P [options]``. Where the supervisor looks it behaves like
+SGLang: /health answers 503 while "warming", then 200; canary prompts get known answers; /metrics
+has a decode token counter.
 """
 
 from __future__ import annotations
@@ -25,19 +39,15 @@ def _args() -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)
-    p.add_argument("--refuse", type=float, default=0.0, help="seconds before listening")
     p.add_argument("--warm", type=float, default=0.0, help="seconds of /health 503 after listening")
     p.add_argument("--crash-after", type=float, default=None, help="seconds after ready, then crash")
     p.add_argument("--crash-line", action="append", default=[], help="log line printed before SIGKILL")
     p.add_argument("--exit-code", type=int, default=None, help="exit with this status instead of SIGKILL")
     p.add_argument("--garbage", action="store_true", help="canaries get '!!!!' answers")
-    p.add_argument("--stall", action="store_true", help="decode counter frozen with 1 request running")
     p.add_argument("--health-503-after", type=float, default=None, help="503 storm after N seconds")
     p.add_argument("--ignore-sigterm", action="store_true")
     p.add_argument("--spawn-child", default=None, help="start a worker in our group; write its pid here")
     p.add_argument("--once", default=None, help="apply the fault only when this file does not exist")
-    p.add_argument("--no-metrics", action="store_true")
-    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 routes")
     return p.parse_args()
 
 
@@ -54,7 +64,6 @@ def main() -> None:
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         Path(a.spawn_child).write_text(str(child.pid))
     print("[2026-01-01 00:00:00] server_args=ServerArgs(model_path='fake')", flush=True)
-    time.sleep(a.refuse)
     t_listen = time.monotonic()
     ready_at: list[float] = []
     decode = {"n": 0.0}
@@ -73,8 +82,6 @@ def main() -> None:
         return web.Response(status=200)
 
     async def chat(request: web.Request) -> web.Response:
-        if a.api_key and request.headers.get("Authorization") != f"Bearer {a.api_key}":
-            return web.json_response({"error": "Unauthorized"}, status=401)
         body = await request.json()
         prompt = body["messages"][-1]["content"]
         if faulty and a.garbage:
@@ -85,8 +92,7 @@ def main() -> None:
             text = "def is_prime(n):\n    return n > 1 and all(n % i for i in range(2, n))"
         else:
             text = "Sure."
-        if not (faulty and a.stall):
-            decode["n"] += 10
+        decode["n"] += 10
         return web.json_response(
             {
                 "choices": [
@@ -96,20 +102,17 @@ def main() -> None:
         )
 
     async def metrics(request: web.Request) -> web.Response:
-        if a.no_metrics:
-            return web.Response(status=404)
-        if not (faulty and a.stall):
-            decode["n"] += 1
+        decode["n"] += 1
         text = (
             "# TYPE sglang:realtime_tokens_total counter\n"
             f'sglang:realtime_tokens_total{{mode="decode",tp_rank="0"}} {decode["n"]}\n'
             "# TYPE sglang:num_running_reqs gauge\n"
-            f'sglang:num_running_reqs{{tp_rank="0"}} {1 if a.stall else 0}\n'
+            f'sglang:num_running_reqs{{tp_rank="0"}} 0\n'
         )
         return web.Response(text=text, content_type="text/plain")
 
     async def loads(request: web.Request) -> web.Response:
-        return web.json_response({"aggregate": {"total_running_reqs": 1 if (faulty and a.stall) else 0}})
+        return web.json_response({"aggregate": {"total_running_reqs": 0}})
 
     async def lifecycle() -> None:
         await asyncio.sleep(max(0.0, t_listen + warm - time.monotonic()))

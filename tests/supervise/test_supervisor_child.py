@@ -35,11 +35,13 @@ def value(reg: CollectorRegistry, name: str, **labels: str) -> float | None:
 
 
 async def test_starts_warms_becomes_ready_and_stops(
-    fast: Fast, fake_cmd: FakeCmd, port: int, tmp_path: Path
+    fast: Fast, sim_cmd: FakeCmd, port: int, tmp_path: Path
 ) -> None:
     # The server requires a key on its API routes: the canaries passing proves the probes send it.
     settings = fast(port, log_file=tmp_path / "server.log", api_key="k3y")
-    sup = Supervisor(settings, command=fake_cmd(port, "--refuse", "0.3", "--warm", "1.0", "--api-key", "k3y"))
+    # At --speed 100: port refused 0.3 s longer, then /health 503 for 1.0 s longer.
+    slow = "slow_start:refuse=30,warmup=100"
+    sup = Supervisor(settings, command=sim_cmd(port, "--fault", slow, "--api-key", "k3y"))
     changes: list[StateChange] = []
     sup.subscribe_state(changes.append)
     lines = sup.subscribe_lines()
@@ -59,7 +61,7 @@ async def test_starts_warms_becomes_ready_and_stops(
     assert value(reg, "sentinel_server_state", state="starting") == 0
     duration = value(reg, "sentinel_server_start_duration_seconds")
     assert duration is not None
-    assert 1.2 <= duration < 10  # refuse 0.3 s + warm 1.0 s
+    assert 1.3 <= duration < 10  # refuse 0.3 s + warm 1.0 s, plus the sim's own start-up
     assert value(reg, "sentinel_server_ready_timestamp_seconds") == sup.epoch
     # Canaries run right after ready; health and stall soon after.
     await asyncio.sleep(0.6)
@@ -110,10 +112,10 @@ async def test_crash_loop_ends_in_failed_and_reset_restarts(fast: Fast, fake_cmd
         await sup.stop()
 
 
-async def test_alert_only_policy_never_restarts(fast: Fast, fake_cmd: FakeCmd, port: int) -> None:
+async def test_alert_only_policy_never_restarts(fast: Fast, sim_cmd: FakeCmd, port: int) -> None:
     # interval 60 s, retry 0.1 s: the repeated failures below come from the retry interval.
     settings = fast(port, checks={"canary": {"action": "alert", "interval": 60, "retry_interval": 0.1}})
-    sup = Supervisor(settings, command=fake_cmd(port, "--garbage"))
+    sup = Supervisor(settings, command=sim_cmd(port, "--fault", "garbage"))
     await sup.start()
     try:
         await sup.wait_for_state(ServerState.UNHEALTHY, timeout_s=15)
@@ -200,9 +202,9 @@ async def test_a_killed_leader_is_seen_even_while_a_worker_holds_its_output(
         await sup.stop()
 
 
-async def test_manual_restart_runs_hooks_and_skips_backoff(fast: Fast, fake_cmd: FakeCmd, port: int) -> None:
+async def test_manual_restart_runs_hooks_and_skips_backoff(fast: Fast, sim_cmd: FakeCmd, port: int) -> None:
     settings = fast(port, restart={"backoff_initial": 30, "backoff_max": 30})
-    sup = Supervisor(settings, command=fake_cmd(port))
+    sup = Supervisor(settings, command=sim_cmd(port))
     calls = 0
 
     async def hook() -> None:
@@ -223,9 +225,9 @@ async def test_manual_restart_runs_hooks_and_skips_backoff(fast: Fast, fake_cmd:
     assert calls == 2
 
 
-async def test_hanging_hook_does_not_block_stop(fast: Fast, fake_cmd: FakeCmd, port: int) -> None:
+async def test_hanging_hook_does_not_block_stop(fast: Fast, sim_cmd: FakeCmd, port: int) -> None:
     settings = fast(port, before_stop_timeout=0.2)
-    sup = Supervisor(settings, command=fake_cmd(port))
+    sup = Supervisor(settings, command=sim_cmd(port))
 
     async def stuck() -> None:
         await asyncio.sleep(60)
@@ -377,9 +379,10 @@ async def test_restart_history_survives_a_restart_of_sentinel(
 
 
 async def test_unreadable_metrics_are_counted_but_never_a_stall(
-    fast: Fast, fake_cmd: FakeCmd, port: int
+    fast: Fast, sim_cmd: FakeCmd, port: int
 ) -> None:
-    sup = Supervisor(fast(port), command=fake_cmd(port, "--no-metrics"))
+    # Without --enable-metrics the simulator's /metrics is 404, as SGLang's.
+    sup = Supervisor(fast(port), command=sim_cmd(port, metrics=False))
     await sup.start()
     try:
         await sup.wait_for_state(ServerState.READY, timeout_s=15)

@@ -143,9 +143,9 @@ async def test_systemd_stop_by_someone_else_is_recorded_as_external_without_an_e
 
 
 async def test_systemd_attaches_to_a_running_unit_without_restarting_it(
-    fast: Fast, fake_cmd: FakeCmd, port: int, unit_dir: Path
+    fast: Fast, sim_cmd: FakeCmd, port: int, unit_dir: Path
 ) -> None:
-    set_unit_command(unit_dir, fake_cmd(port))
+    set_unit_command(unit_dir, sim_cmd(port))
     starter = await asyncio.create_subprocess_exec(
         sys.executable, str(FAKE_SYSTEMCTL), str(unit_dir), "start", "x"
     )
@@ -169,7 +169,7 @@ async def test_systemd_attaches_to_a_running_unit_without_restarting_it(
 
 
 async def test_external_mode_observes_but_never_restarts(
-    fast: Fast, fake_cmd: FakeCmd, port: int, no_leaked_children: None
+    fast: Fast, sim_cmd: FakeCmd, port: int, no_leaked_children: None
 ) -> None:
     settings = fast(port, mode="external")
     sup = Supervisor(settings)
@@ -178,7 +178,9 @@ async def test_external_mode_observes_but_never_restarts(
     try:
         await asyncio.sleep(0.2)
         assert sup.state is ServerState.STOPPED
-        proc = await asyncio.create_subprocess_exec(*fake_cmd(port, "--warm", "1.5", "--garbage").argv)
+        # /health 503 for 1.5 s longer than the sim's own start-up (--speed 100), garbage from ready.
+        argv = sim_cmd(port, "--fault", "slow_start:refuse=0,warmup=150", "--fault", "garbage").argv
+        proc = await asyncio.create_subprocess_exec(*argv)
         await sup.wait_for_state(ServerState.WARMING, timeout_s=10)
         await sup.wait_for_state(ServerState.READY, timeout_s=10)
         await sup.wait_for_state(ServerState.UNHEALTHY, timeout_s=10)

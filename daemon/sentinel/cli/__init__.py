@@ -27,7 +27,6 @@ __all__ = ["COMMANDS", "ENTRY_POINT_GROUP", "CliError", "add_common_options", "b
 # (subcommand module, in the order `sentinel --help` lists them)
 COMMANDS: tuple[str, ...] = (
     "sentinel.cli.config",
-    "sentinel.sim.command",
     "sentinel.cli.collect",
     "sentinel.cli.check",
     "sentinel.cli.bench",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sentinel.sim.profiles import DEFAULT_PROFILE, Profile, get_profile
+from sentinel_sim.profiles import DEFAULT_PROFILE, Profile, get_profile
 
 __all__ = ["SimConfig"]
 

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from sentinel.sim.faults import FAULTS, FaultError, make_fault, parse_fault_spec
+from sentinel_sim.faults import FAULTS, FaultError, make_fault, parse_fault_spec
 
 if TYPE_CHECKING:
-    from sentinel.sim.server import SimServer
+    from sentinel_sim.server import SimServer
 
 __all__ = ["build_control_app"]
 

@@ -1,4 +1,8 @@
-"""``sentinel sim``: run the SGLang-compatible simulator in the foreground."""
+"""``sentinel sim`` / ``sentinel-sim`` / ``python -m sentinel_sim``: run the simulator in the foreground.
+
+``sentinel sim`` reaches this module through the ``sentinel.commands`` entry point (pyproject):
+``sentinel`` never imports the simulator by name.
+"""
 
 from __future__ import annotations
 
@@ -6,24 +10,45 @@ import argparse
 import asyncio
 import os
 import signal
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 from sentinel.cli.common import CliError, add_common_options
 
-__all__ = ["register"]
+__all__ = ["main", "register"]
+
+_DESCRIPTION = (
+    "Serve SGLang v0.5.9's HTTP API, metrics and log lines from a simulated GLM-5 deployment. "
+    "Contract: docs/sim.md."
+)
 
 
 def register(subparsers: Any) -> None:
-    from sentinel.sim.profiles import DEFAULT_PROFILE, PROFILES
-
+    """Add ``sim`` to ``sentinel``'s subcommands."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "sim",
-        help="run the SGLang-compatible simulator",
-        description=(
-            "Serve SGLang v0.5.9's HTTP API, metrics and log lines from a simulated GLM-5 deployment. "
-            "Contract: docs/sim.md."
-        ),
+        "sim", help="run the SGLang-compatible simulator", description=_DESCRIPTION
     )
+    _add_arguments(parser)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``sentinel-sim`` and ``python -m sentinel_sim``: the same options as ``sentinel sim``."""
+    parser = argparse.ArgumentParser(prog="sentinel-sim", description=_DESCRIPTION)
+    _add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return _handle(args)
+    except CliError as exc:
+        print(f"sentinel-sim: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    from sentinel_sim.profiles import DEFAULT_PROFILE, PROFILES
+
     add_common_options(parser)
     g = parser.add_argument_group("server (SGLang's flag names)")
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -87,8 +112,8 @@ def register(subparsers: Any) -> None:
 
 def _handle(args: argparse.Namespace) -> int:
     from sentinel.log import configure_logging
-    from sentinel.sim.config import SimConfig
-    from sentinel.sim.faults import FaultError, parse_fault_spec
+    from sentinel_sim.config import SimConfig
+    from sentinel_sim.faults import FaultError, parse_fault_spec
 
     configure_logging(args.log_level or "info", args.log_format or "auto")
     config = SimConfig(
@@ -138,7 +163,7 @@ def _sigkill_self() -> None:
 
 
 async def _serve(config: Any) -> int:
-    from sentinel.sim.server import SimServer
+    from sentinel_sim.server import SimServer
 
     server = SimServer(config, on_fatal=_sigkill_self)
     try:

@@ -1,5 +1,6 @@
 """The engine driven in virtual time: the exact scheduler of the server, without HTTP or sleeping.
 
+Test support, not in the wheel (tests/ and benchmarks/ import it as ``support.sim_virtual``).
 Used to fit and check profiles (``benchmarks/sim_fidelity.py``) and to predict what a load will
 do: one 30-second benchmark of the default profile replays in milliseconds. It calls the same
 planning and apply code as the asyncio loop, so a fit here holds for the served simulator.
@@ -9,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sentinel.sim.engine import Engine, Request
-from sentinel.sim.profiles import Profile
-from sentinel.sim.text import Script
+from sentinel_sim.engine import Engine, Request
+from sentinel_sim.profiles import Profile
+from sentinel_sim.text import Script
 
 __all__ = ["VirtualResult", "simulate"]
 

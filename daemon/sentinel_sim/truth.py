@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sentinel.sim.engine import Request, RequestState
+from sentinel_sim.engine import Request, RequestState
 
 __all__ = ["GroundTruth", "TruthRecord"]
 

@@ -1,5 +1,8 @@
 """The deployment figures the default profile is fitted to, and how they were measured.
 
+Test support, not in the wheel: tests/ and benchmarks/sim_fidelity.py import it as
+``support.sim_fidelity``.
+
 Figures (GLM-5-NVFP4, TP=8 on 8x RTX PRO 6000 Blackwell; docs/sim.md): one stream ~12.5 output
 tok/s; server-side decode peaks ~208 tok/s at 21 running requests; 32 prompts sent at once ->
 ~144 output / ~304 total tok/s, mean concurrency ~18.4; 64 prompts at 16 req/s -> ~196 output /
@@ -31,8 +34,8 @@ from typing import Final
 
 import aiohttp
 
-from sentinel.sim.profiles import Profile
-from sentinel.sim.virtual import VirtualResult, simulate
+from sentinel_sim.profiles import Profile
+from support.sim_virtual import VirtualResult, simulate
 
 __all__ = [
     "TARGETS",

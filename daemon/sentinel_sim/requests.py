@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from sentinel.sim.text import count_tokens, split_tokens
+from sentinel_sim.text import count_tokens, split_tokens
 
 __all__ = [
     "BadRequest",

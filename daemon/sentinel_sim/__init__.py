@@ -2,7 +2,7 @@
 
 In-process use (fast tests)::
 
-    from sentinel.sim import serve
+    from sentinel_sim import serve
 
     async with serve(speed=100, enable_metrics=True) as sim:
         ...  # sim.base_url, sim.control_url, sim.truth, sim.engine
@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 from sentinel.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from sentinel.sim.config import SimConfig
-    from sentinel.sim.profiles import DEFAULT_PROFILE, PROFILES, Profile, get_profile
-    from sentinel.sim.server import SimServer, serve
-    from sentinel.sim.text import count_tokens
+    from sentinel_sim.config import SimConfig
+    from sentinel_sim.profiles import DEFAULT_PROFILE, PROFILES, Profile, get_profile
+    from sentinel_sim.server import SimServer, serve
+    from sentinel_sim.text import count_tokens
 
 __all__ = [
     "DEFAULT_PROFILE",
@@ -34,19 +34,19 @@ __all__ = [
     "serve",
 ]
 
-# Imported on first use: `sentinel --help` imports `sentinel.sim.command` (which runs this
+# Imported on first use: `sentinel --help` imports `sentinel_sim.command` (which runs this
 # __init__) to build its parser; the server module pulls in aiohttp's web stack and the whole
 # simulator, which only `sentinel sim` itself needs.
 __getattr__ = lazy_exports(
     __name__,
     {
-        "SimConfig": "sentinel.sim.config",
-        "DEFAULT_PROFILE": "sentinel.sim.profiles",
-        "PROFILES": "sentinel.sim.profiles",
-        "Profile": "sentinel.sim.profiles",
-        "get_profile": "sentinel.sim.profiles",
-        "SimServer": "sentinel.sim.server",
-        "serve": "sentinel.sim.server",
-        "count_tokens": "sentinel.sim.text",
+        "SimConfig": "sentinel_sim.config",
+        "DEFAULT_PROFILE": "sentinel_sim.profiles",
+        "PROFILES": "sentinel_sim.profiles",
+        "Profile": "sentinel_sim.profiles",
+        "get_profile": "sentinel_sim.profiles",
+        "SimServer": "sentinel_sim.server",
+        "serve": "sentinel_sim.server",
+        "count_tokens": "sentinel_sim.text",
     },
 )

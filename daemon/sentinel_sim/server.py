@@ -29,16 +29,16 @@ from typing import Any, Final, TextIO
 
 from aiohttp import web
 
-from sentinel.sim.config import SimConfig
-from sentinel.sim.crash import CrashKind, crash_lines
-from sentinel.sim.engine import Engine, EngineHooks, Request, RequestState
-from sentinel.sim.faults import Fault, FaultSet, parse_fault_spec
-from sentinel.sim.looplag import LoopLag
-from sentinel.sim.metrics import SimMetrics
-from sentinel.sim.rxtime import listening_socket
-from sentinel.sim.sglang_log import SglangLog
-from sentinel.sim.text import make_script
-from sentinel.sim.truth import GroundTruth
+from sentinel_sim.config import SimConfig
+from sentinel_sim.crash import CrashKind, crash_lines
+from sentinel_sim.engine import Engine, EngineHooks, Request, RequestState
+from sentinel_sim.faults import Fault, FaultSet, parse_fault_spec
+from sentinel_sim.looplag import LoopLag
+from sentinel_sim.metrics import SimMetrics
+from sentinel_sim.rxtime import listening_socket
+from sentinel_sim.sglang_log import SglangLog
+from sentinel_sim.text import make_script
+from sentinel_sim.truth import GroundTruth
 
 __all__ = ["SGLANG_VERSION", "SimServer", "serve"]
 
@@ -293,8 +293,8 @@ class SimServer:
     async def start(self) -> None:
         """Bind both ports, start the control API and the engine; start-up continues in the
         background (``wait_ready``)."""
-        from sentinel.sim.api import build_api_app
-        from sentinel.sim.control import build_control_app
+        from sentinel_sim.api import build_api_app
+        from sentinel_sim.control import build_control_app
 
         self._stopped = asyncio.Event()
         self._ready = asyncio.Event()

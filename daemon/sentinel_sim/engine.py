@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from sentinel.sim.profiles import Profile
-from sentinel.sim.text import EOS_TOKEN_ID, Script
+from sentinel_sim.profiles import Profile
+from sentinel_sim.text import EOS_TOKEN_ID, Script
 
 __all__ = ["Engine", "EngineHooks", "EngineStats", "Request", "RequestState"]
 

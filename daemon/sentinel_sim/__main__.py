@@ -1,0 +1,10 @@
+"""``python -m sentinel_sim``: the simulator without the ``sentinel`` command in front."""
+
+from __future__ import annotations
+
+import sys
+
+from sentinel_sim.command import main
+
+if __name__ == "__main__":
+    sys.exit(main())
