@@ -65,7 +65,9 @@ def test_building_the_parser_imports_nothing_heavy() -> None:
 
 
 def test_help_lists_every_subcommand() -> None:
-    from sentinel.cli import COMMANDS, _plugin_command_modules
+    from importlib.metadata import entry_points
+
+    from sentinel.cli import COMMANDS, ENTRY_POINT_GROUP
 
     out = subprocess.run(
         [sys.executable, "-m", "sentinel", "--help"],
@@ -80,7 +82,8 @@ def test_help_lists_every_subcommand() -> None:
         assert f"    {name} " in out.stdout
     assert len(COMMANDS) >= 7
     # `sentinel sim` comes from the simulator's entry point, not from a name in COMMANDS.
-    assert _plugin_command_modules() == ["sentinel_sim.command"]
+    assert [ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)] == ["sentinel_sim.command"]
+    assert "sentinel_sim.command" not in COMMANDS
 
 
 @pytest.mark.parametrize(
@@ -154,7 +157,8 @@ def test_commands_of_the_entry_point_group_are_registered_after_the_built_in_one
         for line in out.stdout.splitlines()
         if line.startswith("    ") and not line.startswith("     ")
     ]
-    assert listed[-1] == "hello"
+    # Plugins (this one and the simulator's) come after every built-in command, in name order.
+    assert listed[-2:] == ["hello", "sim"]
     assert listed.count("config") == 1
     assert "broken" not in listed
     # A plugin that cannot be imported is one line on stderr, not a traceback and not a dead CLI.
