@@ -37,7 +37,7 @@ from sentinel.schedule.executor import LoadEngineExecutor
 from sentinel.schedule.metrics import ScheduleMetrics
 from sentinel.schedule.polite import ServerLoadReader
 from sentinel.schedule.scheduler import ExclusiveRun, LoadScheduler
-from sentinel.schedule.state import StateDir, StateError
+from sentinel.statedir import StateDir, StateError
 from sentinel.status_page import render_status_page
 from sentinel.systemd import Notifier, run_watchdog, watchdog_interval
 
@@ -87,21 +87,19 @@ def resolve_state_dir(settings: Settings, environ: Mapping[str, str]) -> Path:
 
 
 class _ServerView:
+    """The scheduler's view of the server: the supervisor's published snapshot."""
+
     def __init__(self, supervisor: Supervisor) -> None:
         self._sup = supervisor
 
     def ready_epoch(self) -> float | None:
-        from sentinel.supervise import ServerState
-
-        return self._sup.epoch if self._sup.state is ServerState.READY else None
+        return self._sup.snapshot().ready_epoch
 
     def launch_hash(self) -> str | None:
-        return self._sup.config_hash
+        return self._sup.snapshot().config_hash
 
     def started_warm(self) -> bool:
-        # Only a server sentinel did not start can be found already serving; the supervisor knows a
-        # time-to-ready only when it saw the start (launched it, or saw the port refused first).
-        return self._sup.settings.mode != "child" and self._sup.start_duration is None
+        return self._sup.snapshot().started_warm
 
 
 class _GpuView:
@@ -464,7 +462,7 @@ class Daemon:
 
     def _status_line(self) -> str:
         sup = self.supervisor
-        state = sup.state.value if sup is not None else "starting"
+        state = sup.snapshot().state.value if sup is not None else "starting"
         current = self.scheduler.snapshot()["current"] if self.scheduler is not None else None
         load = f"; load {current['profile']} running" if current else ""
         return f"server {state}{load}"
@@ -492,18 +490,18 @@ class Daemon:
 
     def status(self) -> dict[str, Any]:
         """The snapshot behind ``/``, ``/status.json`` and ``sentinel status``."""
-        sup = self.supervisor
+        snap = self.supervisor.snapshot() if self.supervisor is not None else None
         server: dict[str, Any] = {"mode": self.settings.server.mode, "url": self.server_url}
         probes: list[dict[str, Any]] = []
-        if sup is not None:
+        if snap is not None:
             server.update(
-                state=sup.state.value,
-                since=sup.machine.since,
-                ready_at=sup.epoch,
-                start_duration_seconds=sup.start_duration,
-                launch_hash=sup.config_hash,
-                restarts=sum(sup.restarts.values()),
-                last_crash=str(sup.last_crash.reason) if sup.last_crash is not None else None,
+                state=snap.state.value,
+                since=snap.since,
+                ready_at=snap.epoch,
+                start_duration_seconds=snap.start_duration,
+                launch_hash=snap.config_hash,
+                restarts=sum(snap.restarts.values()),
+                last_crash=str(snap.last_crash.reason) if snap.last_crash is not None else None,
             )
             probes = [
                 {
@@ -512,7 +510,7 @@ class Daemon:
                     "duration_seconds": r.duration,
                     "detail": r.detail or r.reason,
                 }
-                for name, r in sorted(sup.probes.items())
+                for name, r in sorted(snap.probes.items())
             ]
         collectors: list[dict[str, Any]] = []
         if self.collectors is not None:

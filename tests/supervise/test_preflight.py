@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from sentinel.supervise.launch import LaunchCommand, render_command
 from sentinel.supervise.preflight import (
     GpuInfo,
     check_gpus,
@@ -16,7 +17,6 @@ from sentinel.supervise.preflight import (
     check_port,
     run_preflight,
 )
-from sentinel.supervise.profiles import LaunchCommand, render_command
 from sentinel.supervise.settings import ServerSettings
 
 GIB = 1 << 30

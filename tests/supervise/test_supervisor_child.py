@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from sentinel.supervise import ServerState, StateChange, Supervisor
-from sentinel.supervise.profiles import LaunchCommand
+from sentinel.supervise.launch import LaunchCommand
 from sentinel.supervise.settings import ServerSettings
 
 pytestmark = [pytest.mark.usefixtures("no_leaked_children")]

@@ -51,7 +51,7 @@ from sentinel.schedule.metrics import ScheduleMetrics
 from sentinel.schedule.plan import RunExecutor, RunPlan, RunReport, plan_run
 from sentinel.schedule.polite import LoadReadError, ServerLoad, decide, too_busy_now
 from sentinel.schedule.settings import LoadProfileSettings, ScheduleSettings
-from sentinel.schedule.state import StateDir
+from sentinel.statedir import StateDir
 
 __all__ = ["ExclusiveRun", "GpuView", "LoadReader", "LoadScheduler", "ServerView"]
 

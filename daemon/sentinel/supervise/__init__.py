@@ -22,11 +22,11 @@ from sentinel.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from sentinel.supervise.classify import CRASH_REASONS, RESTART_REASONS, Crash
+    from sentinel.supervise.launch import BUILTIN_PROFILES, LaunchCommand, ProfileError, render_command
     from sentinel.supervise.logbus import LineSubscription, LogLine
     from sentinel.supervise.metrics import SupervisorCollector
     from sentinel.supervise.preflight import GpuInfo, PreflightResult
     from sentinel.supervise.probes import ProbeResult
-    from sentinel.supervise.profiles import BUILTIN_PROFILES, LaunchCommand, ProfileError, render_command
     from sentinel.supervise.state import ServerState, StateChange
     from sentinel.supervise.supervisor import BeforeStopHook, Supervisor
 
@@ -64,10 +64,10 @@ __getattr__ = lazy_exports(
         "GpuInfo": "sentinel.supervise.preflight",
         "PreflightResult": "sentinel.supervise.preflight",
         "ProbeResult": "sentinel.supervise.probes",
-        "BUILTIN_PROFILES": "sentinel.supervise.profiles",
-        "LaunchCommand": "sentinel.supervise.profiles",
-        "ProfileError": "sentinel.supervise.profiles",
-        "render_command": "sentinel.supervise.profiles",
+        "BUILTIN_PROFILES": "sentinel.supervise.launch",
+        "LaunchCommand": "sentinel.supervise.launch",
+        "ProfileError": "sentinel.supervise.launch",
+        "render_command": "sentinel.supervise.launch",
         "ServerState": "sentinel.supervise.state",
         "StateChange": "sentinel.supervise.state",
         "BeforeStopHook": "sentinel.supervise.supervisor",

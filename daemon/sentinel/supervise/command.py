@@ -28,8 +28,7 @@ def _handle(args: argparse.Namespace) -> int:
     from sentinel.cli import CliError
     from sentinel.config import load_settings
     from sentinel.log import configure_logging
-    from sentinel.supervise.preflight import run_preflight
-    from sentinel.supervise.profiles import (
+    from sentinel.supervise.launch import (
         ProfileError,
         config_hash_of,
         detect_sglang_version,
@@ -37,6 +36,7 @@ def _handle(args: argparse.Namespace) -> int:
         render_command,
         resolve_profile,
     )
+    from sentinel.supervise.preflight import run_preflight
 
     settings = load_settings(args.config)
     configure_logging(args.log_level or settings.log.level, args.log_format or settings.log.format)

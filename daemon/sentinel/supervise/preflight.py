@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from sentinel.supervise.profiles import (
+from sentinel.supervise.launch import (
     LaunchCommand,
     SglangVersion,
     detect_sglang_version,

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Protocol
 
 from sentinel.log import get_logger
+from sentinel.supervise.launch import LaunchCommand
 from sentinel.supervise.logbus import LogBus, pump_lines
-from sentinel.supervise.profiles import LaunchCommand
 from sentinel.supervise.settings import SystemdSettings
 from sentinel.systemd import clean_child_env
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from sentinel.supervise.profiles import (
+from sentinel.supervise.launch import (
     ProfileError,
     detect_sglang_version,
     parse_version,
