@@ -30,6 +30,7 @@ from sentinel.collect.sglang_parse import FamilyParser
 from sentinel.collect.source import CollectionFailed
 
 if TYPE_CHECKING:
+    from sentinel.collect.settings import SGLangMetricsSettings
     from sentinel.config import Settings
 
 __all__ = ["SGLangMetricsCollector", "default_metrics_url"]
@@ -146,8 +147,15 @@ class SGLangMetricsCollector:
             )
 
 
-@register("sglang")
-def _factory(settings: Settings) -> SGLangMetricsCollector:
+def _section(settings: Settings) -> SGLangMetricsSettings:
+    """``[collectors.sglang]`` with its URL resolved: by default the supervised server's."""
     cfg = settings.collectors.sglang
-    url = cfg.url or default_metrics_url(settings.server.host, settings.server.port)
-    return SGLangMetricsCollector(url, timeout=cfg.timeout_seconds, max_bytes=cfg.max_bytes)
+    if cfg.url:
+        return cfg
+    return cfg.model_copy(update={"url": default_metrics_url(settings.server.host, settings.server.port)})
+
+
+@register("sglang", section=_section)
+def _factory(cfg: SGLangMetricsSettings) -> SGLangMetricsCollector:
+    assert cfg.url is not None  # resolved by _section
+    return SGLangMetricsCollector(cfg.url, timeout=cfg.timeout_seconds, max_bytes=cfg.max_bytes)
