@@ -325,7 +325,7 @@ async def test_waits_for_gpu_memory_release_instead_of_failing(
         return [GpuInfo(i, "GPU", 96 << 30, free, (9, 0)) for i in range(2)]
 
     base = fake_cmd(port)
-    profile = LaunchProfile(kind="sim", gpus=2, mem_fraction_static=0.85)
+    profile = LaunchProfile(kind="command", needs_gpus=2, mem_fraction_static=0.85)
     cmd = LaunchCommand("fake-gpu", profile, base.argv, {})
     settings = fast(port, gpu_release_wait=20.0)
     import sentinel.supervise.supervisor as module
