@@ -240,7 +240,7 @@ async def test_hanging_hook_does_not_block_stop(fast: Fast, fake_cmd: FakeCmd, p
 async def test_stop_ends_even_when_a_task_drops_its_cancellation(
     fast: Fast, fake_cmd: FakeCmd, port: int, monkeypatch: pytest.MonkeyPatch, alive: Callable[[int], bool]
 ) -> None:
-    import sentinel.supervise.supervisor as module
+    import sentinel.supervise.tasks as module
     from sentinel.supervise.runners import ChildRunner
 
     real_wait = ChildRunner.wait

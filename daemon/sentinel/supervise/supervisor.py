@@ -21,7 +21,6 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 
@@ -49,6 +48,7 @@ from sentinel.supervise.runners import ChildRunner, ExitInfo, LaunchError, Runne
 from sentinel.supervise.settings import ServerSettings
 from sentinel.supervise.snapshot import SupervisorSnapshot, frozen
 from sentinel.supervise.state import ServerState, StateListener, StateMachine
+from sentinel.supervise.tasks import cancel_all, cancel_and_wait, either
 
 __all__ = ["BeforeStopHook", "Supervisor"]
 
@@ -222,7 +222,7 @@ class Supervisor:
         task, self._task = self._task, None
         try:
             if task is not None:
-                await _cancel_and_wait(task)
+                await cancel_and_wait(task)
             runner = self._runner
             if runner is not None:
                 if self.settings.mode == "child" or self.settings.stop_unit_on_exit:
@@ -414,7 +414,7 @@ class Supervisor:
             return outcome
         finally:
             # On cancellation (stop()) the server is left running: stop() drains and stops it.
-            await _cancel_and_wait(exit_task)
+            await cancel_and_wait(exit_task)
 
     async def _preflight(self) -> _Outcome | None:
         s = self.settings
@@ -508,7 +508,7 @@ class Supervisor:
                 return await self._deliberate_stop(runner, "startup_timeout", detail)
             wait = min(s.startup_poll_interval, deadline - now)
             done, _ = await asyncio.wait(
-                _either(exit_task, restart_req), timeout=wait, return_when=asyncio.FIRST_COMPLETED
+                either(exit_task, restart_req), timeout=wait, return_when=asyncio.FIRST_COMPLETED
             )
             if exit_task in done:
                 return await self._crash_outcome(exit_task)
@@ -531,7 +531,7 @@ class Supervisor:
         assert self._client is not None
         checks = self.checks.start(self._client, allow_restart=True)
         try:
-            done, _ = await asyncio.wait(_either(exit_task, restart_req), return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(either(exit_task, restart_req), return_when=asyncio.FIRST_COMPLETED)
         finally:
             for t in checks:
                 t.cancel()
@@ -566,7 +566,7 @@ class Supervisor:
                     self.machine.set(ServerState.READY, "/health 200")
                     checks = self.checks.start(self._client, allow_restart=False, include_health=False)
                 if r.reason == "refused":
-                    await _cancel_all(checks)
+                    await cancel_all(checks)
                     seen_at = None
                     self.up = False
                     self.epoch = None
@@ -583,36 +583,4 @@ class Supervisor:
                 alive = self.state in _ALIVE
                 await asyncio.sleep(s.checks.health.interval if alive else s.startup_poll_interval)
         finally:
-            await _cancel_all(checks)
-
-
-# How long a cancelled task gets before it is cancelled again.
-_RECANCEL_AFTER = 5.0
-
-
-async def _cancel_and_wait(task: asyncio.Task[Any]) -> None:
-    """Cancel ``task`` and wait until it has ended.
-
-    Python 3.11's ``asyncio.wait_for`` returns the result and drops a cancellation that arrives
-    just as the awaited thing completes (this package uses ``asyncio.timeout`` for that reason,
-    libraries may not); a task that lost its cancel would be awaited forever (a hung ``stop()``),
-    so the cancel is repeated until the task ends.
-    """
-    if task.done():
-        return
-    while not task.done():
-        task.cancel()
-        await asyncio.wait([task], timeout=_RECANCEL_AFTER)
-    if not task.cancelled() and (exc := task.exception()) is not None:
-        _log.error("task failed while being cancelled", task=task.get_name(), error=repr(exc))
-
-
-def _either(a: asyncio.Future[Any], b: asyncio.Future[Any]) -> list[asyncio.Future[Any]]:
-    return [a, b]
-
-
-async def _cancel_all(tasks: list[asyncio.Task[None]]) -> None:
-    for t in tasks:
-        t.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    tasks.clear()
+            await cancel_all(checks)
