@@ -23,7 +23,6 @@ import os
 import signal
 import time
 from collections.abc import Mapping
-from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,29 +32,23 @@ import sentinel
 from sentinel.config import ConfigError, Settings, load_settings
 from sentinel.log import configure_logging, get_logger
 from sentinel.netloc import url_host
+from sentinel.schedule.calibration import CalibrationJob
 from sentinel.schedule.executor import LoadEngineExecutor
 from sentinel.schedule.metrics import ScheduleMetrics
 from sentinel.schedule.polite import ServerLoadReader
-from sentinel.schedule.scheduler import ExclusiveRun, LoadScheduler
-from sentinel.schedule.state import StateDir, StateError
+from sentinel.schedule.scheduler import LoadScheduler
+from sentinel.statedir import StateDir, StateError
 from sentinel.status_page import render_status_page
 from sentinel.systemd import Notifier, run_watchdog, watchdog_interval
 
 if TYPE_CHECKING:
-    from sentinel.calibrate import CalibrationResult, Progress, Step, StepPlan
     from sentinel.collect import CollectorSet
     from sentinel.supervise import Supervisor
 
 __all__ = ["Daemon", "DaemonError", "resolve_state_dir"]
 
-_log = get_logger("sentinel.daemon")
+_log = get_logger(__name__)
 
-# Clock-event reasons that mean the GPU is being held back by heat or a power fault (not idling,
-# not an application clock setting): the circuit breaker stops synthetic load on any of them.
-_THROTTLE_REASONS = ("hw_slowdown", "hw_thermal", "sw_thermal", "hw_power_brake")
-# Calibration results that say something about capacity (a ceiling, an SLO limit, or at least
-# "more than max_concurrency"); the others leave the capacity gauges as they were.
-_CONCLUSIVE = frozenset({"saturated", "slo", "max-concurrency"})
 # systemd's default TimeoutStartSec is 90 s; nothing before READY=1 waits on the server.
 _STOP_GRACE_SECONDS = 5.0
 # Older than a typical scrape interval: while Prometheus scrapes, the status loop never collects.
@@ -87,45 +80,19 @@ def resolve_state_dir(settings: Settings, environ: Mapping[str, str]) -> Path:
 
 
 class _ServerView:
+    """The scheduler's view of the server: the supervisor's published snapshot."""
+
     def __init__(self, supervisor: Supervisor) -> None:
         self._sup = supervisor
 
     def ready_epoch(self) -> float | None:
-        from sentinel.supervise import ServerState
-
-        return self._sup.epoch if self._sup.state is ServerState.READY else None
+        return self._sup.snapshot().ready_epoch
 
     def launch_hash(self) -> str | None:
-        return self._sup.config_hash
+        return self._sup.snapshot().config_hash
 
     def started_warm(self) -> bool:
-        # Only a server sentinel did not start can be found already serving; the supervisor knows a
-        # time-to-ready only when it saw the start (launched it, or saw the port refused first).
-        return self._sup.settings.mode != "child" and self._sup.start_duration is None
-
-
-class _GpuView:
-    """The breaker's view of the GPUs: the latest background readings of the ``gpu`` collector."""
-
-    def __init__(self, collectors: CollectorSet) -> None:
-        self._collectors = collectors
-
-    def _readings(self) -> list[Any]:
-        source = self._collectors.get("gpu")
-        poller = getattr(source, "poller", None)
-        if poller is None:
-            return []
-        return [s.reading for s in poller.snapshot.devices if s.ok and s.reading is not None]
-
-    def max_temperature_celsius(self) -> float | None:
-        temps = [r.temperature_celsius for r in self._readings() if r.temperature_celsius is not None]
-        return max(temps) if temps else None
-
-    def throttled(self) -> bool | None:
-        readings = self._readings()
-        if not readings:
-            return None
-        return any(bool((r.clock_events or {}).get(reason)) for r in readings for reason in _THROTTLE_REASONS)
+        return self._sup.snapshot().started_warm
 
 
 class Daemon:
@@ -144,10 +111,16 @@ class Daemon:
         self.state_dir = resolve_state_dir(settings, self.environ)
         self.state = StateDir(self.state_dir)
         self.metrics = ScheduleMetrics()
+        self.calibration = CalibrationJob(
+            settings.calibration,
+            state_dir=self.state_dir,
+            server_url=self.server_url,
+            api_key=settings.server.api_key,
+            metrics=self.metrics,
+            calibrate_when_missing=settings.schedule.calibrate_when_missing,
+        )
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
-        self._calibrating = False
-        self._calibration_missing_checked = False
         self._status_text = ""
         self.supervisor: Supervisor | None = None
         self.collectors: CollectorSet | None = None
@@ -191,6 +164,8 @@ class Daemon:
 
     async def _start(self) -> None:
         from sentinel.collect import build_collector_set
+        from sentinel.collect.gpu.collector import GpuCollector
+        from sentinel.collect.sglang_log import SGLangLogCollector
         from sentinel.export import Exporter, ExporterConfigError
         from sentinel.supervise import ProfileError, Supervisor
 
@@ -211,9 +186,10 @@ class Daemon:
         collectors.add("supervisor", supervisor.collector())
         collectors.add("schedule", self.metrics)
         log_source = collectors.get("sglang_log")
-        feed = getattr(log_source, "feed", None)
-        if feed is not None:
+        if isinstance(log_source, SGLangLogCollector):
+            feed = log_source.feed
             supervisor.add_line_listener(lambda line: feed(line.text))
+        gpu_source = collectors.get("gpu")
         self.supervisor, self.collectors = supervisor, collectors
         self._reader = ServerLoadReader(
             self.server_url,
@@ -228,13 +204,13 @@ class Daemon:
             metrics=self.metrics,
             state=self.state,
             load_reader=self._reader,
-            gpu=_GpuView(collectors),
+            gpu=gpu_source.health if isinstance(gpu_source, GpuCollector) else None,
         )
         scheduler = self.scheduler
         # Synthetic load stops before any deliberate stop or restart of the server.
         supervisor.add_before_stop_hook(lambda: scheduler.cancel_current("server_restart"))
         supervisor.subscribe_state(lambda change: self._update_status())
-        self._restore_capacity()
+        self.calibration.restore()
         self.exporter = Exporter(
             collectors.registry(),
             s.exporter,
@@ -339,6 +315,7 @@ class Daemon:
             _log.warning("reload_needs_restart", sections=kept)
         update = {"schedule": new.schedule, "calibration": new.calibration, "log": new.log}
         self.settings = self.settings.model_copy(update=update)
+        self.calibration.reload(new.calibration, calibrate_when_missing=new.schedule.calibrate_when_missing)
         configure_logging(new.log.level, new.log.format)
         if self.scheduler is not None:
             self.scheduler.reload(new.schedule)
@@ -349,122 +326,16 @@ class Daemon:
 
     # -- calibration ----------------------------------------------------------------------------
 
-    def _restore_capacity(self) -> None:
-        try:
-            from sentinel.calibrate import store_for
-
-            results = store_for(self.state_dir, self.settings.calibration).results()
-        except Exception as exc:  # an unreadable store must not stop the daemon
-            _log.warning("calibration_store_unreadable", error=repr(exc))
-            return
-        conclusive = [r for r in results if r.stop_reason in _CONCLUSIVE]
-        if conclusive:
-            self._set_capacity(conclusive[-1])
-
-    def _set_capacity(self, result: CalibrationResult) -> None:
-        self.metrics.set_capacity(
-            result.saturation_output_throughput.value,
-            result.knee_concurrency.value,
-            result.max_concurrency_within_slo.value,
-            result.finished_at.replace(tzinfo=result.finished_at.tzinfo or UTC).timestamp(),
-        )
-
-    def maybe_calibrate_after_run(self) -> None:
-        """Once per daemon life: calibrate soon after a reference run if no calibration exists yet."""
-        if self._calibration_missing_checked or not self.settings.schedule.calibrate_when_missing:
-            return
-        self._calibration_missing_checked = True
-        if not self.metrics.capacity() and self.scheduler is not None:
-            self.scheduler.add_once("calibration:initial", self.calibrate, time.time() + 5.0)
-
     async def calibrate(self) -> str:
-        """One (incremental when possible) calibration in the load slot, within the token budget."""
-        from sentinel.calibrate import recalibrate, store_for
-
+        """The calibration job's one sweep (a cron job, and the initial one after a reference run)."""
         assert self.scheduler is not None
-        cal = self.settings.calibration
-        per_request = cal.input_len + cal.output_len
-        bound = cal.max_requests * per_request
-        # Enough for a few steps; with less the sweep cannot say anything worth its cost.
-        minimum = min(bound, 4 * cal.step_min_requests * per_request)
-        # Reference runs come first: the sweep may use what the profiles will not need this hour.
-        allowed = min(bound, self.scheduler.budget.remaining() - self.scheduler.hourly_profile_tokens())
-        if allowed < minimum:
-            allowed = bound  # reserve() refuses it: recorded as skipped(budget)
-        store = store_for(self.state_dir, cal)
-
-        inconclusive = False
-
-        async def work(run: ExclusiveRun) -> None:
-            nonlocal inconclusive
-
-            def on_plan(plan: StepPlan, progress: Progress) -> None:
-                # Our own requests in flight during the step, for the polite check beside the sweep.
-                run.counters.in_flight = plan.concurrency
-                step_bound = plan.num_requests * per_request
-                # Stop before a step that could take the sweep past its share of the budget.
-                if run.charged + step_bound > allowed:
-                    _log.info("calibration_budget_reached", charged=run.charged, allowed=allowed)
-                    run.cancel.set()
-                else:
-                    run.charged += step_bound  # charged up front: a step cut short spent at most this
-
-            def on_step(step: Step, progress: Progress) -> None:
-                run.counters.in_flight = 0
-                run.counters.completed += step.measurement.completed
-                run.counters.failed += step.measurement.failed
-
-            self._calibrating = True
-            try:
-                result = await recalibrate(
-                    cal,
-                    store,
-                    base_url=self.server_url,
-                    api_key=self.settings.server.api_key or None,
-                    on_step=on_step,
-                    on_plan=on_plan,
-                    cancel=run.cancel,
-                )
-            finally:
-                self._calibrating = False
-            if result.stop_reason in _CONCLUSIVE:
-                self._set_capacity(result)
-            else:
-                # Client-bound, failing, cut short: no statement about capacity. The gauges keep the
-                # last conclusive result; the result itself is in the store and the report.
-                inconclusive = True
-                _log.warning("calibration_inconclusive", stop_reason=str(result.stop_reason))
-            await asyncio.to_thread(self._write_report, result)
-            _log.info(
-                "calibration_done",
-                mode=result.mode,
-                stop_reason=str(result.stop_reason),
-                saturation_output_throughput=result.saturation_output_throughput.value,
-                knee=result.knee_concurrency.value,
-                requests=result.requests_spent,
-                regressions=list(result.comparison.regressions) if result.comparison else [],
-            )
-
-        outcome = await self.scheduler.run_exclusive("calibration", allowed, work, cal.max_duration + 60.0)
-        if outcome in ("completed", "failed", "cancelled", "aborted"):
-            self.metrics.calibrations.labels("inconclusive" if inconclusive else outcome).inc()
-        return outcome
-
-    def _write_report(self, result: CalibrationResult) -> None:
-        try:
-            from sentinel.calibrate.report import write_report
-
-            write_report(result, self.state_dir / "calibration" / "report")
-        except Exception as exc:  # matplotlib is an optional extra; the JSON is always there
-            _log.info(
-                "calibration_report_not_written", reason=str(exc).splitlines()[0] if str(exc) else repr(exc)
-            )
+        return await self.calibration.run(self.scheduler)
 
     # -- status ---------------------------------------------------------------------------------
 
     def _status_line(self) -> str:
         sup = self.supervisor
-        state = sup.state.value if sup is not None else "starting"
+        state = sup.snapshot().state.value if sup is not None else "starting"
         current = self.scheduler.snapshot()["current"] if self.scheduler is not None else None
         load = f"; load {current['profile']} running" if current else ""
         return f"server {state}{load}"
@@ -485,25 +356,25 @@ class Daemon:
             if (
                 self.scheduler is not None
                 and self.scheduler.completed_runs
-                and not self._calibration_missing_checked
+                and not self.calibration.missing_checked
             ):
-                self.maybe_calibrate_after_run()
+                self.calibration.maybe_after_run(self.scheduler, self.calibrate)
             await asyncio.sleep(2.0)
 
     def status(self) -> dict[str, Any]:
         """The snapshot behind ``/``, ``/status.json`` and ``sentinel status``."""
-        sup = self.supervisor
+        snap = self.supervisor.snapshot() if self.supervisor is not None else None
         server: dict[str, Any] = {"mode": self.settings.server.mode, "url": self.server_url}
         probes: list[dict[str, Any]] = []
-        if sup is not None:
+        if snap is not None:
             server.update(
-                state=sup.state.value,
-                since=sup.machine.since,
-                ready_at=sup.epoch,
-                start_duration_seconds=sup.start_duration,
-                launch_hash=sup.config_hash,
-                restarts=sum(sup.restarts.values()),
-                last_crash=str(sup.last_crash.reason) if sup.last_crash is not None else None,
+                state=snap.state.value,
+                since=snap.since,
+                ready_at=snap.epoch,
+                start_duration_seconds=snap.start_duration,
+                launch_hash=snap.config_hash,
+                restarts=sum(snap.restarts.values()),
+                last_crash=str(snap.last_crash.reason) if snap.last_crash is not None else None,
             )
             probes = [
                 {
@@ -512,7 +383,7 @@ class Daemon:
                     "duration_seconds": r.duration,
                     "detail": r.detail or r.reason,
                 }
-                for name, r in sorted(sup.probes.items())
+                for name, r in sorted(snap.probes.items())
             ]
         collectors: list[dict[str, Any]] = []
         if self.collectors is not None:
@@ -521,8 +392,8 @@ class Daemon:
                 {"name": n, "success": self.collectors.outcome(n), "detail": failing.get(n, "")}
                 for n in self.collectors.names
             ]
-        capacity = self.metrics.capacity()
-        report = self.state_dir / "calibration" / "report" / "index.html"
+        capacity = self.calibration.capacity
+        report = self.calibration.report_dir / "index.html"
         return {
             "generated_at": time.time(),
             "version": sentinel.__version__,
@@ -530,15 +401,8 @@ class Daemon:
             "server": server,
             "probes": probes,
             "schedule": self.scheduler.snapshot() if self.scheduler is not None else {},
-            "calibrating": self._calibrating,
-            "capacity": {
-                "output_throughput": capacity.get("sentinel_capacity_output_throughput_tokens_per_second"),
-                "knee_concurrency": capacity.get("sentinel_capacity_knee_concurrency"),
-                "slo_concurrency": capacity.get("sentinel_capacity_slo_concurrency"),
-                "finished_at": capacity.get("sentinel_capacity_last_calibration_timestamp_seconds"),
-            }
-            if capacity
-            else {},
+            "calibrating": self.calibration.calibrating,
+            "capacity": capacity.as_status() if capacity is not None else {},
             "calibration_report_url": "/calibration/report" if report.is_file() else None,
             "collectors": collectors,
         }
@@ -565,7 +429,7 @@ class Daemon:
         return web.Response(text=latest.model_dump_json(indent=1), content_type="application/json")
 
     async def _calibration_report(self, request: web.Request) -> web.StreamResponse:
-        path = self.state_dir / "calibration" / "report" / "index.html"
+        path = self.calibration.report_dir / "index.html"
         if not path.is_file():
             return web.Response(status=404, text="no calibration report yet (see /calibration/latest.json)\n")
         return web.Response(text=path.read_text(encoding="utf-8"), content_type="text/html")

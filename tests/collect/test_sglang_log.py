@@ -151,21 +151,16 @@ def test_nothing_fed_yet() -> None:
     assert not [k for k in s if k[0] == "sentinel_sglang_log_last_line_timestamp_seconds"]
 
 
-async def test_follow_a_line_stream() -> None:
-    from collections.abc import AsyncIterator
-    from dataclasses import dataclass
-
-    @dataclass
-    class Line:
-        text: str
-        timestamp: float
-
-    async def stream() -> AsyncIterator[Line]:
-        for i, text in enumerate(lines("sglang-decode-log-pr22331.txt")):
-            yield Line(text, 1000.0 + i)
+def test_fed_by_the_supervisors_line_listener() -> None:
+    """The daemon's wiring: every line the supervisor's bus publishes reaches ``feed``."""
+    from sentinel.supervise.logbus import LogBus
 
     c = SGLangLogCollector(clock=lambda: 1007.0)
-    await c.follow(stream())
+    bus = LogBus(None, max_bytes=4096, backups=0, tail_lines=10)
+    bus.add_listener(lambda line: c.feed(line.text))
+    for text in lines("sglang-decode-log-pr22331.txt"):
+        bus.publish(text, "child")
+    bus.close()
     s = scrape(c)
     assert get(s, "sentinel_sglang_log_batch_lines_total", dp_rank="0", kind="decode") == 8
     assert get(s, "sentinel_sglang_log_last_line_timestamp_seconds") == 1007.0  # the line's own read time

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from sentinel.config import load_settings
-from sentinel.daemon import Daemon, _GpuView, resolve_state_dir
+from sentinel.daemon import Daemon, resolve_state_dir
 
 
 def free_port() -> int:
@@ -29,23 +29,28 @@ def test_state_dir_fallbacks(tmp_path: Path) -> None:
     assert chosen in (Path("/var/lib/sentinel"), tmp_path / "sentinel")
 
 
-async def test_gpu_view_reads_the_collectors_snapshot() -> None:
+async def test_gpu_health_reads_the_collectors_snapshot() -> None:
     from sentinel.collect import build_collector_set
+    from sentinel.collect.gpu.collector import GpuCollector
 
     settings = load_settings(None, environ={"SENTINEL_COLLECTORS__GPU__BACKEND": "fake"})
     collectors = build_collector_set(settings)
-    view = _GpuView(collectors)
-    assert view.max_temperature_celsius() is None  # nothing read yet: unknown, not 0
+    gpu = collectors.get("gpu")
+    assert isinstance(gpu, GpuCollector)
+    before = gpu.health()
+    assert before.max_temperature_celsius is None  # nothing read yet: unknown, not 0
+    assert before.throttled is None
     await collectors.start()
     try:
         for _ in range(100):  # the first background read of the fake GPUs, within 10 s
-            if view.max_temperature_celsius() is not None:
+            if gpu.health().max_temperature_celsius is not None:
                 break
             await asyncio.sleep(0.1)
-        temp = view.max_temperature_celsius()
+        health = gpu.health()
+        temp = health.max_temperature_celsius
         assert temp is not None
         assert 20 < temp < 100
-        assert view.throttled() in (True, False)
+        assert health.throttled in (True, False)
     finally:
         await collectors.stop()
 
@@ -97,5 +102,5 @@ async def test_calibration_runs_in_the_slot_and_sets_capacity(tmp_path: Path) ->
         await daemon._shutdown()
     # Capacity survives a daemon restart (reloaded from the calibration store).
     again = Daemon(settings, environ=env)
-    again._restore_capacity()
-    assert again.metrics.capacity() == daemon.metrics.capacity()
+    again.calibration.restore()
+    assert again.calibration.capacity == daemon.calibration.capacity

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 import httpx
@@ -28,7 +29,7 @@ def _names(text: str) -> set[str]:
 async def _gather() -> set[str]:
     from sentinel.collect import build_collector_set
     from sentinel.schedule.metrics import RequestTimings, RunFigures, ScheduleMetrics
-    from sentinel.supervise import Supervisor
+    from sentinel.supervise import Supervisor, SupervisorCollector
     from sentinel_sim import serve
 
     async with serve(speed=100, enable_metrics=True) as sim:
@@ -48,9 +49,11 @@ async def _gather() -> set[str]:
         collectors = build_collector_set(settings)
         supervisor = Supervisor(settings.server)
         # Series the supervisor has only once a server became ready.
-        supervisor.start_duration = 12.0
-        supervisor.ready_timestamp = supervisor.epoch = time.time()
-        collectors.add("supervisor", supervisor.collector())
+        now = time.time()
+        ready = dataclasses.replace(
+            supervisor.snapshot(), start_duration=12.0, ready_timestamp=now, epoch=now
+        )
+        collectors.add("supervisor", SupervisorCollector(lambda: ready))
         metrics = ScheduleMetrics()
         metrics.declare_profiles(["reference"])
         metrics.set_figures("reference", RunFigures(1.0, 2.0, 3.0, 4.0, False, time.time()))

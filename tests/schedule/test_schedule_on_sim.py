@@ -16,7 +16,7 @@ from sentinel.schedule.metrics import ScheduleMetrics
 from sentinel.schedule.polite import ServerLoadReader
 from sentinel.schedule.scheduler import LoadScheduler
 from sentinel.schedule.settings import ScheduleSettings
-from sentinel.schedule.state import StateDir
+from sentinel.statedir import StateDir
 
 
 class ReadyServer:

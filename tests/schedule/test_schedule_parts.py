@@ -23,7 +23,7 @@ from sentinel.schedule.polite import (
     too_busy_now,
 )
 from sentinel.schedule.settings import BreakerSettings, LoadProfileSettings, PoliteSettings
-from sentinel.schedule.state import StateDir
+from sentinel.statedir import StateDir
 
 SAMPLES = Path("/work/shared/reference/samples")
 
@@ -58,7 +58,7 @@ def test_history_is_bounded_and_skips_torn_lines(tmp_path: Path) -> None:
 
 
 def test_unusable_state_dir_is_a_clear_error(tmp_path: Path) -> None:
-    from sentinel.schedule.state import StateError
+    from sentinel.statedir import StateError
 
     blocker = tmp_path / "a-file"
     blocker.write_text("x")

@@ -17,7 +17,7 @@ from sentinel.schedule.plan import RunPlan, RunReport
 from sentinel.schedule.polite import LoadReadError, ServerLoad
 from sentinel.schedule.scheduler import LoadScheduler
 from sentinel.schedule.settings import LoadProfileSettings, ScheduleSettings
-from sentinel.schedule.state import StateDir
+from sentinel.statedir import StateDir
 
 
 class FakeServer:

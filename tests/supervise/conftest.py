@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from sentinel.supervise.profiles import BUILTIN_PROFILES, LaunchCommand
+from sentinel.supervise.launch import BUILTIN_PROFILES, LaunchCommand
 from sentinel.supervise.settings import ServerSettings
 
 FAKE_SERVER = Path(__file__).with_name("fake_server.py")

@@ -24,7 +24,7 @@ def test_check_default_sim_passes(
     monkeypatch.setenv("SENTINEL_SERVER__PORT", str(free_port()))
     assert main(["check"]) == 0
     out = capsys.readouterr().out
-    assert "profile:      sim (sim)" in out
+    assert "profile:      sim (command)" in out
     assert "-m sentinel sim --host 127.0.0.1" in out
     assert "OK    port" in out
 

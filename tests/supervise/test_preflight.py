@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from sentinel.supervise.launch import LaunchCommand, render_command
 from sentinel.supervise.preflight import (
     GpuInfo,
     check_gpus,
@@ -16,7 +17,6 @@ from sentinel.supervise.preflight import (
     check_port,
     run_preflight,
 )
-from sentinel.supervise.profiles import LaunchCommand, render_command
 from sentinel.supervise.settings import ServerSettings
 
 GIB = 1 << 30
@@ -137,3 +137,28 @@ def test_read_gpus_nvml_through_a_fake_pynvml(monkeypatch: pytest.MonkeyPatch) -
     assert [g.compute_capability for g in gpus] == [(12, 0), None]
     assert gpus[1].name == "NVIDIA RTX PRO 6000 Blackwell Server Edition"
     assert gpus[0].memory_free_bytes == 102076055552
+
+
+def test_preflight_reads_declared_capabilities_not_the_kind(tmp_path: Path) -> None:
+    weights = tmp_path / "ckpt"
+    weights.mkdir()
+    s = ServerSettings.model_validate(
+        {
+            "profile": "other",
+            "profiles": {
+                "other": {
+                    "kind": "command",
+                    "command": ["srv", "{port}"],
+                    "model_path": str(weights),
+                    "needs_weights": True,
+                    "needs_gpus": 2,
+                }
+            },
+        }
+    )
+    cmd = render_command(s)
+    assert check_model_path(cmd).status == "fail"  # no config.json: a command profile is checked too
+    (weights / "config.json").write_text("{}")
+    assert check_model_path(cmd).status == "ok"
+    result, _ = check_gpus(cmd, lambda: rtx(1))
+    assert (result.status, result.message) == ("fail", "profile needs 2 GPU(s), 1 present")

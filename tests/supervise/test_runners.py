@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from sentinel.supervise import LaunchCommand, ServerState, Supervisor
+from sentinel.supervise.launch import BUILTIN_PROFILES
 from sentinel.supervise.logbus import LogBus
-from sentinel.supervise.profiles import BUILTIN_PROFILES
 from sentinel.supervise.runners import ExitInfo, SystemdRunner, _run
 from sentinel.supervise.settings import ServerSettings, SystemdSettings
 

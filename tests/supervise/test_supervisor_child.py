@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from sentinel.supervise import ServerState, StateChange, Supervisor
-from sentinel.supervise.profiles import LaunchCommand
+from sentinel.supervise.launch import LaunchCommand
 from sentinel.supervise.settings import ServerSettings
 
 pytestmark = [pytest.mark.usefixtures("no_leaked_children")]
@@ -242,7 +242,7 @@ async def test_hanging_hook_does_not_block_stop(fast: Fast, sim_cmd: FakeCmd, po
 async def test_stop_ends_even_when_a_task_drops_its_cancellation(
     fast: Fast, fake_cmd: FakeCmd, port: int, monkeypatch: pytest.MonkeyPatch, alive: Callable[[int], bool]
 ) -> None:
-    import sentinel.supervise.supervisor as module
+    import sentinel.supervise.tasks as module
     from sentinel.supervise.runners import ChildRunner
 
     real_wait = ChildRunner.wait
@@ -327,7 +327,7 @@ async def test_waits_for_gpu_memory_release_instead_of_failing(
         return [GpuInfo(i, "GPU", 96 << 30, free, (9, 0)) for i in range(2)]
 
     base = fake_cmd(port)
-    profile = LaunchProfile(kind="sim", gpus=2, mem_fraction_static=0.85)
+    profile = LaunchProfile(kind="command", needs_gpus=2, mem_fraction_static=0.85)
     cmd = LaunchCommand("fake-gpu", profile, base.argv, {})
     settings = fast(port, gpu_release_wait=20.0)
     import sentinel.supervise.supervisor as module

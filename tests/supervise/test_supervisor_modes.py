@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from sentinel.supervise import GpuInfo, ServerState, Supervisor
-from sentinel.supervise.profiles import LaunchCommand
+from sentinel.supervise.launch import LaunchCommand
 from sentinel.supervise.settings import ServerSettings
 
 FAKE_SYSTEMCTL = Path(__file__).with_name("fake_systemctl.py")

@@ -27,8 +27,7 @@ def register(sub: Any) -> None:
 def _handle(args: argparse.Namespace) -> int:
     from sentinel.config import load_settings
     from sentinel.log import configure_logging
-    from sentinel.supervise.preflight import run_preflight
-    from sentinel.supervise.profiles import (
+    from sentinel.supervise.launch import (
         ProfileError,
         config_hash_of,
         detect_sglang_version,
@@ -36,6 +35,7 @@ def _handle(args: argparse.Namespace) -> int:
         render_command,
         resolve_profile,
     )
+    from sentinel.supervise.preflight import run_preflight
 
     settings = load_settings(args.config)
     configure_logging(args.log_level or settings.log.level, args.log_format or settings.log.format)

@@ -5,8 +5,8 @@ Public surface::
     from sentinel.collect import build_collector_set, CollectorSet
     collectors = build_collector_set(settings)      # the [collectors] enabled ones, not started
     collectors.add("supervisor", supervisor.collector)  # any prometheus_client Collector
-    log = collectors.get("sglang_log")              # SGLangLogCollector: .feed(line) or
-    task = asyncio.create_task(log.follow(supervisor.subscribe_lines()))
+    log = collectors.get("sglang_log")              # SGLangLogCollector
+    supervisor.add_line_listener(lambda line: log.feed(line.text))
     await collectors.start()                         # background GPU reads begin
     registry = collectors.registry()                 # serve with sentinel.export.Exporter
     ...

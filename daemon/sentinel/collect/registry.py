@@ -1,10 +1,11 @@
 """The collector registry, in node_exporter's manner.
 
-Each source module registers a factory under a name (``@register("gpu")``); ``[collectors]
-enabled`` picks which run; :class:`CollectorSet` is the one prometheus_client Collector that wraps
-them all and adds, on every scrape, ``sentinel_collector_success{collector}`` and
-``sentinel_collector_duration_seconds{collector}`` (and, for sources that know it,
-``sentinel_collector_last_success_timestamp_seconds{collector}``).
+Each source module registers a factory under a name, with the part of the configuration it
+needs (``@register("gpu", section=lambda s: s.collectors.gpu)``: the factory sees its section,
+never the whole configuration); ``[collectors] enabled`` picks which run; :class:`CollectorSet`
+is the one prometheus_client Collector that wraps them all and adds, on every scrape,
+``sentinel_collector_success{collector}`` and ``sentinel_collector_duration_seconds{collector}``
+(and, for sources that know it, ``sentinel_collector_last_success_timestamp_seconds{collector}``).
 
 A source that fails raises :class:`~sentinel.collect.source.CollectionFailed` (or anything else:
 a bug in one collector must not take the whole scrape down). What it yielded before failing is
@@ -17,7 +18,7 @@ import asyncio
 import importlib
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
@@ -67,9 +68,12 @@ class CollectorInputs(Protocol):
     def server(self) -> ServerEndpoint: ...
 
 
-Factory = Callable[[CollectorInputs], Source]
+_S = TypeVar("_S")
+# A factory takes its own section (what ``register``'s ``section`` picks) and makes the source.
+Factory = Callable[[_S], Source]
 
-_FACTORIES: dict[str, Factory] = {}
+# name -> (the registered factory, settings -> source)
+_FACTORIES: dict[str, tuple[object, Callable[[CollectorInputs], Source]]] = {}
 # Imported on first use so each registers itself; kept here so the list of built-ins is in one place.
 _BUILTIN_MODULES = {
     "sglang": "sentinel.collect.sglang_metrics",
@@ -78,13 +82,19 @@ _BUILTIN_MODULES = {
 }
 
 
-def register(name: str) -> Callable[[Factory], Factory]:
-    """Class or function decorator: ``@register("gpu")`` on a ``factory(settings) -> Source``."""
+def register(
+    name: str, section: Callable[[CollectorInputs], _S]
+) -> Callable[[Callable[[_S], Source]], Callable[[_S], Source]]:
+    """Function decorator: ``@register("gpu", section=...)`` on a ``factory(section) -> Source``.
 
-    def decorate(factory: Factory) -> Factory:
-        if name in _FACTORIES and _FACTORIES[name] is not factory:
+    ``section`` picks (or derives) what the factory needs from the settings; keeping the choice
+    beside the factory means a collector's dependencies on the configuration are visible in one
+    line, and a factory cannot quietly start reading other sections."""
+
+    def decorate(factory: Callable[[_S], Source]) -> Callable[[_S], Source]:
+        if name in _FACTORIES and _FACTORIES[name][0] is not factory:
             raise ValueError(f"collector {name!r} registered twice")
-        _FACTORIES[name] = factory
+        _FACTORIES[name] = (factory, lambda settings: factory(section(settings)))
         return factory
 
     return decorate
@@ -104,7 +114,7 @@ def available() -> frozenset[str]:
 def build_collector_set(settings: CollectorInputs) -> CollectorSet:
     """One instance of every enabled collector, in the configured order (not started)."""
     _load_builtins()
-    return CollectorSet((name, _FACTORIES[name](settings)) for name in settings.collectors.enabled)
+    return CollectorSet((name, _FACTORIES[name][1](settings)) for name in settings.collectors.enabled)
 
 
 class CollectorSet:

@@ -2,8 +2,9 @@
 
 Operators read "gen throughput" and "cuda graph: False" off ``Decode batch`` lines by eye; this
 turns them into series. Lines come from whichever source the supervisor follows (child output,
-journal, a file): the daemon calls :meth:`SGLangLogCollector.feed` for each one. ``feed`` is
-synchronous and cheap (one regex parse, a lock) so it can run in the event loop for every line.
+journal, a file): the daemon registers :meth:`SGLangLogCollector.feed` as a line listener of the
+supervisor (``Supervisor.add_line_listener``). ``feed`` is synchronous and cheap (one regex parse,
+a lock) so it can run in the event loop for every line.
 
 Gauges taken from batch lines are snapshots of the last line and are served only while that line
 is younger than ``stale_after`` seconds: SGLang prints nothing while idle *and* while stalled, so a
@@ -15,14 +16,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import AsyncIterable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from sentinel.collect.registry import CollectorInputs, register
+from sentinel.collect.registry import register
 from sentinel.sglang.logparse import (
     UNPARSED_REASONS,
     DecodeBatch,
@@ -37,16 +37,6 @@ from sentinel.sglang.logparse import (
 __all__ = ["SGLangLogCollector"]
 
 _P = "sentinel_sglang_log_"
-
-
-class _Line(Protocol):
-    """What the supervisor's line stream yields (``sentinel.supervise.LogLine``)."""
-
-    @property
-    def text(self) -> str: ...
-
-    @property
-    def timestamp(self) -> float: ...
 
 
 @dataclass(slots=True)
@@ -116,14 +106,6 @@ class SGLangLogCollector:
                 # A batch line this parser cannot read: a new SGLang log layout, worth knowing.
                 why = unparsed_reason(line) or ("decode" if "Decode batch" in line else "prefill", "error")
                 self._unparsed[why] = self._unparsed.get(why, 0) + 1
-
-    async def follow(self, lines: AsyncIterable[_Line]) -> None:
-        """Feed every line of an async stream until it ends, e.g. ``Supervisor.subscribe_lines()``.
-
-        Run it as a task; cancel the task (or close the stream) to stop.
-        """
-        async for line in lines:
-            self.feed(line.text, line.timestamp)
 
     def _rank(self, dp: int | None) -> _Rank:
         key = str(dp or 0)
@@ -274,6 +256,7 @@ class SGLangLogCollector:
                 yield family
 
 
-@register("sglang_log")
-def _factory(settings: CollectorInputs) -> SGLangLogCollector:
+@register("sglang_log", section=lambda settings: None)
+def _factory(_: None) -> SGLangLogCollector:
+    # Needs no configuration: the lines arrive through the daemon's wiring (feed).
     return SGLangLogCollector()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import httpx
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -33,6 +34,9 @@ from sentinel.collect.registry import CollectorInputs, register
 from sentinel.collect.sglang_parse import FamilyParser
 from sentinel.collect.source import CollectionFailed
 from sentinel.sglang.versions import Resolution, note_version, resolve
+
+if TYPE_CHECKING:
+    from sentinel.collect.settings import SGLangMetricsSettings
 
 __all__ = ["SGLangMetricsCollector", "default_metrics_url"]
 
@@ -169,8 +173,15 @@ class SGLangMetricsCollector:
             )
 
 
-@register("sglang")
-def _factory(settings: CollectorInputs) -> SGLangMetricsCollector:
+def _section(settings: CollectorInputs) -> SGLangMetricsSettings:
+    """``[collectors.sglang]`` with its URL resolved: by default the supervised server's."""
     cfg = settings.collectors.sglang
-    url = cfg.url or default_metrics_url(settings.server.host, settings.server.port)
-    return SGLangMetricsCollector(url, timeout=cfg.timeout_seconds, max_bytes=cfg.max_bytes)
+    if cfg.url:
+        return cfg
+    return cfg.model_copy(update={"url": default_metrics_url(settings.server.host, settings.server.port)})
+
+
+@register("sglang", section=_section)
+def _factory(cfg: SGLangMetricsSettings) -> SGLangMetricsCollector:
+    assert cfg.url is not None  # resolved by _section
+    return SGLangMetricsCollector(cfg.url, timeout=cfg.timeout_seconds, max_bytes=cfg.max_bytes)

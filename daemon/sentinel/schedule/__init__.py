@@ -1,8 +1,9 @@
-"""The daemon's schedule: job wiring, synthetic-load budget, polite injection, breaker, state directory.
+"""The daemon's schedule: job wiring, synthetic-load budget, polite injection, breaker, calibration job.
 
 Public surface (what ``sentinel.daemon`` wires)::
 
-    from sentinel.schedule import LoadScheduler, ScheduleMetrics, StateDir, LoadEngineExecutor
+    from sentinel.schedule import LoadScheduler, ScheduleMetrics, LoadEngineExecutor
+    from sentinel.statedir import StateDir
     metrics = ScheduleMetrics()                       # register it with the exporter's registry
     sched = LoadScheduler(settings.schedule, server=view, executor=LoadEngineExecutor(url),
                           metrics=metrics, state=StateDir(path), load_reader=ServerLoadReader(...))
@@ -15,7 +16,8 @@ Public surface (what ``sentinel.daemon`` wires)::
 Modules: ``settings`` (the ``[schedule]`` section), ``scheduler`` (APScheduler jobs and the life of
 one run), ``plan`` (what a run does and reports), ``executor`` (a plan through the load engine),
 ``budget`` (the hourly token budget), ``polite`` (foreign traffic), ``breaker`` (abort reasons),
-``metrics`` (every series of this package), ``state`` (atomic files and bounded histories).
+``metrics`` (every series of this package). The state directory it writes to is the daemon's
+(:mod:`sentinel.statedir`: the supervisor and the calibration store keep their files there too).
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ if TYPE_CHECKING:
     from sentinel.schedule.plan import RunPlan, RunReport
     from sentinel.schedule.polite import ServerLoad, ServerLoadReader
     from sentinel.schedule.scheduler import ExclusiveRun, LoadScheduler
-    from sentinel.schedule.state import StateDir, StateError
 
 __all__ = [
     "ExclusiveRun",
@@ -42,8 +43,6 @@ __all__ = [
     "ScheduleMetrics",
     "ServerLoad",
     "ServerLoadReader",
-    "StateDir",
-    "StateError",
     "TokenBudget",
 ]
 
@@ -61,7 +60,5 @@ __getattr__ = lazy_exports(
         "ServerLoadReader": "sentinel.schedule.polite",
         "ExclusiveRun": "sentinel.schedule.scheduler",
         "LoadScheduler": "sentinel.schedule.scheduler",
-        "StateDir": "sentinel.schedule.state",
-        "StateError": "sentinel.schedule.state",
     },
 )

@@ -322,6 +322,3 @@ class ScheduleMetrics(Collector):
             )
         )
         self._capacity = {k: float(v) for k, v in values.items() if v is not None}
-
-    def capacity(self) -> dict[str, float]:
-        return dict(self._capacity)

@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from apscheduler.events import (
     EVENT_JOB_ERROR,
@@ -45,15 +45,16 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from sentinel.load.records import LoadCounters
 from sentinel.log import get_logger
-from sentinel.schedule.breaker import BreakerSignals, trip_reason
 from sentinel.schedule.budget import TokenBudget
 from sentinel.schedule.metrics import ScheduleMetrics
+from sentinel.schedule.monitor import GpuHealthView, LoadReader, RunMonitor, ServerView
 from sentinel.schedule.plan import RunExecutor, RunPlan, RunReport, plan_run
-from sentinel.schedule.polite import LoadReadError, ServerLoad, decide, too_busy_now
+from sentinel.schedule.polite import decide
+from sentinel.schedule.runrecord import RunContext, account_run, iso, report_from_counters
 from sentinel.schedule.settings import LoadProfileSettings, ScheduleSettings
-from sentinel.schedule.state import StateDir
+from sentinel.statedir import StateDir
 
-__all__ = ["ExclusiveRun", "GpuView", "LoadReader", "LoadScheduler", "ServerView"]
+__all__ = ["ExclusiveRun", "LoadScheduler"]
 
 _log = get_logger(__name__)
 
@@ -61,30 +62,6 @@ RUNS_FILE = "runs.jsonl"
 RESTARTS_FILE = "restarts.jsonl"
 # How long an interrupted run may take to hand back its partial result before it is torn down.
 _CANCEL_GRACE_SECONDS = 10.0
-
-
-class ServerView(Protocol):
-    """What the scheduler needs to know about the supervised server."""
-
-    def ready_epoch(self) -> float | None:
-        """Wall-clock time the current server life became ready; None when not ready now."""
-
-    def launch_hash(self) -> str | None:
-        """Hash of the launch configuration of the current server life."""
-
-    def started_warm(self) -> bool:
-        """True when the current life was already serving when sentinel first saw it (sentinel
-        restarted, the server did not): its caches are warm, so no warm-up or exclusion window."""
-
-
-class GpuView(Protocol):
-    def max_temperature_celsius(self) -> float | None: ...
-
-    def throttled(self) -> bool | None: ...
-
-
-class LoadReader(Protocol):
-    async def read(self) -> ServerLoad: ...
 
 
 @dataclass
@@ -107,10 +84,6 @@ class _Current:
     cancel_reason: str | None = None
 
 
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
-
-
 class LoadScheduler:
     def __init__(
         self,
@@ -121,16 +94,16 @@ class LoadScheduler:
         metrics: ScheduleMetrics,
         state: StateDir,
         load_reader: LoadReader | None,
-        gpu: GpuView | None = None,
+        gpu: Callable[[], GpuHealthView] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``gpu``: the GPUs' health now, for the breaker (None: no GPU figures)."""
         self.settings = settings
         self.server = server
         self.executor = executor
         self.metrics = metrics
         self.state = state
-        self.load_reader = load_reader
-        self.gpu = gpu
+        self.monitor = RunMonitor(settings, server=server, metrics=metrics, load_reader=load_reader, gpu=gpu)
         self._clock = clock
         self.budget = TokenBudget(settings.budget.tokens_per_hour, clock=clock)
         # Computed at scrape time: the remaining budget grows back as old runs leave the hour.
@@ -206,6 +179,7 @@ class LoadScheduler:
         The run in progress keeps the settings it started with; history and spending are kept.
         """
         self.settings = settings
+        self.monitor.settings = settings
         self.budget.set_limit(settings.budget.tokens_per_hour)
         self.metrics.declare_profiles(settings.profiles)
         if self._scheduler is not None:
@@ -291,7 +265,7 @@ class LoadScheduler:
         warm = self.server.started_warm()
         record = {
             "ready_at": epoch,
-            "ready_at_iso": _iso(epoch),
+            "ready_at_iso": iso(epoch),
             "launch_hash": self.server.launch_hash(),
             "seen_at": self._clock(),
             # Already serving when first seen (sentinel restarted, the server did not).
@@ -300,7 +274,7 @@ class LoadScheduler:
         self._restarts.append(record)
         self.state.append(RESTARTS_FILE, record, self.settings.history_restarts)
         _log.info(
-            "server_epoch", ready_at=_iso(epoch), launch_hash=record["launch_hash"], observed_running=warm
+            "server_epoch", ready_at=iso(epoch), launch_hash=record["launch_hash"], observed_running=warm
         )
         if warm:
             return  # a warm server needs no fresh reference point: the schedule carries on
@@ -322,15 +296,6 @@ class LoadScheduler:
         self._recent.append(record)
         self.state.append(RUNS_FILE, record, self.settings.history_runs)
         return f"skipped:{reason}"
-
-    async def _read_load(self) -> ServerLoad | None:
-        if self.load_reader is None:
-            return None
-        try:
-            return await self.load_reader.read()
-        except LoadReadError as exc:
-            _log.warning("server_load_unreadable", error=str(exc))
-            return None
 
     async def fire(self, profile: str) -> str:
         """One firing of a profile's schedule. Returns what happened (for logs and tests)."""
@@ -356,7 +321,7 @@ class LoadScheduler:
         warm = self.server.started_warm()
         if not warm and now < epoch + self.settings.warmup_seconds:
             return self._skip(profile, "warmup", ready_at=epoch)
-        load = await self._read_load() if self.settings.polite.enabled else None
+        load = await self.monitor.read_load() if self.settings.polite.enabled else None
         if load is not None:
             self.metrics.foreign.set(load.foreign(0))
         decision = decide(load, 0, self.settings.polite)
@@ -402,19 +367,15 @@ class LoadScheduler:
         if exact and report is not None:
             spent = report.input_tokens + report.output_tokens + report.warmup_tokens
         self.budget.settle(reservation, spent)
-        return self._record(
-            plan,
-            report,
-            outcome,
-            abort_reason,
-            started,
-            finished,
-            epoch,
-            launch_hash,
-            reference,
-            decision.foreign,
-            min(spent, plan.max_tokens),
+        ctx = RunContext(
+            started, finished, epoch, launch_hash, reference, decision.foreign, min(spent, plan.max_tokens)
         )
+        record = account_run(self.metrics, plan, report, outcome, abort_reason, ctx)
+        if outcome == "completed":
+            self.completed_runs += 1
+        self._recent.append(record)
+        self.state.append(RUNS_FILE, record, self.settings.history_runs)
+        return outcome if abort_reason is None else f"{outcome}:{abort_reason}"
 
     async def _execute(
         self, plan: RunPlan, current: _Current, epoch: float
@@ -424,7 +385,9 @@ class LoadScheduler:
             self.executor(plan, current.counters, cancel)
         )
         current.task = asyncio.current_task()
-        monitor = asyncio.ensure_future(self._monitor(current.counters, epoch, plan.settings.timeout_seconds))
+        monitor = asyncio.ensure_future(
+            self.monitor.watch(current.counters, epoch, plan.settings.timeout_seconds)
+        )
         abort_reason: str | None = None
         try:
             done, _ = await asyncio.wait({run_task, monitor}, return_when=asyncio.FIRST_COMPLETED)
@@ -453,120 +416,14 @@ class LoadScheduler:
         except Exception as exc:  # the engine failed as a whole (not one request): count, never crash
             _log.error("load_run_failed", profile=plan.profile, error=repr(exc))
             if abort_reason is None:
-                return _report_from_counters(current.counters), "failed", None
+                return report_from_counters(current.counters), "failed", None
         if abort_reason is not None:
             outcome = "cancelled" if abort_reason == "shutdown" else "aborted"
-            return report or _report_from_counters(current.counters), outcome, abort_reason
+            return report or report_from_counters(current.counters), outcome, abort_reason
         assert report is not None
         if report.requests.get("success", 0) == 0:
             return report, "failed", None
         return report, "completed", None
-
-    async def _monitor(
-        self, counters: LoadCounters, epoch: float, limit_seconds: float, *, watch_kv: bool = True
-    ) -> str:
-        """Runs beside the load; returns an abort reason as soon as one holds.
-
-        ``watch_kv=False`` for a calibration sweep: a full KV cache is the saturation it looks for
-        (and stops at by itself), not harm to stop it for.
-        """
-        interval = min(
-            self.settings.breaker.check_interval_seconds, self.settings.polite.check_interval_seconds
-        )
-        deadline = time.monotonic() + limit_seconds
-        while True:
-            await asyncio.sleep(min(interval, max(0.0, deadline - time.monotonic())))
-            if time.monotonic() >= deadline:
-                return "timeout"
-            if self.server.ready_epoch() != epoch:
-                return "server_restart"
-            load = await self._read_load() if self.load_reader is not None else None
-            if load is not None:
-                self.metrics.foreign.set(load.foreign(counters.in_flight))
-                if too_busy_now(load, counters.in_flight, self.settings.polite) is not None:
-                    return "foreign_traffic"
-            signals = BreakerSignals(
-                finished=counters.completed + counters.failed,
-                failed=counters.failed,
-                kv_usage=load.token_usage if load is not None and watch_kv else None,
-                max_gpu_temperature_celsius=self.gpu.max_temperature_celsius() if self.gpu else None,
-                gpu_throttled=self.gpu.throttled() if self.gpu else None,
-            )
-            reason = trip_reason(signals, self.settings.breaker)
-            if reason is not None:
-                return reason
-
-    def _record(
-        self,
-        plan: RunPlan,
-        report: RunReport | None,
-        outcome: str,
-        abort_reason: str | None,
-        started: float,
-        finished: float,
-        epoch: float,
-        launch_hash: str | None,
-        reference: bool,
-        foreign: int | None,
-        budget_tokens: int,
-    ) -> str:
-        profile = plan.profile
-        m = self.metrics
-        m.runs.labels(profile, outcome).inc()
-        if outcome == "completed":
-            self.completed_runs += 1
-        if abort_reason is not None:
-            m.aborts.labels(profile, abort_reason).inc()
-        if report is not None:
-            for key, count in report.requests.items():
-                if count:
-                    m.requests.labels(profile, key).inc(count)
-            m.output_tokens.labels(profile).inc(report.output_tokens)
-            m.input_tokens.labels(profile).inc(report.input_tokens)
-        is_reference = (
-            reference and outcome == "completed" and report is not None and report.figures is not None
-        )
-        if outcome == "completed" and not is_reference:
-            m.excluded.labels(profile, "shrunk" if not plan.full_size else "restart_window").inc()
-        if is_reference and report is not None and report.figures is not None:
-            m.set_figures(profile, report.figures)
-            m.observe(profile, report.timings)
-        record: dict[str, Any] = {
-            "kind": "run",
-            "profile": profile,
-            "outcome": outcome,
-            "abort_reason": abort_reason,
-            "started_at": started,
-            "finished_at": finished,
-            "started_at_iso": _iso(started),
-            "reference": is_reference,
-            "scale": round(plan.scale, 4),
-            "num_prompts": plan.num_prompts,
-            "request_rate": plan.request_rate,
-            "foreign_requests": foreign,
-            "server_epoch": epoch,
-            "launch_hash": launch_hash,
-            "budget_tokens": budget_tokens,
-        }
-        if report is not None:
-            record.update(
-                requests=report.requests,
-                input_tokens=report.input_tokens,
-                output_tokens=report.output_tokens,
-                summary=report.summary,
-            )
-        self._recent.append(record)
-        self.state.append(RUNS_FILE, record, self.settings.history_runs)
-        _log.info(
-            "load_run_end",
-            profile=profile,
-            outcome=outcome,
-            abort_reason=abort_reason,
-            reference=is_reference,
-            seconds=round(finished - started, 3),
-            output_throughput=(report.summary.get("output_throughput") if report else None),
-        )
-        return outcome if abort_reason is None else f"{outcome}:{abort_reason}"
 
     # -- exclusive non-profile work (calibration) -----------------------------------------------
 
@@ -597,7 +454,7 @@ class LoadScheduler:
             # A sweep measures capacity: a cold server just after a restart would understate it.
             if not warm and self._clock() < epoch + self.settings.reference_exclusion_seconds:
                 return self._skip(kind, "restart_window")
-            load = await self._read_load() if self.settings.polite.enabled else None
+            load = await self.monitor.read_load() if self.settings.polite.enabled else None
             decision = decide(load, 0, self.settings.polite)
             # A sweep cannot be scaled down (it looks for the ceiling): any foreign traffic skips it.
             if decision.action != "run":
@@ -610,7 +467,7 @@ class LoadScheduler:
             task = asyncio.ensure_future(work(run))
             current.task = asyncio.current_task()
             monitor = asyncio.ensure_future(
-                self._monitor(current.counters, epoch, limit_seconds, watch_kv=False)
+                self.monitor.watch(current.counters, epoch, limit_seconds, watch_kv=False)
             )
             outcome = "completed"
             abort_reason: str | None = None
@@ -645,7 +502,7 @@ class LoadScheduler:
                 "abort_reason": abort_reason,
                 "started_at": started,
                 "finished_at": self._clock(),
-                "started_at_iso": _iso(started),
+                "started_at_iso": iso(started),
                 "server_epoch": epoch,
                 "launch_hash": self.server.launch_hash(),
                 "budget_tokens": min(run.charged, max_tokens),
@@ -701,21 +558,6 @@ class LoadScheduler:
             "next_runs": self.next_runs(),
             "profiles": {name: p.model_dump() for name, p in self.settings.profiles.items()},
         }
-
-
-def _report_from_counters(counters: LoadCounters) -> RunReport:
-    """What an interrupted run can still say: its live counters (no per-request figures)."""
-    requests = {"success": counters.completed, "failed": counters.failed}
-    if counters.in_flight:
-        requests["cancelled"] = counters.in_flight
-    return RunReport(
-        requests=requests,
-        input_tokens=0,
-        output_tokens=counters.output_tokens,
-        figures=None,
-        cancelled=True,
-        exact_tokens=False,
-    )
 
 
 def _uncancel() -> None:

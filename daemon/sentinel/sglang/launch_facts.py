@@ -66,7 +66,7 @@ _OVERRIDES_023 = (
     "sglang/srt/arg_groups/overrides.py _dsa_kv_cache_dtype_default/_dsa_split_backend_resolution (0.5.23)"
 )
 _GLM_SM12_FROM = Version(0, 5, 19)  # is_glm_sm12_fp8 present in 0.5.19/0.5.20/0.5.21/0.5.23 overrides.py
-# First version verified to have --dsa-* names (supervise/profiles.py _DSA_NAMES_FROM; reference §1.1).
+# First version verified to have --dsa-* names (supervise/launch.py _DSA_NAMES_FROM; reference §1.1).
 _DSA_NAMES_FROM = Version(0, 5, 15)
 
 

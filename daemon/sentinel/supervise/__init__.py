@@ -6,10 +6,10 @@ Public API (what the daemon uses)::
     registry.register(sup.collector())           # sentinel_server_* / sentinel_probe_* series
     sup.add_before_stop_hook(load.stop)          # runs before every deliberate stop/restart
     sup.subscribe_state(on_change)               # StateChange(old, new, reason, timestamp)
-    lines = sup.subscribe_lines()                # async iterator of LogLine (log collector)
+    sup.add_line_listener(lambda l: log.feed(l.text))  # every LogLine, synchronously (log collector)
     await sup.start()                            # returns at once; supervision runs in a task
     await sup.wait_for_state(ServerState.READY, timeout=...)
-    sup.state, sup.epoch, sup.config_hash        # current state, ready timestamp, launch hash
+    snap = sup.snapshot()                        # frozen: state, epoch, config_hash, probes, ...
     sup.restart("manual"); sup.reset()           # operator actions
     await sup.stop()                             # hooks, SIGTERM, drain, SIGKILL the group
 """
@@ -22,11 +22,12 @@ from sentinel.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from sentinel.supervise.classify import CRASH_REASONS, RESTART_REASONS, Crash
+    from sentinel.supervise.launch import BUILTIN_PROFILES, LaunchCommand, ProfileError, render_command
     from sentinel.supervise.logbus import LineSubscription, LogLine
     from sentinel.supervise.metrics import SupervisorCollector
     from sentinel.supervise.preflight import GpuInfo, PreflightResult
     from sentinel.supervise.probes import ProbeResult
-    from sentinel.supervise.profiles import BUILTIN_PROFILES, LaunchCommand, ProfileError, render_command
+    from sentinel.supervise.snapshot import SupervisorSnapshot
     from sentinel.supervise.state import ServerState, StateChange
     from sentinel.supervise.supervisor import BeforeStopHook, Supervisor
 
@@ -47,6 +48,7 @@ __all__ = [
     "StateChange",
     "Supervisor",
     "SupervisorCollector",
+    "SupervisorSnapshot",
     "render_command",
 ]
 
@@ -64,13 +66,14 @@ __getattr__ = lazy_exports(
         "GpuInfo": "sentinel.supervise.preflight",
         "PreflightResult": "sentinel.supervise.preflight",
         "ProbeResult": "sentinel.supervise.probes",
-        "BUILTIN_PROFILES": "sentinel.supervise.profiles",
-        "LaunchCommand": "sentinel.supervise.profiles",
-        "ProfileError": "sentinel.supervise.profiles",
-        "render_command": "sentinel.supervise.profiles",
+        "BUILTIN_PROFILES": "sentinel.supervise.launch",
+        "LaunchCommand": "sentinel.supervise.launch",
+        "ProfileError": "sentinel.supervise.launch",
+        "render_command": "sentinel.supervise.launch",
         "ServerState": "sentinel.supervise.state",
         "StateChange": "sentinel.supervise.state",
         "BeforeStopHook": "sentinel.supervise.supervisor",
         "Supervisor": "sentinel.supervise.supervisor",
+        "SupervisorSnapshot": "sentinel.supervise.snapshot",
     },
 )

@@ -17,7 +17,7 @@ from sentinel.log import get_logger
 
 __all__ = ["LineListener", "LineSubscription", "LogBus", "LogLine", "RotatingFile", "pump_lines"]
 
-log = get_logger("sentinel.supervise")
+_log = get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +146,7 @@ class LogBus:
                 self._file = RotatingFile(log_file, max_bytes, backups)
             except OSError as exc:
                 # Losing the file copy must not stop supervision: lines still reach the tail/subscribers.
-                log.error("cannot open server log file", path=str(log_file), error=str(exc))
+                _log.error("cannot open server log file", path=str(log_file), error=str(exc))
 
     def close(self) -> None:
         """Flush and close the file; every subscription ends (now and any made later)."""
@@ -200,7 +200,7 @@ class LogBus:
                 self.listener_errors_total += 1
                 # A broken listener fails on every line: log the first error and then every 1000th.
                 if self.listener_errors_total % 1000 == 1:
-                    log.exception(
+                    _log.exception(
                         "log line listener failed", listener=repr(listener), errors=self.listener_errors_total
                     )
         for sub in list(self._subs):

@@ -1,7 +1,8 @@
 """The supervisor's series, as a prometheus_client Collector (register it with any registry).
 
-``collect()`` only reads figures the supervisor already holds (no I/O), so it is safe from the
-exporter's thread or loop. Names other components and the dashboards rely on:
+``collect()`` renders the supervisor's latest :class:`SupervisorSnapshot` (no I/O, no live reads
+of the supervisor's fields), so it is safe from any scrape thread. Names other components and the
+dashboards rely on:
 
 - ``sentinel_server_up``: 1 when the last /health probe answered 200.
 - ``sentinel_server_state{state}``: 1 for the current lifecycle state, 0 for the others.
@@ -15,7 +16,7 @@ exporter's thread or loop. Names other components and the dashboards rely on:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -27,21 +28,23 @@ from sentinel.supervise.state import ServerState
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-    from sentinel.supervise.supervisor import Supervisor
+    from sentinel.supervise.snapshot import SupervisorSnapshot
 
 __all__ = ["SupervisorCollector"]
 
 
 class SupervisorCollector(Collector):
-    def __init__(self, supervisor: Supervisor) -> None:
-        self._sup = supervisor
+    """``snapshot``: returns the latest published snapshot (``Supervisor.snapshot``)."""
+
+    def __init__(self, snapshot: Callable[[], SupervisorSnapshot]) -> None:
+        self._snapshot = snapshot
 
     def describe(self) -> Iterator[Metric]:
         # Avoid a collect() at registration time; names only.
         return iter(())
 
     def collect(self) -> Iterator[Metric]:
-        sup = self._sup
+        sup = self._snapshot()
         state = sup.state
         yield GaugeMetricFamily(
             "sentinel_server_up",
@@ -57,12 +60,12 @@ class SupervisorCollector(Collector):
         yield GaugeMetricFamily(
             "sentinel_server_state_since_timestamp_seconds",
             "When the server entered its current state.",
-            value=sup.machine.since,
+            value=sup.since,
         )
         c = CounterMetricFamily(
             "sentinel_server_restarts", "Restarts of the server, by reason.", labels=["reason"]
         )
-        for reason, n in sorted(dict(sup.restarts).items()):
+        for reason, n in sorted(sup.restarts.items()):
             c.add_metric([reason], n)
         yield c
         c = CounterMetricFamily(
@@ -79,7 +82,7 @@ class SupervisorCollector(Collector):
             "Lifecycle state transitions.",
             labels=["from_state", "to_state"],
         )
-        for (old, new), n in sorted(dict(sup.machine.transitions).items()):
+        for (old, new), n in sorted(sup.transitions.items()):
             c.add_metric([old, new], n)
         yield c
         if sup.start_duration is not None:
@@ -100,16 +103,15 @@ class SupervisorCollector(Collector):
                 "When the server last ended unexpectedly.",
                 value=sup.last_crash.timestamp,
             )
-        cmd = sup.command
-        version = ".".join(map(str, cmd.sglang_version)) if cmd and cmd.sglang_version else ""
+        version = ".".join(map(str, sup.sglang_version)) if sup.sglang_version else ""
         info = GaugeMetricFamily(
             "sentinel_server_info",
             "The supervised server's configuration; always 1.",
             labels=["mode", "profile", "config_hash", "sglang_version"],
         )
-        info.add_metric([sup.settings.mode, sup.settings.profile, sup.config_hash, version], 1)
+        info.add_metric([sup.mode, sup.profile, sup.config_hash, version], 1)
         yield info
-        probes = dict(sup.probes)
+        probes = sup.probes
         success = GaugeMetricFamily(
             "sentinel_probe_success", "1 when the last run of the probe passed.", labels=["probe"]
         )
@@ -124,7 +126,7 @@ class SupervisorCollector(Collector):
         c = CounterMetricFamily(
             "sentinel_probe_failures", "Failed probe runs, by probe and reason.", labels=["probe", "reason"]
         )
-        for (probe, reason), n in sorted(dict(sup.probe_failures).items()):
+        for (probe, reason), n in sorted(sup.probe_failures.items()):
             c.add_metric([probe, reason], n)
         yield c
         pre = GaugeMetricFamily(
@@ -140,10 +142,10 @@ class SupervisorCollector(Collector):
             pre.add_metric([name], v)
         yield pre
         yield CounterMetricFamily(
-            "sentinel_server_log_lines", "Log lines read from the server.", value=sup.bus.lines_total
+            "sentinel_server_log_lines", "Log lines read from the server.", value=sup.log_lines_total
         )
         yield CounterMetricFamily(
             "sentinel_server_log_lines_dropped",
             "Log lines a slow subscriber did not receive (its queue was full).",
-            value=sup.bus.dropped_total,
+            value=sup.log_lines_dropped,
         )

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from sentinel.supervise.profiles import (
+from sentinel.supervise.launch import (
     LaunchCommand,
     SglangVersion,
     detect_sglang_version,
@@ -137,8 +137,8 @@ def check_port(host: str, port: int) -> PreflightResult:
 
 
 def check_model_path(cmd: LaunchCommand) -> PreflightResult:
-    if cmd.profile.kind == "sim":
-        return PreflightResult("model_path", "skip", "simulator needs no weights")
+    if not cmd.profile.requires_weights:
+        return PreflightResult("model_path", "skip", "profile needs no weights")
     raw = cmd.profile.model_path
     looks_local = raw.startswith(("/", ".", "~"))
     path = Path(raw).expanduser()
@@ -156,8 +156,8 @@ def check_model_path(cmd: LaunchCommand) -> PreflightResult:
 def check_known_bad(cmd: LaunchCommand, gpus: Sequence[GpuInfo]) -> list[PreflightResult]:
     """Combinations reported to fail for the GPU's architecture (reference sglang.md §6.1)."""
     p = cmd.profile
-    if p.kind == "sim":
-        return []
+    if p.kind != "sglang":
+        return []  # the combinations below are SGLang launch flags
     archs = {g.compute_capability for g in gpus[: p.required_gpus] if g.compute_capability}
     sm12 = any(cc[0] == 12 for cc in archs)
     if not archs:

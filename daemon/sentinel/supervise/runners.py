@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import Protocol
 
 from sentinel.log import get_logger
+from sentinel.supervise.launch import LaunchCommand
 from sentinel.supervise.logbus import LogBus, pump_lines
-from sentinel.supervise.profiles import LaunchCommand
 from sentinel.supervise.settings import SystemdSettings
 from sentinel.systemd import clean_child_env
 
 __all__ = ["ChildRunner", "ExitInfo", "LaunchError", "Runner", "SystemdRunner"]
 
-log = get_logger("sentinel.supervise")
+_log = get_logger(__name__)
 
 # asyncio's default 64 KiB line limit is too small for SGLang's one-line server_args dump.
 _LINE_LIMIT = 1 << 20
@@ -128,7 +128,7 @@ class ChildRunner:
             raise LaunchError(f"cannot start {self.command.argv[0]}: {exc.strerror or exc}") from exc
         assert self._proc.stdout is not None
         self._pump = asyncio.create_task(pump_lines(self._proc.stdout, self._bus, "child"))
-        log.info("server process started", pid=self._proc.pid, argv=self.command.redacted_argv())
+        _log.info("server process started", pid=self._proc.pid, argv=self.command.redacted_argv())
 
     def _killpg(self, sig: int) -> None:
         if self._proc is None:
@@ -185,7 +185,7 @@ class ChildRunner:
                 await self._exited()
         except TimeoutError:
             # SGLang's drain has no upper bound (it waits for every in-flight request).
-            log.warning("server did not stop in time; killing its process group", timeout=timeout_s)
+            _log.warning("server did not stop in time; killing its process group", timeout=timeout_s)
             self._killpg(signal.SIGKILL)
         return await self.wait()
 
@@ -298,7 +298,7 @@ class SystemdRunner:
                     limit=_LINE_LIMIT,
                 )
             except OSError as exc:
-                log.error("cannot follow the journal", argv=argv, error=exc.strerror or str(exc))
+                _log.error("cannot follow the journal", argv=argv, error=exc.strerror or str(exc))
             else:
                 self._follower_proc = proc
                 assert proc.stdout is not None
@@ -308,7 +308,7 @@ class SystemdRunner:
                 finally:
                     # Also on cancellation: reap the follower (no zombie, no transport left open).
                     await _reap(proc)
-                log.warning("journal follower ended; restarting it", returncode=proc.returncode)
+                _log.warning("journal follower ended; restarting it", returncode=proc.returncode)
             self.journal_restarts_total += 1
             await asyncio.sleep(5.0)
 
@@ -318,12 +318,12 @@ class SystemdRunner:
         if props.get("ActiveState") == "active":
             # Already serving (sentinel itself restarted): attach, never bounce a healthy server.
             self._main_pid = int(props.get("MainPID", "0") or 0) or None
-            log.info("attached to running unit", unit=self._s.unit, pid=self._main_pid)
+            _log.info("attached to running unit", unit=self._s.unit, pid=self._main_pid)
             return
         rc, out = await _run(self._systemctl("start", "--no-block", self._s.unit), self._timeout)
         if rc != 0:
             raise LaunchError(f"systemctl start {self._s.unit} failed ({rc}): {out[:300]}")
-        log.info("unit start requested", unit=self._s.unit)
+        _log.info("unit start requested", unit=self._s.unit)
 
     async def wait(self) -> ExitInfo:
         seen_running = False
@@ -336,7 +336,7 @@ class SystemdRunner:
             except LaunchError as exc:
                 failures += 1
                 if failures == 3:
-                    log.error("cannot read the unit's state", error=str(exc))
+                    _log.error("cannot read the unit's state", error=str(exc))
                 await asyncio.sleep(self._s.poll_interval)
                 continue
             state = props.get("ActiveState", "")
@@ -409,7 +409,7 @@ class SystemdRunner:
         # systemd applies the unit's own KillMode/TimeoutStopSec; we bound the wait for the command.
         rc, out = await _run(self._systemctl("stop", self._s.unit), timeout_s + self._timeout)
         if rc != 0:
-            log.error("systemctl stop failed", unit=self._s.unit, returncode=rc, output=out[:300])
+            _log.error("systemctl stop failed", unit=self._s.unit, returncode=rc, output=out[:300])
         self._main_pid = None
         try:
             return self._exit_info(await self.show())

@@ -7,9 +7,9 @@ deployment: ``sentinel sim`` as a managed child on loopback.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AliasChoices, Field, model_validator
 
 from sentinel.section import Section
 
@@ -133,22 +133,48 @@ class SystemdSettings(Section):
 
 
 class LaunchProfile(Section):
-    """How to start the server in child mode (host and port come from ``[server]``)."""
+    """How to start the server in child mode (host and port come from ``[server]``).
+
+    A profile is one of two kinds:
+
+    - ``kind = "sglang"``: rendered by the SGLang renderer from the fields below
+      (``python -m sglang.launch_server --model-path ...``, flags following the SGLang version).
+    - ``kind = "command"``: a plain argv template, ``command``, in which ``{python}``, ``{host}``
+      and ``{port}`` are replaced (``{{``/``}}`` for literal braces); then ``metrics_args`` when
+      ``enable_metrics``, ``api_key_args`` (with ``{api_key}``) when there is an API key, and
+      ``extra_args``. The simulator is the built-in command profile ``sim``.
+
+    What the launch needs is declared, not inferred from the kind: ``needs_gpus`` (how many GPUs
+    must be present; default ``tp_size`` for sglang, 0 for a command) and ``needs_weights`` (whether
+    ``model_path`` must be a local checkpoint; default true for sglang, false for a command).
+    Preflight reads these.
+
+    Deprecated, still accepted: ``kind = "sim"`` (= ``kind = "command"`` based on the built-in
+    ``sim`` profile), ``gpus`` (= ``needs_gpus``), and ``sim_profile`` / ``sim_speed`` /
+    ``sim_faults``, which render as the simulator's ``--profile``, ``--speed`` and ``--fault``
+    arguments after ``command`` (the same as writing them in ``extra_args``). They are refused on a
+    profile rendered by SGLang, whose launcher knows no such flags.
+    """
 
     # Start from this profile (built-in or configured) and change only the fields given here.
     # A configured profile named like a built-in one extends it implicitly.
     base: str = ""
-    kind: Literal["sglang", "sim"] = "sglang"
-    # Interpreter that runs the server; empty = the one running sentinel.
+    kind: Literal["sglang", "command"] = "sglang"
+    # Interpreter that runs the server ({python} of a command); empty = the one running sentinel.
     python: str = ""
+    # command profiles: the argv template, and the arguments added when metrics / an API key apply.
+    command: tuple[str, ...] = ()
+    metrics_args: tuple[str, ...] = ()
+    api_key_args: tuple[str, ...] = ()
+    # Capabilities the preflight checks; None = the kind's default (see above).
+    needs_gpus: int | None = Field(default=None, ge=0, validation_alias=AliasChoices("needs_gpus", "gpus"))
+    needs_weights: bool | None = None
     # Pin the SGLang version used to render flags; empty = ask the interpreter.
     sglang_version: str = ""
     model_path: str = ""
     served_model_name: str = ""
     trust_remote_code: bool = False
     tp_size: int = Field(default=1, ge=1)
-    # GPUs that must be present; None = tp_size for sglang, 0 for the simulator.
-    gpus: int | None = Field(default=None, ge=0)
     quantization: str = ""
     attention_backend: str = ""
     # Rendered as --nsa-* or --dsa-* depending on the SGLang version.
@@ -163,16 +189,52 @@ class LaunchProfile(Section):
     api_key: str = ""
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
-    # Simulator only.
+    # Deprecated aliases of simulator arguments (see the class docstring).
     sim_profile: str = ""
     sim_speed: float | None = Field(default=None, gt=0)
     sim_faults: tuple[str, ...] = ()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _deprecated_sim_kind(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("kind") == "sim":
+            # The old kind named the simulator; now it is the built-in command profile "sim".
+            data = {**data, "kind": "command"}
+            data.setdefault("base", "sim")
+        return data
+
+    @model_validator(mode="after")
+    def _sim_aliases_need_a_command(self) -> LaunchProfile:
+        if "kind" in self.model_fields_set and self.kind == "sglang" and self.sim_fields_set():
+            raise ValueError(
+                f"{', '.join(self.sim_fields_set())} only apply to the simulator (a command profile), "
+                'not to kind = "sglang"; use extra_args for SGLang flags'
+            )
+        return self
+
+    def sim_fields_set(self) -> list[str]:
+        """The deprecated simulator fields this profile sets."""
+        return [
+            name
+            for name, unset in (
+                ("sim_profile", not self.sim_profile),
+                ("sim_speed", self.sim_speed is None),
+                ("sim_faults", not self.sim_faults),
+            )
+            if not unset
+        ]
+
     @property
     def required_gpus(self) -> int:
-        if self.gpus is not None:
-            return self.gpus
+        if self.needs_gpus is not None:
+            return self.needs_gpus
         return self.tp_size if self.kind == "sglang" else 0
+
+    @property
+    def requires_weights(self) -> bool:
+        if self.needs_weights is not None:
+            return self.needs_weights
+        return self.kind == "sglang"
 
 
 class ServerSettings(Section):

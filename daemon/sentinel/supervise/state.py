@@ -13,7 +13,7 @@ from sentinel.log import get_logger
 
 __all__ = ["ServerState", "StateChange", "StateListener", "StateMachine"]
 
-log = get_logger("sentinel.supervise")
+_log = get_logger(__name__)
 
 
 class ServerState(enum.StrEnum):
@@ -74,13 +74,13 @@ class StateMachine:
         self._since = time.time()
         self.transitions[(old.value, new.value)] += 1
         change = StateChange(old, new, reason, self._since)
-        level = log.warning if new in (ServerState.UNHEALTHY, ServerState.FAILED) else log.info
+        level = _log.warning if new in (ServerState.UNHEALTHY, ServerState.FAILED) else _log.info
         level("server state changed", old=old.value, new=new.value, reason=reason)
         for listener in list(self._listeners):
             try:
                 listener(change)
             except Exception:
-                log.exception("state listener failed", listener=repr(listener))
+                _log.exception("state listener failed", listener=repr(listener))
         for states, fut in list(self._waiters):
             if new in states and not fut.done():
                 fut.set_result(new)

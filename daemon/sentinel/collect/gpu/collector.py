@@ -10,16 +10,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from sentinel.collect.gpu.fake import FakeNvml
+from sentinel.collect.gpu.health import GpuHealth
 from sentinel.collect.gpu.poller import GpuPoller, GpuSnapshot
 from sentinel.collect.gpu.reading import DeviceIdentity, DeviceReading, Nvml
-from sentinel.collect.registry import CollectorInputs, register
+from sentinel.collect.registry import register
 from sentinel.collect.render import render_families
 from sentinel.collect.source import CollectionFailed
+
+if TYPE_CHECKING:
+    from sentinel.collect.settings import GpuSettings
 
 __all__ = ["GpuCollector"]
 
@@ -132,6 +137,10 @@ class GpuCollector:
 
     def last_success_timestamp(self) -> float | None:
         return self.poller.snapshot.last_success_timestamp
+
+    def health(self) -> GpuHealth:
+        """What the load breaker reads: temperatures and throttling from the latest snapshot."""
+        return GpuHealth.of(self.poller.snapshot)
 
     def collect(self) -> Iterator[Metric]:
         families, problems = self._families()
@@ -349,9 +358,8 @@ def _real_nvml() -> Nvml:
     return pynvml
 
 
-@register("gpu")
-def _factory(settings: CollectorInputs) -> GpuCollector:
-    cfg = settings.collectors.gpu
+@register("gpu", section=lambda settings: settings.collectors.gpu)
+def _factory(cfg: GpuSettings) -> GpuCollector:
     nvml_factory: Callable[[], Nvml]
     if cfg.backend == "fake":
         fake = FakeNvml(cfg.fake_devices, "busy")

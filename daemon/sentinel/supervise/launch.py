@@ -1,7 +1,8 @@
-"""Launch profiles and the argv they render to, per SGLang version.
+"""Launch profiles and the argv they render to: SGLang's (per version) or a plain command.
 
 The command line is always an argv list (never a shell string): no quoting bugs, no injection
-through a model path or an extra argument.
+through a model path or an extra argument. Placeholders of a command profile are replaced inside
+single arguments; a value never becomes more than one argument.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
+
+from pydantic import ValidationError
 
 from sentinel.supervise.settings import LaunchProfile, ServerSettings
 
@@ -60,7 +63,16 @@ _GLM5 = LaunchProfile(
     },
 )
 
-_SIM = LaunchProfile(kind="sim", served_model_name="sim")
+# The simulator: an SGLang-compatible server (`sentinel sim`), one command profile among others.
+_SIM = LaunchProfile(
+    kind="command",
+    command=("{python}", "-m", "sentinel_sim", "--host", "{host}", "--port", "{port}"),
+    metrics_args=("--enable-metrics",),
+    api_key_args=("--api-key", "{api_key}"),
+    served_model_name="sim",
+    needs_gpus=0,
+    needs_weights=False,
+)
 
 BUILTIN_PROFILES: dict[str, LaunchProfile] = {"sim": _SIM, "glm5-nvfp4-rtxpro6000": _GLM5}
 
@@ -89,6 +101,10 @@ class LaunchCommand:
     sglang_version: SglangVersion | None = None
     # Why the version is what it is ("pinned", "detected", "assumed: ...").
     version_source: str = ""
+    # Where a command profile's api_key_args put the key (argv indices; e.g. --token={api_key}),
+    # and the key, so that display masks it there.
+    secret_args: tuple[int, ...] = ()
+    secret: str = field(default="", repr=False)
 
     @property
     def config_hash(self) -> str:
@@ -102,6 +118,9 @@ class LaunchCommand:
         for i, arg in enumerate(out[:-1]):
             if arg in _SECRET_FLAGS:
                 out[i + 1] = "***"
+        if self.secret:
+            for i in self.secret_args:
+                out[i] = out[i].replace(self.secret, "***")
         return out
 
     def display(self) -> str:
@@ -146,7 +165,11 @@ def _resolve(settings: ServerSettings, name: str, seen: tuple[str, ...]) -> Laun
         base = _resolve(settings, base_name, (*seen, name))
     # Only the fields written in the config override the base; the rest come from it.
     explicit = configured.model_dump(include=configured.model_fields_set - {"base"})
-    return LaunchProfile.model_validate({**base.model_dump(exclude={"base"}), **explicit})
+    try:
+        return LaunchProfile.model_validate({**base.model_dump(exclude={"base"}), **explicit})
+    except ValidationError as exc:  # valid alone, not on this base (e.g. sim_* on an SGLang base)
+        why = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+        raise ProfileError(f"launch profile {name!r} on base {base_name!r}: {why}") from None
 
 
 def config_hash_of(settings: ServerSettings, command: LaunchCommand | None) -> str:
@@ -232,29 +255,47 @@ def _sglang_argv(profile: LaunchProfile, settings: ServerSettings, version: Sgla
     return argv
 
 
-def _sim_argv(profile: LaunchProfile, settings: ServerSettings) -> list[str]:
-    argv = [
-        python_of(profile),
-        "-m",
-        "sentinel",
-        "sim",
-        "--host",
-        settings.host,
-        "--port",
-        str(settings.port),
-    ]
+def _fill(template: tuple[str, ...], values: dict[str, str], field_name: str) -> list[str]:
+    out = []
+    for arg in template:
+        try:
+            out.append(arg.format_map(values))
+        except (KeyError, ValueError, IndexError) as exc:
+            known = ", ".join("{" + k + "}" for k in values)
+            raise ProfileError(
+                f"{field_name}: cannot fill {arg!r} ({type(exc).__name__}: {exc}); placeholders: {known}"
+                " (write {{ and }} for literal braces)"
+            ) from None
+    return out
+
+
+def _deprecated_sim_args(profile: LaunchProfile) -> list[str]:
+    """``sim_profile`` / ``sim_speed`` / ``sim_faults`` as the simulator's own arguments."""
+    argv: list[str] = []
     if profile.sim_profile:
         argv += ["--profile", profile.sim_profile]
     if profile.sim_speed is not None:
         argv += ["--speed", f"{profile.sim_speed:g}"]
-    if profile.enable_metrics:
-        argv.append("--enable-metrics")
-    api_key = api_key_of(settings, profile)
-    if api_key:
-        argv += ["--api-key", api_key]
     for spec in profile.sim_faults:
         argv += ["--fault", spec]
     return argv
+
+
+def _command_argv(profile: LaunchProfile, settings: ServerSettings) -> tuple[list[str], tuple[int, ...]]:
+    """The argv, and the indices of the arguments that carry the API key."""
+    if not profile.command:
+        raise ProfileError('a kind = "command" profile needs a command (an argv template)')
+    values = {"python": python_of(profile), "host": settings.host, "port": str(settings.port)}
+    argv = _fill(profile.command, values, "command")
+    argv += _deprecated_sim_args(profile)
+    if profile.enable_metrics:
+        argv += _fill(profile.metrics_args, values, "metrics_args")
+    api_key = api_key_of(settings, profile)
+    secret_at: tuple[int, ...] = ()
+    if api_key:
+        secret_at = tuple(len(argv) + i for i, t in enumerate(profile.api_key_args) if "{api_key}" in t)
+        argv += _fill(profile.api_key_args, {**values, "api_key": api_key}, "api_key_args")
+    return argv, secret_at
 
 
 def render_command(
@@ -269,9 +310,21 @@ def render_command(
     :func:`detect_sglang_version`), else the newest known behaviour is assumed.
     """
     name, profile = resolve_profile(settings)
-    if profile.kind == "sim":
-        argv = _sim_argv(profile, settings)
-        return LaunchCommand(name, profile, (*argv, *profile.extra_args), dict(profile.env))
+    if profile.kind == "command":
+        argv, secret_at = _command_argv(profile, settings)
+        return LaunchCommand(
+            name,
+            profile,
+            (*argv, *profile.extra_args),
+            dict(profile.env),
+            secret_args=secret_at,
+            secret=api_key_of(settings, profile),
+        )
+    if profile.sim_fields_set():
+        raise ProfileError(
+            f"profile {name!r}: {', '.join(profile.sim_fields_set())} only apply to a command profile "
+            "(the simulator), not to one rendered by SGLang"
+        )
     version: SglangVersion | None
     if profile.sglang_version:
         version = parse_version(profile.sglang_version)
@@ -286,4 +339,11 @@ def render_command(
             map(str, _ASSUMED_VERSION)
         )
     argv = _sglang_argv(profile, settings, version or _ASSUMED_VERSION)
-    return LaunchCommand(name, profile, (*argv, *profile.extra_args), dict(profile.env), version, source)
+    return LaunchCommand(
+        name,
+        profile,
+        (*argv, *profile.extra_args),
+        dict(profile.env),
+        version,
+        source,
+    )

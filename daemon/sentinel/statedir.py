@@ -1,5 +1,9 @@
 """The daemon's state directory: small JSON documents and bounded JSONL histories.
 
+Top level, not in ``schedule``: the daemon creates and checks the directory before anything else
+starts, and its files belong to several packages (the scheduler's histories, the supervisor's
+restart history and server log, the calibration store).
+
 Layout (all under ``state_dir``)::
 
     runs.jsonl         one line per load run, calibration or skipped firing, newest last, bounded;
@@ -8,6 +12,7 @@ Layout (all under ``state_dir``)::
     calibration/       the calibration package's result store (atomic JSON files, bounded); the
                        latest result sets the capacity gauges at start; report/ its HTML report
     server.log         child mode: the server's rotated output (the supervisor's)
+    supervisor-restarts.json  the supervisor's restart history (crash-loop limit across restarts)
 
 Writes of whole documents are atomic (temporary file in the same directory, fsync, rename,
 fsync of the directory), so a power cut leaves the old or the new version, never half of one.

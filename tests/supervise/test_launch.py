@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from sentinel.supervise.profiles import (
+from sentinel.supervise.launch import (
+    BUILTIN_PROFILES,
     ProfileError,
     detect_sglang_version,
     parse_version,
@@ -173,4 +174,104 @@ def test_base_chains_and_explicit_fields_win() -> None:
 def test_bad_base_chains(profiles: dict[str, dict[str, str]], message: str) -> None:
     s = ServerSettings.model_validate({"profile": "a", "profiles": profiles})
     with pytest.raises(ProfileError, match=message):
+        render_command(s, detected_version=(0, 5, 9))
+
+
+def test_the_simulator_is_a_builtin_command_profile() -> None:
+    sim = BUILTIN_PROFILES["sim"]
+    assert sim.kind == "command"
+    assert (sim.required_gpus, sim.requires_weights) == (0, False)
+    cmd = render_command(ServerSettings(port=31000, api_key="s3cret"))
+    assert cmd.argv == (
+        sys.executable,
+        *("-m", "sentinel", "sim", "--host", "127.0.0.1", "--port", "31000"),
+        *("--enable-metrics", "--api-key", "s3cret"),
+    )
+    assert "s3cret" not in cmd.display()
+
+
+def test_a_command_profile_fills_its_template() -> None:
+    s = ServerSettings.model_validate(
+        {
+            "profile": "other",
+            "port": 8000,
+            "api_key": "k3y",
+            "profiles": {
+                "other": {
+                    "kind": "command",
+                    "python": "/opt/py",
+                    "command": ["{python}", "-m", "srv", "--listen={host}:{port}", "{{literal}}"],
+                    "metrics_args": ["--metrics"],
+                    "api_key_args": ["--token={api_key}"],
+                    "extra_args": ["--quiet"],
+                    "needs_gpus": 2,
+                    "model_path": "/models/x",
+                    "needs_weights": True,
+                }
+            },
+        }
+    )
+    cmd = render_command(s)
+    assert cmd.argv == (
+        "/opt/py",
+        *("-m", "srv", "--listen=127.0.0.1:8000", "{literal}", "--metrics", "--token=k3y", "--quiet"),
+    )
+    assert "k3y" not in cmd.display()
+    assert "--token=***" in cmd.display()
+    assert (cmd.profile.required_gpus, cmd.profile.requires_weights) == (2, True)
+    # Only what the profile declares: no metrics flag when metrics are off, no key when there is none.
+    quiet = s.model_copy(
+        update={
+            "api_key": "",
+            "profiles": {"other": s.profiles["other"].model_copy(update={"enable_metrics": False})},
+        }
+    )
+    assert "--metrics" not in render_command(quiet).argv
+    assert not any(a.startswith("--token") for a in render_command(quiet).argv)
+
+
+@pytest.mark.parametrize(
+    ("profile", "message"),
+    [
+        ({"kind": "command"}, "needs a command"),
+        ({"kind": "command", "command": ["srv", "--port={prot}"]}, r"command: cannot fill '--port=\{prot\}'"),
+        ({"kind": "command", "command": ["srv", "{"]}, "literal braces"),
+    ],
+)
+def test_bad_command_templates_are_profile_errors(profile: dict[str, object], message: str) -> None:
+    s = ServerSettings.model_validate({"profile": "x", "profiles": {"x": profile}})
+    with pytest.raises(ProfileError, match=message):
+        render_command(s)
+
+
+def test_deprecated_sim_keys_still_render_the_simulator() -> None:
+    s = ServerSettings.model_validate(
+        {
+            "profile": "fastsim",
+            "profiles": {"fastsim": {"kind": "sim", "sim_speed": 50, "sim_faults": ["crash_after=5"]}},
+        }
+    )
+    cmd = render_command(s)
+    assert cmd.argv[:4] == (sys.executable, "-m", "sentinel", "sim")
+    assert flag(cmd.argv, "--speed") == "50"
+    assert flag(cmd.argv, "--fault") == "crash_after=5"
+    assert cmd.profile.kind == "command"
+    # [server.profiles.sim] adjusting the built-in, the old way.
+    adjusted = ServerSettings.model_validate({"profiles": {"sim": {"sim_profile": "glm5", "gpus": 1}}})
+    cmd = render_command(adjusted)
+    assert flag(cmd.argv, "--profile") == "glm5"
+    assert cmd.profile.required_gpus == 1
+
+
+def test_sim_keys_on_an_sglang_profile_are_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="sim_speed only apply to the simulator"):
+        ServerSettings.model_validate({"profiles": {"x": {"kind": "sglang", "sim_speed": 3}}})
+    # The kind inherited from an SGLang base, or left at its default: refused when rendered.
+    s = ServerSettings.model_validate({"profile": "x", "profiles": {"x": {"base": GLM, "sim_faults": ["a"]}}})
+    with pytest.raises(ProfileError, match=r"'x' on base 'glm5.*sim_faults only apply to the simulator"):
+        render_command(s, detected_version=(0, 5, 9))
+    s = ServerSettings.model_validate(
+        {"profile": "y", "profiles": {"y": {"model_path": "/m", "sim_speed": 2}}}
+    )
+    with pytest.raises(ProfileError, match="sim_speed only apply to a command profile"):
         render_command(s, detected_version=(0, 5, 9))
