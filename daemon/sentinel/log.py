@@ -13,6 +13,8 @@ from typing import Literal
 
 import structlog
 
+from sentinel.redact import scrub_event
+
 __all__ = ["LogFormat", "configure_logging", "get_logger"]
 
 LogFormat = Literal["auto", "json", "console"]
@@ -33,11 +35,21 @@ def configure_logging(level: str = "info", fmt: LogFormat = "auto") -> None:
     renderer: structlog.types.Processor
     if fmt == "json":
         renderer = structlog.processors.JSONRenderer()
-        # Tracebacks become one "exception" field instead of many journald lines.
-        pre: list[structlog.types.Processor] = [structlog.processors.dict_tracebacks]
+        # Tracebacks become one "exception" field instead of many journald lines. Without frame
+        # locals (structlog's default shows them): a local may be an Authorization header, a
+        # password or an API key, and any client could otherwise write them into the journal.
+        pre: list[structlog.types.Processor] = [
+            structlog.processors.ExceptionRenderer(
+                structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+            )
+        ]
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
-        pre = []
+        # plain_traceback explicitly: with rich or better-exceptions installed structlog would
+        # pick a formatter that prints frame locals.
+        renderer = structlog.dev.ConsoleRenderer(
+            colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
+        )
+        pre = [structlog.processors.format_exc_info]
     structlog.configure(
         processors=[*_SHARED, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
@@ -51,6 +63,7 @@ def configure_logging(level: str = "info", fmt: LogFormat = "auto") -> None:
             processors=[
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                 *pre,
+                scrub_event,  # last before rendering: sees every field, tracebacks included
                 renderer,
             ],
         )
