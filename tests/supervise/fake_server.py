@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -38,7 +39,13 @@ def _args() -> argparse.Namespace:
     p.add_argument("--once", default=None, help="apply the fault only when this file does not exist")
     p.add_argument("--no-metrics", action="store_true")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 routes")
-    return p.parse_args()
+    p.add_argument("--config", default=None, help="SGLang's options file (the supervisor puts the key there)")
+    args = p.parse_args()
+    if args.config:  # JSON-style YAML, as sentinel writes it
+        for key, value in json.loads(Path(args.config).read_text()).items():
+            if getattr(args, key.replace("-", "_")) is None:
+                setattr(args, key.replace("-", "_"), value)
+    return args
 
 
 def main() -> None:

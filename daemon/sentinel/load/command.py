@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sentinel.cli_target import API_KEY_ENVS, add_target_options, read_api_key, target_base_url
+from sentinel.redact import redact_obj
 
 if TYPE_CHECKING:
     from sentinel.load.result import RunResult
@@ -300,7 +301,7 @@ async def _server_info(session: Any, spec: LoadSpec, result: RunResult) -> None:
         if isinstance(info, dict):
             if isinstance(info.get("decode"), list) and info["decode"]:
                 info = info["decode"][0]
-            result.server_info = info
+            result.server_info = redact_obj(info)  # SGLang lists its api_key among server_args
             states = info.get("internal_states")
             if isinstance(states, list) and states and isinstance(states[0], dict):
                 accept = states[0].get("avg_spec_accept_length")

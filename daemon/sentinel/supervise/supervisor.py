@@ -179,7 +179,7 @@ class Supervisor:
                 if profile.kind == "sglang" and not profile.sglang_version:
                     version, message = await asyncio.to_thread(detect_sglang_version, python_of(profile))
                 self.command = render_command(s, detected_version=version, detect_message=message)
-            self._runner = ChildRunner(self.command, self.bus)
+            self._runner = ChildRunner(self.command, self.bus, secrets_dir=self._state_dir)
         elif s.mode == "systemd":
             self._runner = SystemdRunner(s.systemd, self.bus)
         # The probes need the key the server was started with (a profile may carry its own).
