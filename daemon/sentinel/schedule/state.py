@@ -8,6 +8,7 @@ Layout (all under ``state_dir``)::
     calibration/       the calibration package's result store (atomic JSON files, bounded); the
                        latest result sets the capacity gauges at start; report/ its HTML report
     server.log         child mode: the server's rotated output (the supervisor's)
+    budget.jsonl       the token budget's reservations, fsync'd before a run sends (schedule/ledger.py)
 
 Writes of whole documents are atomic (temporary file in the same directory, fsync, rename,
 fsync of the directory), so a power cut leaves the old or the new version, never half of one.
