@@ -20,6 +20,8 @@ from typing import IO, Any, Literal
 
 import structlog
 
+from sentinel.redact import scrub_event
+
 __all__ = ["LogFormat", "SyslogLevelPrefix", "configure_logging", "get_logger", "stream_is_journal"]
 
 LogFormat = Literal["auto", "json", "console"]
@@ -84,11 +86,21 @@ def configure_logging(level: str = "info", fmt: LogFormat = "auto") -> None:
     renderer: structlog.types.Processor
     if fmt == "json":
         renderer = structlog.processors.JSONRenderer()
-        # Tracebacks become one "exception" field instead of many journald lines.
-        pre: list[structlog.types.Processor] = [structlog.processors.dict_tracebacks]
+        # Tracebacks become one "exception" field instead of many journald lines. Without frame
+        # locals (structlog's default shows them): a local may be an Authorization header, a
+        # password or an API key, and any client could otherwise write them into the journal.
+        pre: list[structlog.types.Processor] = [
+            structlog.processors.ExceptionRenderer(
+                structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+            )
+        ]
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
-        pre = []
+        # plain_traceback explicitly: with rich or better-exceptions installed structlog would
+        # pick a formatter that prints frame locals.
+        renderer = structlog.dev.ConsoleRenderer(
+            colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
+        )
+        pre = [structlog.processors.format_exc_info]
     if stream_is_journal(sys.stderr):
         renderer = SyslogLevelPrefix(renderer)
     structlog.configure(
@@ -104,6 +116,7 @@ def configure_logging(level: str = "info", fmt: LogFormat = "auto") -> None:
             processors=[
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                 *pre,
+                scrub_event,  # last before rendering: sees every field, tracebacks included
                 renderer,
             ],
         )

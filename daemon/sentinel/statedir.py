@@ -13,6 +13,7 @@ Layout (all under ``state_dir``)::
                        latest result sets the capacity gauges at start; report/ its HTML report
     server.log         child mode: the server's rotated output (the supervisor's)
     supervisor-restarts.json  the supervisor's restart history (crash-loop limit across restarts)
+    budget.jsonl       the token budget's reservations, fsync'd before a run sends (schedule/ledger.py)
 
 Writes of whole documents are atomic (temporary file in the same directory, fsync, rename,
 fsync of the directory), so a power cut leaves the old or the new version, never half of one.
@@ -51,7 +52,10 @@ class StateDir:
     def ensure(self) -> None:
         """Create the directory and prove it is writable, or raise :class:`StateError`."""
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
+            # Owner-only: it holds server.log, the key file for the child (server-secrets.yaml) and
+            # run history. An existing directory is narrowed too.
+            self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.path.chmod(0o700)
             probe = self.path / ".write-test"
             atomic_write_bytes(probe, b"ok\n")
             probe.unlink()
@@ -99,7 +103,7 @@ class StateDir:
         line = (json.dumps(record, sort_keys=True, default=str, separators=(",", ":")) + "\n").encode()
         try:
             # O_APPEND: one write per line, so concurrent readers never see two records interleaved.
-            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
                 size = os.fstat(fd).st_size
                 # A crash mid-append left a torn last line: end it, so this record stays whole.

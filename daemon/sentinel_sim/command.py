@@ -116,6 +116,9 @@ def _handle(args: argparse.Namespace) -> int:
     from sentinel_sim.faults import FaultError, parse_fault_spec
 
     configure_logging(args.log_level or "info", args.log_format or "auto")
+    if args.config and args.config.endswith((".yaml", ".yml")):
+        # The simulator reads no sentinel TOML; a YAML --config is SGLang's options file.
+        _merge_config_file(args)
     config = SimConfig(
         host=args.host,
         port=args.port,
@@ -155,6 +158,31 @@ def _handle(args: argparse.Namespace) -> int:
     except (ValueError, FaultError) as exc:
         raise CliError(str(exc), 2) from None
     return asyncio.run(_serve(config))
+
+
+def _merge_config_file(args: argparse.Namespace) -> None:
+    """SGLang's ``--config FILE.yaml``: each key is a long option (dashes or underscores), the command
+    line wins. Sentinel passes the API key this way so that it is not in the child's argv.
+
+    Only the JSON flavour of YAML is read (what sentinel writes; no YAML parser is a dependency).
+    """
+    import json
+    from pathlib import Path
+
+    try:
+        data = json.loads(Path(args.config).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CliError(f"--config {args.config}: {exc.strerror or exc}", 2) from None
+    except ValueError:
+        raise CliError(f'--config {args.config}: not JSON-style YAML (want {{"api-key": ...}})', 2) from None
+    if not isinstance(data, dict):
+        raise CliError(f"--config {args.config}: must hold a mapping of option to value", 2)
+    for key, value in data.items():
+        dest = str(key).replace("-", "_")
+        if dest == "config" or not hasattr(args, dest):
+            raise CliError(f"--config {args.config}: unknown option {key!r}", 2)
+        if getattr(args, dest) is None:
+            setattr(args, dest, value)
 
 
 def _sigkill_self() -> None:

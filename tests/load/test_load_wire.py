@@ -198,3 +198,42 @@ async def test_server_closing_an_idle_connection_costs_no_request(raw_server: St
     result = await run_load(spec)
     assert result.metrics.completed == 3
     assert result.metrics.failures == {}
+
+
+@pytest.mark.parametrize("newlines", [False, True])
+async def test_a_never_ending_sse_event_is_a_counted_malformed_failure(
+    raw_server: Start, newlines: bool
+) -> None:
+    # Before: the whole line was buffered (641 MB for 2 requests in the issue). Now the request
+    # fails as malformed_stream once the unfinished event passes EVENT_LIMIT, and memory stays
+    # near the limit. Lines within one never-ending event (newlines=True) count the same.
+    import tracemalloc
+
+    from rawhttp import CHUNKED_HEAD, chunk
+
+    from sentinel.load.engine import EVENT_LIMIT
+
+    sent = [0]
+
+    async def handler(reader: Reader, writer: Writer, line: bytes, n: int) -> bool:
+        writer.write(CHUNKED_HEAD + chunk(b'data: {"text": "'))
+        piece = (b"data: more\n" if newlines else b"x" * 1000) * 64
+        try:
+            while sent[0] < 4 * EVENT_LIMIT:  # bounded: a test server stops by itself
+                writer.write(chunk(piece))
+                sent[0] += len(piece)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        return False
+
+    server = await raw_server(handler)
+    tracemalloc.start()
+    try:
+        result = await run_load(_spec(server.url, num_requests=1, request_timeout_s=60.0))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.metrics.failures == {FailureReason.MALFORMED: 1}
+    assert "SSE event over" in (result.records[0].error or "")
+    assert peak < 6 * EVENT_LIMIT

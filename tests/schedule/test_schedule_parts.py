@@ -185,7 +185,7 @@ async def test_reader_over_http() -> None:
         raise httpx.ConnectError("refused")
 
     down = ServerLoadReader("http://sim", "metrics", 1.0, transport=httpx.MockTransport(refuse))
-    with pytest.raises(LoadReadError, match="ConnectError"):
+    with pytest.raises(LoadReadError, match="GET /metrics: connect"):
         await down.read()
     await down.aclose()
 

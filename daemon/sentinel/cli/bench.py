@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sentinel.cli.common import CliError, add_common_options
 from sentinel.cli.target import API_KEY_ENVS, add_target_options, read_api_key, target_base_url
+from sentinel.redact import redact_obj
 
 if TYPE_CHECKING:
     from sentinel.load.result import RunResult
@@ -285,6 +286,9 @@ async def _flush_cache(session: Any, spec: LoadSpec) -> None:
         get_logger(__name__).warning("bench.flush_cache_failed", error=str(exc))
 
 
+_SERVER_INFO_MAX_BYTES = 4 << 20  # SGLang's is ~10 KB (server_args and internal states)
+
+
 async def _server_info(session: Any, spec: LoadSpec, result: RunResult) -> None:
     """bench_serving records /get_server_info and its spec-decoding accept length."""
     for path in ("/server_info", "/get_server_info"):
@@ -293,13 +297,22 @@ async def _server_info(session: Any, spec: LoadSpec, result: RunResult) -> None:
                 async with session.get(spec.base_url + path, headers=_auth_headers(spec)) as resp:
                     if resp.status != 200:
                         continue
-                    info = await resp.json(content_type=None)
+                    # Bounded: the timeout covers the whole exchange, this the bytes (a hostile
+                    # or broken server's endless body must not fill memory).
+                    body = bytearray()
+                    async for piece in resp.content.iter_chunked(1 << 16):
+                        body += piece
+                        if len(body) > _SERVER_INFO_MAX_BYTES:
+                            raise ValueError("server_info too large")
+            info = (
+                await asyncio.to_thread(json.loads, bytes(body)) if len(body) > 1 << 16 else json.loads(body)
+            )
         except Exception:
             continue
         if isinstance(info, dict):
             if isinstance(info.get("decode"), list) and info["decode"]:
                 info = info["decode"][0]
-            result.server_info = info
+            result.server_info = redact_obj(info)  # SGLang lists its api_key among server_args
             states = info.get("internal_states")
             if isinstance(states, list) and states and isinstance(states[0], dict):
                 accept = states[0].get("avg_spec_accept_length")

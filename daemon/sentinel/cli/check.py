@@ -27,6 +27,7 @@ def register(sub: Any) -> None:
 def _handle(args: argparse.Namespace) -> int:
     from sentinel.config import load_settings
     from sentinel.log import configure_logging
+    from sentinel.redact import redact, redact_obj
     from sentinel.supervise.launch import (
         ProfileError,
         config_hash_of,
@@ -62,24 +63,29 @@ def _handle(args: argparse.Namespace) -> int:
         results = [r for r in results if r.name in ("gpus", "known_bad")]
     failed = any(r.status == "fail" for r in results)
     if args.json:
+        # redact(): the API key may also sit in extra_args, env or a fault spec, not only --api-key.
         print(
-            json.dumps(
-                {
-                    "mode": s.mode,
-                    "profile": cmd.profile_name,
-                    "argv": list(cmd.argv),
-                    "env": cmd.env,
-                    "command_line": cmd.display(),
-                    "config_hash": config_hash_of(s, cmd),
-                    "sglang_version": ".".join(map(str, cmd.sglang_version)) if cmd.sglang_version else None,
-                    "version_source": cmd.version_source or None,
-                    "unit": s.systemd.unit if s.mode == "systemd" else None,
-                    "preflight": [
-                        {"check": r.name, "status": r.status, "message": r.message} for r in results
-                    ],
-                    "ok": not failed,
-                },
-                indent=2,
+            redact(
+                json.dumps(
+                    {
+                        "mode": s.mode,
+                        "profile": cmd.profile_name,
+                        "argv": cmd.redacted_argv(),
+                        "env": redact_obj(cmd.env),
+                        "command_line": cmd.display(),
+                        "config_hash": config_hash_of(s, cmd),
+                        "sglang_version": ".".join(map(str, cmd.sglang_version))
+                        if cmd.sglang_version
+                        else None,
+                        "version_source": cmd.version_source or None,
+                        "unit": s.systemd.unit if s.mode == "systemd" else None,
+                        "preflight": [
+                            {"check": r.name, "status": r.status, "message": r.message} for r in results
+                        ],
+                        "ok": not failed,
+                    },
+                    indent=2,
+                )
             )
         )
         return 1 if failed else 0
@@ -94,7 +100,7 @@ def _handle(args: argparse.Namespace) -> int:
     print(f"config hash:  {config_hash_of(s, cmd)}")
     print(f"endpoint:     http://{s.host}:{s.port}")
     print("command line:")
-    print(f"  {cmd.display()}")
+    print(f"  {redact(cmd.display())}")
     print("preflight:")
     width = max((len(r.name) for r in results), default=0)
     for r in results:

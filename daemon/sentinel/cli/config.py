@@ -8,6 +8,7 @@ from typing import Any
 
 from sentinel.cli.common import add_common_options
 from sentinel.config import load_settings
+from sentinel.redact import is_secret_name, redact
 
 __all__ = ["register"]
 
@@ -20,20 +21,23 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=_handle)
 
 
-# Keys whose values are credentials: shown as set/unset, never printed (configs get pasted into tickets).
-_SECRET_WORDS = ("api_key", "password", "token", "secret")
+# Keys whose values are credentials (redact.is_secret_name: "api_key", "password", "..._token", but
+# not "tokens_per_hour"): shown as set/unset, never printed (configs get pasted into tickets).
 
 
 def _mask(value: Any) -> Any:
     if isinstance(value, dict):
         return {
             k: ("<set>" if v else "<unset>")
-            if any(w in k.lower() for w in _SECRET_WORDS) and not isinstance(v, dict | list)
+            if is_secret_name(k) and not isinstance(v, dict | list)
             else _mask(v)
             for k, v in value.items()
         }
     if isinstance(value, list):
         return [_mask(v) for v in value]
+    if isinstance(value, str):
+        # A key can also hide in a value (extra_args = ["--api-key", ...], env, a URL).
+        return redact(value)
     return value
 
 

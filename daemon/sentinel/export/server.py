@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 
 import sentinel
 from sentinel.collect.render import Format, render
-from sentinel.export.auth import BasicAuth, ExporterConfigError, load_users, tls_context
+from sentinel.export.auth import AuthVerdict, BasicAuth, ExporterConfigError, load_users, tls_context
 from sentinel.export.settings import ExporterSettings
 from sentinel.log import get_logger
 
@@ -136,15 +136,20 @@ class Exporter:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
+        if self._auth is not None:
+            self._auth.close()
 
     @web.middleware
     async def _auth_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         # /healthz stays open: a liveness probe must not need the scrape credentials, and it
         # reveals nothing but "ok".
         if self._auth is not None and request.path not in _UNAUTHENTICATED:
-            header = request.headers.get("Authorization")
-            ok = await asyncio.get_running_loop().run_in_executor(self._executor, self._auth.check, header)
-            if not ok:
+            # bcrypt runs in the auth checker's own pool (auth.py), never in self._executor: a
+            # flood of bad passwords must not take the threads that render /metrics.
+            verdict = await self._auth.verdict(request.headers.get("Authorization"), request.remote or "")
+            if verdict is AuthVerdict.LIMITED:
+                return web.Response(status=429, text="Too many failed logins\n", headers={"Retry-After": "1"})
+            if verdict is not AuthVerdict.OK:
                 return web.Response(
                     status=401, text="Unauthorized\n", headers={"WWW-Authenticate": 'Basic realm="sentinel"'}
                 )

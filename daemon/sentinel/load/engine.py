@@ -45,6 +45,12 @@ __all__ = ["RecordCallback", "run_load"]
 RecordCallback = Callable[[RequestRecord], None]
 
 _ERROR_BODY_LIMIT = 2048
+# An unfinished SSE event (no blank line yet) or a whole non-streamed body larger than this is not
+# what SGLang sends (its largest event, the native stream's cumulative text at 32k tokens, is
+# ~150 KB): the request fails as malformed_stream instead of buffering a never-ending line.
+# Checked only off the fast path, where a read does not end an event anyway.
+EVENT_LIMIT = 4 << 20
+BODY_LIMIT = 64 << 20
 _PRECISE_WINDOW_S = 0.0015
 _DONE_EVENT = b"data: [DONE]\n\n"
 
@@ -75,8 +81,8 @@ class _Sink:
     arrival time (`transport.BodySink`)."""
 
     __slots__ = (
-        "buf", "done", "error_body", "fast", "feed", "feed_event", "head", "more", "ok", "rec", "sent",
-        "status", "stream", "whole",
+        "buf", "done", "error_body", "fast", "feed", "feed_event", "head", "more", "more_bytes", "ok", "rec",
+        "sent", "status", "stream", "whole",
     )  # fmt: skip
 
     def __init__(self, rec: RequestRecord, parser: ResponseParser, stream: bool) -> None:
@@ -91,6 +97,7 @@ class _Sink:
         self.done = False  # saw data: [DONE]
         self.buf = b""  # an unfinished event
         self.more: list[bytes] = []  # later reads of a long unfinished event (no newline yet)
+        self.more_bytes = 0  # their size, against EVENT_LIMIT
         self.whole = bytearray()
         self.error_body = bytearray()
         self.head = b""  # the first bytes of a 200 body, to explain a stream that is not SSE
@@ -137,15 +144,23 @@ class _Sink:
             self.fast = self.stream
         if not self.stream:
             self.whole += data
+            if len(self.whole) > BODY_LIMIT:
+                raise StreamFailure(FailureReason.MALFORMED, f"response body over {BODY_LIMIT} bytes")
             return
         if self.buf:
             if b"\n" not in data:  # the middle of a long event: gather, join once it ends
                 self.more.append(data)
+                self.more_bytes += len(data)
+                if self.more_bytes + len(self.buf) > EVENT_LIMIT:
+                    raise StreamFailure(FailureReason.MALFORMED, f"an SSE event over {EVENT_LIMIT} bytes")
                 return
             if self.more:
                 data = b"".join(self.more) + data
                 self.more.clear()
+                self.more_bytes = 0
         events, self.buf = _split_events(self.buf + data if self.buf else data)
+        if len(self.buf) > EVENT_LIMIT:
+            raise StreamFailure(FailureReason.MALFORMED, f"an SSE event over {EVENT_LIMIT} bytes")
         feed = self.feed
         fed = 0
         for payload in events:

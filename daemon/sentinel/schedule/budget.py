@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from sentinel.schedule.ledger import BudgetLedger
+
 __all__ = ["WINDOW_SECONDS", "Reservation", "TokenBudget"]
 
 WINDOW_SECONDS = 3600.0
@@ -27,12 +29,19 @@ class Reservation:
     tokens: int
     # None while the run is going on; such an entry never expires.
     end: float | None = None
+    key: str = ""  # the ledger's id ("" without a ledger)
 
 
 class TokenBudget:
-    def __init__(self, tokens_per_hour: int, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        tokens_per_hour: int,
+        clock: Callable[[], float] = time.time,
+        ledger: BudgetLedger | None = None,
+    ) -> None:
         self.tokens_per_hour = tokens_per_hour
         self._clock = clock
+        self.ledger = ledger
         self._entries: dict[int, Reservation] = {}
         self._ids = itertools.count(1)
 
@@ -62,6 +71,12 @@ class TokenBudget:
         if tokens < 0 or tokens > self.remaining(now):
             return None
         entry = Reservation(next(self._ids), now, tokens)
+        if self.ledger is not None:
+            entry.key = self.ledger.new_id()
+            # Durable before a single request goes out; a disk that refuses means no run (a hard
+            # bound that cannot be recorded is not one).
+            if not self.ledger.reserve(entry.key, now, tokens):
+                return None
         self._entries[entry.id] = entry
         return entry
 
@@ -72,6 +87,28 @@ class TokenBudget:
             return
         entry.tokens = max(0, min(actual_tokens, entry.tokens))
         entry.end = self._clock()
+        if self.ledger is not None and entry.key:
+            self.ledger.settle(entry.key, entry.end, entry.tokens)
+            if self.ledger.needs_compaction:
+                self._expire(entry.end)
+                self.ledger.compact(
+                    [(e.key, e.start, e.end, e.tokens) for e in self._entries.values() if e.key]
+                )
+
+    def restore_ledger(self) -> float | None:
+        """Reload the ledger (a killed run's reservation counts in full until an hour after now).
+
+        Returns when the ledger began: runs of the history that started before it are not in it.
+        """
+        if self.ledger is None:
+            return None
+        now = self._clock()
+        for key, start, end, tokens in self.ledger.load(now):
+            if tokens > 0 and (end is None or end + WINDOW_SECONDS > now):
+                entry = Reservation(next(self._ids), start, tokens, end, key)
+                self._entries[entry.id] = entry
+        self.ledger.compact([(e.key, e.start, e.end, e.tokens) for e in self._entries.values() if e.key])
+        return self.ledger.created
 
     def restore(self, spent: Iterable[tuple[float, float, int]]) -> None:
         """Reload past spending ``(start, end, tokens)`` (from the run history) after a restart."""

@@ -15,6 +15,7 @@ figure once (otherwise an 8-GPU server would report 8x, or a prioritised one 2x,
 
 from __future__ import annotations
 
+import asyncio
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -22,6 +23,7 @@ from typing import Any, Literal
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from sentinel.httpread import HttpReadError, read
 from sentinel.schedule.settings import PoliteSettings
 from sentinel.sglang.series import loads_totals, server_total
 
@@ -36,6 +38,8 @@ __all__ = [
     "too_busy_now",
 ]
 
+# Replies bigger than this are parsed in a worker thread, not on the daemon's event loop.
+_PARSE_INLINE = 256 * 1024
 _RUNNING = "sglang:num_running_reqs"
 _QUEUED = "sglang:num_queue_reqs"
 _USAGE = "sglang:token_usage"
@@ -95,9 +99,12 @@ class ServerLoadReader:
         timeout: float,
         api_key: str = "",
         transport: httpx.AsyncBaseTransport | None = None,
+        max_bytes: int = 32 << 20,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.source = source
+        self._timeout = timeout
+        self.max_bytes = max_bytes
         self._client = httpx.AsyncClient(
             base_url=base_url.rstrip("/"), timeout=timeout, headers=headers, transport=transport
         )
@@ -105,15 +112,19 @@ class ServerLoadReader:
     async def read(self) -> ServerLoad:
         path = "/metrics" if self.source == "metrics" else "/v1/loads"
         try:
-            response = await self._client.get(path)
-        except httpx.HTTPError as exc:
-            raise LoadReadError(f"GET {path}: {type(exc).__name__}") from None
-        if response.status_code != 200:
-            raise LoadReadError(f"GET {path}: HTTP {response.status_code}")
+            # One deadline over the whole reply and a byte cap (httpread): a trickling or endless
+            # /metrics must not hold a scheduled run past its timeout, nor fill memory.
+            response = await read(
+                self._client, "GET", path, deadline_s=self._timeout, max_bytes=self.max_bytes, expect_ok=True
+            )
+        except HttpReadError as exc:
+            raise LoadReadError(f"GET {path}: {exc}") from None
+        big = len(response.content) > _PARSE_INLINE
         if self.source == "metrics":
-            return parse_metrics_text(response.text)
+            text = response.text
+            return await asyncio.to_thread(parse_metrics_text, text) if big else parse_metrics_text(text)
         try:
-            document = response.json()
+            document = await asyncio.to_thread(response.json) if big else response.json()
         except ValueError:
             raise LoadReadError("/v1/loads: not JSON") from None
         return parse_loads_json(document)

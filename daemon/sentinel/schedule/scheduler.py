@@ -46,6 +46,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from sentinel.load.records import LoadCounters
 from sentinel.log import get_logger
 from sentinel.schedule.budget import TokenBudget
+from sentinel.schedule.ledger import LEDGER_FILE, BudgetLedger
 from sentinel.schedule.metrics import ScheduleMetrics
 from sentinel.schedule.monitor import GpuHealthView, LoadReader, RunMonitor, ServerView
 from sentinel.schedule.plan import RunExecutor, RunPlan, RunReport, plan_run
@@ -105,7 +106,10 @@ class LoadScheduler:
         self.state = state
         self.monitor = RunMonitor(settings, server=server, metrics=metrics, load_reader=load_reader, gpu=gpu)
         self._clock = clock
-        self.budget = TokenBudget(settings.budget.tokens_per_hour, clock=clock)
+        # The ledger makes reservations durable before the tokens are spent (ledger.py).
+        self.budget = TokenBudget(
+            settings.budget.tokens_per_hour, clock=clock, ledger=BudgetLedger(state.path / LEDGER_FILE)
+        )
         # Computed at scrape time: the remaining budget grows back as old runs leave the hour.
         metrics.budget_remaining.set_function(self.budget.remaining)
         metrics.budget_limit.set_function(lambda: self.budget.tokens_per_hour)
@@ -124,11 +128,16 @@ class LoadScheduler:
     def restore(self) -> None:
         """Reload the run and restart history: budget spending and the status page survive a restart."""
         runs = self.state.history(RUNS_FILE, limit=self.settings.history_runs)
+        ledger_since = self.budget.restore_ledger()
         spent = []
         for record in runs:
             tokens = record.get("budget_tokens")
             start, end = record.get("started_at"), record.get("finished_at")
-            if isinstance(tokens, int) and isinstance(start, int | float) and isinstance(end, int | float):
+            if not (
+                isinstance(tokens, int) and isinstance(start, int | float) and isinstance(end, int | float)
+            ):
+                continue
+            if ledger_since is None or start < ledger_since:  # else the ledger has it already
                 spent.append((float(start), float(end), tokens))
         self.budget.restore(spent)
         self._recent.extend(runs[-self._recent.maxlen :] if self._recent.maxlen else runs)

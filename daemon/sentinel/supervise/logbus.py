@@ -7,13 +7,16 @@ each subscription has a bounded queue and lines that do not fit are dropped and 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from sentinel.log import get_logger
+from sentinel.redact import redact
 
 __all__ = ["LineListener", "LineSubscription", "LogBus", "LogLine", "RotatingFile", "pump_lines"]
 
@@ -72,6 +75,14 @@ class LineSubscription:
         self.close()
 
 
+def _open_private(path: Path) -> TextIO:
+    """Append, owner-only: the server's output can hold prompts, paths and (unredacted by an
+    unknown shape) secrets. An existing file with wider bits is narrowed."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    os.fchmod(fd, 0o600)
+    return open(fd, "a", encoding="utf-8", errors="replace", buffering=1 << 16)
+
+
 class RotatingFile:
     """Append-only text file rotated by size (``path`` → ``path.1`` … ``path.N``), buffered.
 
@@ -85,7 +96,7 @@ class RotatingFile:
         self._max = max_bytes
         self._backups = backups
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = path.open("a", encoding="utf-8", errors="replace", buffering=1 << 16)
+        self._fh = _open_private(path)
         self._size = self._fh.tell()
 
     def write_line(self, text: str) -> None:
@@ -106,7 +117,7 @@ class RotatingFile:
             self.path.replace(self.path.with_name(f"{self.path.name}.1"))
         else:
             self.path.unlink(missing_ok=True)  # no backups kept: start the file over
-        self._fh = self.path.open("a", encoding="utf-8", errors="replace", buffering=1 << 16)
+        self._fh = _open_private(self.path)
         self._size = 0
 
     def flush(self) -> None:
@@ -188,6 +199,9 @@ class LogBus:
             self._flush_pending = loop.call_later(self._flush_interval, self.flush)
 
     def publish(self, text: str, source: str) -> None:
+        # Redacted once here, so server.log, the crash tail, listeners and subscribers all get the
+        # masked line: SGLang's start-up line prints server_args with api_key='...'.
+        text = redact(text)
         line = LogLine(text, time.time(), source)
         self.lines_total += 1
         self._tail.append(text)

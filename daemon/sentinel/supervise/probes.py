@@ -6,6 +6,7 @@ malformed reply are all failures with a stable ``reason`` label.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -16,6 +17,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from sentinel.httpread import HttpReadError, read
 from sentinel.sglang.series import loads_totals, server_total
 from sentinel.supervise.settings import CanaryCheckSettings, CanarySettings
 
@@ -43,22 +45,27 @@ class ProbeResult:
     conclusive: bool = True
 
 
-def _fail_reason(exc: Exception) -> str:
-    if isinstance(exc, httpx.ConnectError):
-        return "refused"
-    if isinstance(exc, httpx.TimeoutException):
-        return "timeout"
-    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
-        return "disconnected"
-    return "error"
+# Bodies the probes accept (sentinel.httpread: over this, "too_large"). /health answers a few bytes,
+# a canary a few hundred tokens; SGLang's /metrics is ~100 KB at TP=8, the collector's own cap 32 MiB.
+HEALTH_MAX_BYTES = 64 * 1024
+CANARY_MAX_BYTES = 1 << 20
+METRICS_MAX_BYTES = 32 << 20
+LOADS_MAX_BYTES = 4 << 20
+# Parsing /metrics text costs ~1 ms per 10 KB: over this it runs in a worker thread.
+_PARSE_INLINE = 256 * 1024
+
+
+def _fail_reason(exc: HttpReadError) -> str:
+    # The probes' labels predate httpread ("refused", not "connect"): kept for the series.
+    return "refused" if exc.reason == "connect" else exc.reason
 
 
 async def probe_health(client: httpx.AsyncClient, path: str, probe: str, timeout_s: float) -> ProbeResult:
     t0 = time.monotonic()
     try:
-        resp = await client.get(path, timeout=timeout_s)
-    except httpx.HTTPError as exc:
-        return ProbeResult(probe, False, time.monotonic() - t0, _fail_reason(exc), str(exc)[:200])
+        resp = await read(client, "GET", path, deadline_s=timeout_s, max_bytes=HEALTH_MAX_BYTES)
+    except HttpReadError as exc:
+        return ProbeResult(probe, False, time.monotonic() - t0, _fail_reason(exc), exc.detail[:200])
     dt = time.monotonic() - t0
     if resp.status_code == 200:
         return ProbeResult(probe, True, dt, "ok", status_code=200)
@@ -139,9 +146,11 @@ async def probe_canary(
         }
     t0 = time.monotonic()
     try:
-        resp = await client.post(path, json=body, timeout=settings.timeout)
-    except httpx.HTTPError as exc:
-        return ProbeResult(probe, False, time.monotonic() - t0, _fail_reason(exc), str(exc)[:200])
+        resp = await read(
+            client, "POST", path, json_body=body, deadline_s=settings.timeout, max_bytes=CANARY_MAX_BYTES
+        )
+    except HttpReadError as exc:
+        return ProbeResult(probe, False, time.monotonic() - t0, _fail_reason(exc), exc.detail[:200])
     dt = time.monotonic() - t0
     if resp.status_code != 200:
         return ProbeResult(probe, False, dt, f"http_{resp.status_code}", resp.text[:200])
@@ -193,19 +202,40 @@ def _metrics_progress(text: str) -> tuple[float | None, float | None]:
 
 async def read_progress(client: httpx.AsyncClient, timeout_s: float) -> Progress:
     """Decode-token counter from /metrics, running requests from /v1/loads (live; the /metrics gauge
-    refreshes only on log events). Raises httpx.HTTPError / ValueError on failure."""
-    resp = await client.get("/metrics", timeout=timeout_s)
-    resp.raise_for_status()
-    decode, running_gauge = _metrics_progress(resp.text)
+    refreshes only on log events). Raises ValueError on failure (the reason first: "timeout: ...").
+
+    ``timeout_s`` bounds the whole check: /metrics and /v1/loads together.
+    """
+    deadline = time.monotonic() + timeout_s
+    try:
+        resp = await read(
+            client, "GET", "/metrics", deadline_s=timeout_s, max_bytes=METRICS_MAX_BYTES, expect_ok=True
+        )
+    except HttpReadError as exc:
+        raise ValueError(f"/metrics {exc}") from None
+    text = resp.text
+    if len(text) > _PARSE_INLINE:
+        decode, running_gauge = await asyncio.to_thread(_metrics_progress, text)
+    else:
+        decode, running_gauge = _metrics_progress(text)
+    left = deadline - time.monotonic()
     try:
         # /v1/loads round-trips to the scheduler: a wedged one never answers, so do not let it
         # eat the whole check timeout; the gauge fallback still shows the last running count.
-        loads = await client.get("/v1/loads", params={"include": "core"}, timeout=timeout_s / 3)
-        if loads.status_code == 200:
+        if left > 0:
+            loads = await read(
+                client,
+                "GET",
+                "/v1/loads",
+                params={"include": "core"},
+                deadline_s=min(timeout_s / 3, left),
+                max_bytes=LOADS_MAX_BYTES,
+                expect_ok=True,
+            )
             totals = loads_totals(loads.json())
             source = "loads_aggregate" if totals.source == "aggregate" else "loads_ranks"
             return Progress(decode, totals.running, source)
-    except (httpx.HTTPError, ValueError):
+    except (HttpReadError, ValueError, AttributeError):
         pass  # older servers, a wedged scheduler: the (sampled) gauge, and Progress says so
     return Progress(decode, running_gauge, "metrics_gauge" if running_gauge is not None else "none")
 

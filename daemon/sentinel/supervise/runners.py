@@ -22,6 +22,7 @@ from typing import Protocol
 from sentinel.log import get_logger
 from sentinel.supervise.launch import LaunchCommand
 from sentinel.supervise.logbus import LogBus, pump_lines
+from sentinel.supervise.secretargs import hide_secret_flags
 from sentinel.supervise.settings import SystemdSettings
 from sentinel.systemd import clean_child_env
 
@@ -96,9 +97,10 @@ class Runner(Protocol):
 
 
 class ChildRunner:
-    def __init__(self, cmd: LaunchCommand, bus: LogBus) -> None:
+    def __init__(self, cmd: LaunchCommand, bus: LogBus, secrets_dir: Path | None = None) -> None:
         self.command = cmd
         self._bus = bus
+        self._secrets_dir = secrets_dir  # where the API key goes instead of argv (secretargs.py)
         self._proc: asyncio.subprocess.Process | None = None
         self._pump: asyncio.Task[None] | None = None
         self._exit: ExitInfo | None = None
@@ -116,7 +118,7 @@ class ChildRunner:
         self._exit = None
         try:
             self._proc = await asyncio.create_subprocess_exec(
-                *self.command.argv,
+                *hide_secret_flags(self.command.argv, self._secrets_dir),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,

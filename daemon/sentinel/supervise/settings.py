@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, model_validator
 
+from sentinel.redact import register_secret
 from sentinel.section import Section
 
 __all__ = [
@@ -189,6 +190,12 @@ class LaunchProfile(Section):
     api_key: str = ""
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _register_key(self) -> LaunchProfile:
+        register_secret(self.api_key)  # masked in every log line and copied server line from now on
+        return self
+
     # Deprecated aliases of simulator arguments (see the class docstring).
     sim_profile: str = ""
     sim_speed: float | None = Field(default=None, gt=0)
@@ -250,6 +257,12 @@ class ServerSettings(Section):
     # Bearer key for the probes (and passed to a child server). Empty = none. A plain str because
     # other packages (load, calibrate, daemon) read it as one.
     api_key: str = ""
+
+    @model_validator(mode="after")
+    def _register_key(self) -> ServerSettings:
+        register_secret(self.api_key)  # masked in every log line and copied server line from now on
+        return self
+
     # The child's stdout+stderr; empty = <state_dir>/server.log.
     log_file: Path | None = None
     log_max_bytes: int = Field(default=64 * 1024 * 1024, ge=4096)

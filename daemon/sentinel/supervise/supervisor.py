@@ -121,6 +121,8 @@ class Supervisor:
         self._pending_restart: str | None = None
         history = state_dir / HISTORY_FILE if state_dir is not None and settings.mode != "external" else None
         self._history = RestartHistory(history, self.policy)
+        # Where the launch puts what must not be on the command line (the API key file).
+        self._state_dir = state_dir
         self.checks = Checks(
             settings.checks,
             self.machine,
@@ -198,7 +200,7 @@ class Supervisor:
                 if profile.kind == "sglang" and not profile.sglang_version:
                     version, message = await asyncio.to_thread(detect_sglang_version, python_of(profile))
                 self.command = render_command(s, detected_version=version, detect_message=message)
-            self._runner = ChildRunner(self.command, self.bus)
+            self._runner = ChildRunner(self.command, self.bus, secrets_dir=self._state_dir)
             self._publish()  # the launch hash and SGLang version are known now
         elif s.mode == "systemd":
             self._runner = SystemdRunner(s.systemd, self.bus)

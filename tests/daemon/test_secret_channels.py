@@ -1,0 +1,169 @@
+"""The API key never leaves through any channel: the daemon on the simulator with a random key.
+
+Channels checked: every process's argv (/proc/PID/cmdline) and environment, the daemon's log, every
+file in the state directory, /metrics, /status.json, the status page, the calibration JSON, and
+the JSON of ``sentinel check --json`` and ``sentinel config``. The key must still *work* (the
+simulator refuses requests without it), or the test would prove nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("SENTINEL_")}
+
+
+def test_the_api_key_leaks_through_no_channel(tmp_path: Path) -> None:
+    key = "sk-" + secrets.token_hex(16)
+    state = tmp_path / "state"
+    server_port, exporter_port = _free_port(), _free_port()
+    cfg = tmp_path / "sentinel.toml"
+    cfg.write_text(
+        f"""
+state_dir = "{state}"
+[log]
+format = "json"
+level = "debug"
+[server]
+profile = "fastsim"
+port = {server_port}
+api_key = "{key}"
+stop_timeout = 5
+startup_poll_interval = 0.2
+[server.checks.health]
+interval = 0.5
+[server.profiles.fastsim]
+kind = "sim"
+sim_speed = 50
+[exporter]
+port = {exporter_port}
+[schedule]
+warmup_seconds = 0.3
+calibrate_when_missing = false
+recalibrate_cron = ""
+[schedule.profiles.reference]
+num_prompts = 6
+request_rate = 24
+input_len = 32
+output_len = 16
+interval_seconds = 0.7
+run_on_ready = false
+"""
+    )
+    log_path = tmp_path / "daemon.log"
+    cli_outputs = []
+    for argv in (["check", "--json"], ["config"]):
+        out = subprocess.run(
+            [sys.executable, "-m", "sentinel", *argv, "--config", str(cfg)],
+            capture_output=True, text=True, timeout=120, env=_env(),
+        )  # fmt: skip
+        assert out.stdout.lstrip().startswith("{"), out.stderr
+        cli_outputs.append(out.stdout + out.stderr)
+    assert '"api_key": "<set>"' in cli_outputs[1]
+
+    url = f"http://127.0.0.1:{exporter_port}"
+    with log_path.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sentinel", "run", "--config", str(cfg)],
+            stdout=out, stderr=subprocess.STDOUT, env=_env(), start_new_session=True,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+            try:
+                metrics = httpx.get(url + "/metrics", timeout=5).text
+                if 'sentinel_load_runs_total{outcome="completed",profile="reference"} 1' in metrics or (
+                    'outcome="completed",profile="reference"} 2' in metrics
+                ):
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+
+        # The key is in force: the simulator (the child) refuses a request without it.
+        api = f"http://127.0.0.1:{server_port}/v1/models"
+        assert httpx.get(api, timeout=5).status_code == 401
+        assert httpx.get(api, headers={"Authorization": f"Bearer {key}"}, timeout=5).status_code == 200
+
+        channels: dict[str, str] = {"cli": "\n".join(cli_outputs)}
+        for pid in (proc.pid, *_descendants(proc.pid)):
+            try:
+                channels[f"cmdline {pid}"] = (
+                    Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+                )
+                channels[f"environ {pid}"] = (
+                    Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+                )
+            except OSError:
+                continue  # a short-lived helper that is gone already
+        assert any("sim" in v for k, v in channels.items() if k.startswith("cmdline"))
+        for path in ("/metrics", "/status.json", "/", "/calibration/latest.json", "/calibration/report"):
+            channels[path] = httpx.get(url + path, timeout=10).text
+        # Stop first so every buffered line (server.log, the daemon's log) is on disk.
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        channels["daemon log"] = log_path.read_text(errors="replace")
+        secrets_file = None
+        for path in state.rglob("*"):
+            if path.is_file():
+                if path.name == "server-secrets.yaml":
+                    secrets_file = path  # the one place the key is meant to be: 0600, for the child
+                    continue
+                channels[str(path)] = path.read_text(errors="replace")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+    leaks = [name for name, text in channels.items() if key in text]
+    assert leaks == []
+    # The start-up line (server_args=... api_key='...') was copied, masked.
+    server_log = (state / "server.log").read_text()
+    assert "api_key='[redacted]'" in server_log
+    # Owner-only: the state directory, server.log and the key file.
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    assert stat.S_IMODE((state / "server.log").stat().st_mode) == 0o600
+    assert secrets_file is not None
+    assert stat.S_IMODE(secrets_file.stat().st_mode) == 0o600
+    assert key in secrets_file.read_text()
