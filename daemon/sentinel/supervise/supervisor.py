@@ -127,6 +127,10 @@ class Supervisor:
         self.crashes: Counter[str] = Counter()
         self.probes: dict[str, ProbeResult] = {}
         self.probe_failures: Counter[tuple[str, str]] = Counter()
+        # Probes of the current server whose conclusive failures in a row reached their check's
+        # ``failures`` (the point where child mode restarts): the verdict endpoint's "confirmed".
+        # Maps probe -> failures in a row; its failing result is in ``probes``.
+        self.confirmed: dict[str, int] = {}
         self.start_duration: float | None = None
         self.ready_timestamp: float | None = None
         self.epoch: float | None = None
@@ -354,6 +358,7 @@ class Supervisor:
         self.bus.clear_tail()
         self._stall.reset()
         self._consecutive.clear()
+        self.confirmed = {}
         self.machine.set(ServerState.STARTING, "preflight")
         # A unit that is already up gets attached to: its GPUs are busy by design, so the
         # preflight (free memory, ...) would wrongly refuse it.
@@ -607,6 +612,8 @@ class Supervisor:
             self.up = result.ok
         if result.ok:
             self._consecutive[result.probe] = 0
+            if result.probe in self.confirmed:
+                self.confirmed = {p: r for p, r in self.confirmed.items() if p != result.probe}
         else:
             self.probe_failures[(result.probe, result.reason)] += 1
             if result.conclusive:
@@ -625,6 +632,8 @@ class Supervisor:
             self.machine.set(ServerState.READY, "all checks passing")
         n = self._consecutive[result.probe]
         if not result.ok and result.conclusive and n >= settings.failures:
+            # Replaced whole, never mutated: the exporter's threads read it.
+            self.confirmed = {**self.confirmed, result.probe: n}
             if settings.action == "restart" and allow_restart:
                 self._request_restart(family)
             elif n == settings.failures:
@@ -650,6 +659,7 @@ class Supervisor:
                     self._ready_t0 = time.monotonic()
                     self._stall.reset()
                     self._consecutive.clear()
+                    self.confirmed = {}
                     self.machine.set(ServerState.READY, "/health 200")
                     checks = self._start_checks(allow_restart=False, include_health=False)
                 if r.reason == "refused":
@@ -657,6 +667,7 @@ class Supervisor:
                     seen_at = None
                     self.up = False
                     self.epoch = None
+                    self.confirmed = {}  # a verdict is about the server that gave it
                     self.probes["health"] = r
                     self.machine.set(ServerState.STOPPED, "port refused")
                 elif r.ok or alive:
