@@ -67,8 +67,8 @@ class Probe:
         self.seen.append(answer)
         return answer
 
-    async def until(self, check: Callable[[int, str], bool], timeout: float = 30.0) -> tuple[int, str]:
-        deadline = time.monotonic() + timeout
+    async def until(self, check: Callable[[int, str], bool], within: float = 30.0) -> tuple[int, str]:
+        deadline = time.monotonic() + within
         while True:
             code, text = await self.get()
             if check(code, text):
@@ -104,9 +104,11 @@ async def test_unsure_until_ready_then_garbage_confirmed(
         # Nothing listening yet (the model is loading): unsure, so liveness passes and the
         # startup/readiness form holds the pod back.
         code, text = await probe.get()
-        assert code == 200 and text.startswith("unsure: server "), text
+        assert code == 200, text
+        assert text.startswith("unsure: server "), text
         code, text = await probe.get(ready=True)
-        assert code == 503 and text.startswith("not ready: server "), text
+        assert code == 503, text
+        assert text.startswith("not ready: server "), text
 
         sim = sim_factory("--port", str(port))
         await probe.until(_ok)
@@ -124,7 +126,8 @@ async def test_unsure_until_ready_then_garbage_confirmed(
         assert (await probe.client.get("/healthz")).status_code == 200
         status = daemon.status()
         confirmed = [p for p in status["probes"] if p["confirmed"]]
-        assert confirmed and all(p["consecutive_failures"] >= 3 for p in confirmed)
+        assert confirmed
+        assert all(p["consecutive_failures"] >= 3 for p in confirmed)
 
         # The answers are good again (in Kubernetes: the restarted container): ok once more.
         sim.control("/faults", "DELETE")
@@ -151,7 +154,7 @@ async def test_stall_confirmed_after_failures_in_a_row(
             await probe.until(_ok)
             await asyncio.sleep(0.3)
             sim.control("/faults", "POST", {"spec": "stall:duration=6000"})  # 60 s real at speed 100
-            code, text = await probe.until(lambda c, t: c == 503)
+            _, text = await probe.until(lambda c, t: c == 503)
             assert text == "failed: stall stalled (3 in a row)", text
             assert any(c == 200 and "failing, not confirmed:" in t and "stall" in t for c, t in probe.seen), [
                 a for a in probe.seen if a[1] != "ok: server ready"
