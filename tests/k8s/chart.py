@@ -60,7 +60,11 @@ MATRIX: dict[str, dict[str, Any]] = {
         "podAnnotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "9480"},
     },
     "lws-secured": {
-        "sidecar": {"workload": "LeaderWorkerSet", "replicas": 2, "lws": {"size": 4, "startupPolicy": "LeaderReady"}},
+        "sidecar": {
+            "workload": "LeaderWorkerSet",
+            "replicas": 2,
+            "lws": {"size": 4, "startupPolicy": "LeaderReady"},
+        },
         "existingSecret": "sentinel-secrets",
     },
     "fleet-file-sd": {
@@ -78,7 +82,9 @@ HEADER = (
 _HELM_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by")
 
 
-def render(values: dict[str, Any], *, name: str = "sentinel", namespace: str = "sentinel") -> list[dict[str, Any]]:
+def render(
+    values: dict[str, Any], *, name: str = "sentinel", namespace: str = "sentinel"
+) -> list[dict[str, Any]]:
     """Every object the chart renders with ``values``, in template order."""
     import helm_python
 
@@ -94,19 +100,28 @@ def render(values: dict[str, Any], *, name: str = "sentinel", namespace: str = "
 
 def _strip_helm(obj: Any) -> Any:
     if isinstance(obj, dict):
-        return {
-            k: _strip_helm(v)
-            for k, v in obj.items()
-            if not (k in _HELM_LABELS and isinstance(v, str))
-        }
+        return {k: _strip_helm(v) for k, v in obj.items() if not (k in _HELM_LABELS and isinstance(v, str))}
     if isinstance(obj, list):
         return [_strip_helm(v) for v in obj]
     return obj
 
 
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    # Multi-line values (config.toml, dashboards) as literal blocks, readable and diffable.
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
 def plain(variant: str) -> str:
     objects = [_strip_helm(o) for o in render(VARIANTS[variant])]
-    body = yaml.safe_dump_all(objects, sort_keys=False, width=120, explicit_start=True)
+    body = yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, width=120, explicit_start=True)
     return HEADER.format(variant=variant) + body
 
 
@@ -140,10 +155,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if wrong else 0
     for p in (CHART / "files" / "dashboards").glob("*.json"):
         p.unlink()
-    for p, data in generated().items():
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(data)
-    return 0
+    # The chart's copies first: the plain manifests are rendered from them.
+    for _ in range(2):
+        for p, data in generated().items():
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(data)
+    return 0 if not stale() else 1
 
 
 if __name__ == "__main__":
