@@ -40,6 +40,7 @@ from sentinel.schedule.scheduler import LoadScheduler
 from sentinel.statedir import StateDir, StateError
 from sentinel.status_page import render_status_page
 from sentinel.systemd import Notifier, run_watchdog, watchdog_interval
+from sentinel.verdict import verdict
 
 if TYPE_CHECKING:
     from sentinel.collect import CollectorSet
@@ -218,6 +219,7 @@ class Daemon:
             health=self._health,
             routes=[
                 web.get("/status.json", self._status_json),
+                web.get("/verdict", self._verdict),
                 web.get("/calibration/latest.json", self._calibration_json),
                 web.get("/calibration/report", self._calibration_report),
             ],
@@ -376,12 +378,17 @@ class Daemon:
                 restarts=sum(snap.restarts.values()),
                 last_crash=str(snap.last_crash.reason) if snap.last_crash is not None else None,
             )
+            confirmed = snap.confirmed
             probes = [
                 {
                     "name": name,
                     "success": r.ok,
+                    "reason": r.reason,
                     "duration_seconds": r.duration,
                     "detail": r.detail or r.reason,
+                    # Failed `failures` times in a row on this server: what /verdict acts on.
+                    "confirmed": name in confirmed,
+                    "consecutive_failures": confirmed.get(name, 0),
                 }
                 for name, r in sorted(snap.probes.items())
             ]
@@ -414,6 +421,10 @@ class Daemon:
 
     async def _index(self, request: web.Request) -> web.StreamResponse:
         return web.Response(text=render_status_page(self.status()), content_type="text/html")
+
+    async def _verdict(self, request: web.Request) -> web.StreamResponse:
+        code, text = verdict(self.status(), require_ready="ready" in request.query)
+        return web.Response(status=code, text=text + "\n")
 
     async def _status_json(self, request: web.Request) -> web.StreamResponse:
         return web.json_response(self.status(), dumps=_dumps)

@@ -35,7 +35,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # Returns (healthy, short text); /healthz answers 200 or 503 with the text.
 HealthCheck = Callable[[], tuple[bool, str]]
 
-_UNAUTHENTICATED = frozenset({"/healthz"})
+# /verdict: the orchestrator's liveness probe of the SGLang container (sentinel/verdict.py).
+_UNAUTHENTICATED = frozenset({"/healthz", "/verdict"})
 
 
 class _Only:
@@ -141,8 +142,8 @@ class Exporter:
 
     @web.middleware
     async def _auth_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        # /healthz stays open: a liveness probe must not need the scrape credentials, and it
-        # reveals nothing but "ok".
+        # /healthz and /verdict stay open: a liveness probe must not need the scrape credentials,
+        # and they reveal nothing but "ok" or a probe name and reason.
         if self._auth is not None and request.path not in _UNAUTHENTICATED:
             # bcrypt runs in the auth checker's own pool (auth.py), never in self._executor: a
             # flood of bad passwords must not take the threads that render /metrics.

@@ -56,6 +56,10 @@ class Checks:
         self.probes: dict[str, ProbeResult] = {}
         self.failures: Counter[tuple[str, str]] = Counter()
         self._consecutive: Counter[str] = Counter()
+        # Probes of the current server whose conclusive failures in a row reached their check's
+        # ``failures`` (the point where child mode restarts): the verdict endpoint's "confirmed".
+        # Maps probe -> failures in a row; its failing result is in ``probes``.
+        self.confirmed: dict[str, int] = {}
         self._stall = StallDetector(settings.stall.stall_after)
         self._stall_unsupported_logged = False
 
@@ -63,6 +67,7 @@ class Checks:
         """A new server: no consecutive failures, no stall history (the table and counters stay)."""
         self._stall.reset()
         self._consecutive.clear()
+        self.confirmed = {}  # a verdict is about the server that gave it
 
     def start(
         self, client: httpx.AsyncClient, *, allow_restart: bool, include_health: bool = True
@@ -150,6 +155,7 @@ class Checks:
             self.probes[result.probe] = result
         if result.ok:
             self._consecutive[result.probe] = 0
+            self.confirmed.pop(result.probe, None)
         else:
             self.failures[(result.probe, result.reason)] += 1
             if result.conclusive:
@@ -168,8 +174,10 @@ class Checks:
             machine.set(ServerState.UNHEALTHY, f"{result.probe}: {result.reason}")
         elif not failing and machine.state is ServerState.UNHEALTHY:
             machine.set(ServerState.READY, "all checks passing")
-        self._publish()
         n = self._consecutive[result.probe]
+        if not result.ok and result.conclusive and n >= settings.failures:
+            self.confirmed[result.probe] = n
+        self._publish()
         if not result.ok and result.conclusive and n >= settings.failures:
             if settings.action == "restart" and allow_restart:
                 self._request_restart(family)

@@ -51,6 +51,8 @@ class SupervisorSnapshot:
     crashes: Mapping[str, int]
     transitions: Mapping[tuple[str, str], int]
     probes: Mapping[str, ProbeResult]  # the last conclusive result of each probe
+    # Probe -> conclusive failures in a row, for probes at their check's ``failures`` on this server.
+    confirmed: Mapping[str, int]
     probe_failures: Mapping[tuple[str, str], int]  # (probe, reason)
     preflight: tuple[PreflightResult, ...]
     log_lines_total: int

@@ -287,6 +287,7 @@ class Supervisor:
             crashes=frozen(self.crashes),
             transitions=frozen(self.machine.transitions),
             probes=frozen(self.checks.probes),
+            confirmed=frozen(self.checks.confirmed),
             probe_failures=frozen(self.checks.failures),
             preflight=tuple(self.preflight),
             log_lines_total=self.bus.lines_total,

@@ -1,0 +1,167 @@
+"""Render the chart (helm-python-sdk, offline) and write what is generated from it.
+
+Generated, and kept equal by tests/k8s/test_chart.py:
+
+- the chart's ``files/alerts.yml`` and ``files/dashboards/*.json``: copies of deploy/alerts.yml
+  and grafana/dashboards (a chart can only read files inside itself);
+- ``deploy/k8s/<variant>/sentinel.yaml``: plain manifests for kustomize users, the chart rendered
+  with each variant's values, Helm's own labels removed.
+
+After changing the chart, the alerts or the dashboards::
+
+    .venv/bin/python tests/k8s/chart.py --write
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "deploy" / "helm" / "sglang-sentinel"
+K8S = REPO / "deploy" / "k8s"
+
+_FLEET_TARGETS = [
+    {"name": "glm5-a", "url": "http://glm5-a.inference.svc:30000", "labels": {"deployment": "glm5-a"}},
+    {"name": "glm5-b", "url": "http://glm5-b.inference.svc:30000", "servedModelName": "glm-5"},
+]
+
+# deploy/k8s/<variant>: what a kustomize user starts from.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "sidecar": {},
+    "lws": {"sidecar": {"workload": "LeaderWorkerSet", "lws": {"size": 2}}},
+    "fleet": {"mode": "fleet", "fleet": {"targets": _FLEET_TARGETS}},
+}
+
+# The values matrix CI renders and validates (every object of every case).
+MATRIX: dict[str, dict[str, Any]] = {
+    **VARIANTS,
+    "sidecar-secured": {
+        "existingSecret": "sentinel-secrets",
+        "exporter": {"basicAuth": True, "tls": {"secretName": "sentinel-tls"}},
+        "networkPolicy": {"apiFrom": [{"podSelector": {"matchLabels": {"app": "gateway"}}}]},
+        "sglang": {
+            "env": [{"name": "HF_HOME", "value": "/models/.cache"}],
+            "volumes": [{"name": "models", "persistentVolumeClaim": {"claimName": "models"}}],
+            "volumeMounts": [{"name": "models", "mountPath": "/models", "readOnly": True}],
+        },
+        "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H200"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    },
+    "sidecar-no-operator": {
+        "podMonitor": {"enabled": False},
+        "prometheusRule": {"enabled": False},
+        "dashboards": {"enabled": False},
+        "networkPolicy": {"enabled": False},
+        "podAnnotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "9480"},
+    },
+    "lws-secured": {
+        "sidecar": {
+            "workload": "LeaderWorkerSet",
+            "replicas": 2,
+            "lws": {"size": 4, "startupPolicy": "LeaderReady"},
+        },
+        "existingSecret": "sentinel-secrets",
+    },
+    "fleet-file-sd": {
+        "mode": "fleet",
+        "fleet": {"targets": _FLEET_TARGETS, "fileSd": True},
+        "prometheusRule": {"labels": {}},
+        "jobLabel": "sglang-sentinel",
+    },
+}
+
+HEADER = (
+    "# Generated from deploy/helm/sglang-sentinel by tests/k8s/chart.py --write (values: {variant});\n"
+    "# edit the chart, not this file. Plain manifests for `kubectl apply -k`; no live-cluster test.\n"
+)
+_HELM_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by")
+
+
+def render(
+    values: dict[str, Any], *, name: str = "sentinel", namespace: str = "sentinel"
+) -> list[dict[str, Any]]:
+    """Every object the chart renders with ``values``, in template order."""
+    import helm_python
+
+    chart = helm_python.Chart.load(str(CHART))
+    manifests = chart.render(values, name=name, namespace=namespace, is_install=True)
+    objects: list[dict[str, Any]] = []
+    for path in sorted(manifests):
+        for doc in yaml.safe_load_all(manifests[path]):
+            if doc:
+                objects.append(doc)
+    return objects
+
+
+def _strip_helm(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _strip_helm(v) for k, v in obj.items() if not (k in _HELM_LABELS and isinstance(v, str))}
+    if isinstance(obj, list):
+        return [_strip_helm(v) for v in obj]
+    return obj
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    # Multi-line values (config.toml, dashboards) as literal blocks, readable and diffable.
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def plain(variant: str) -> str:
+    objects = [_strip_helm(o) for o in render(VARIANTS[variant])]
+    body = yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, width=120, explicit_start=True)
+    return HEADER.format(variant=variant) + body
+
+
+def generated() -> dict[Path, bytes]:
+    """Every generated file and its content."""
+    out: dict[Path, bytes] = {CHART / "files" / "alerts.yml": (REPO / "deploy" / "alerts.yml").read_bytes()}
+    for board in sorted((REPO / "grafana" / "dashboards").glob("*.json")):
+        out[CHART / "files" / "dashboards" / board.name] = board.read_bytes()
+    for variant in VARIANTS:
+        out[K8S / variant / "sentinel.yaml"] = plain(variant).encode()
+    return out
+
+
+def stale() -> list[Path]:
+    """Generated files that differ from (or are missing next to) what generation gives."""
+    want = generated()
+    wrong = [p for p, data in want.items() if not p.is_file() or p.read_bytes() != data]
+    board_dir = CHART / "files" / "dashboards"
+    wrong += [p for p in board_dir.glob("*.json") if p not in want]
+    return wrong
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="write the generated files (default: check)")
+    args = parser.parse_args(argv)
+    if not args.write:
+        wrong = stale()
+        for p in wrong:
+            print(f"stale: {p.relative_to(REPO)}", file=sys.stderr)
+        return 1 if wrong else 0
+    for p in (CHART / "files" / "dashboards").glob("*.json"):
+        p.unlink()
+    # The chart's copies first: the plain manifests are rendered from them.
+    for _ in range(2):
+        for p, data in generated().items():
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(data)
+    return 0 if not stale() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,351 @@
+"""The Helm chart and deploy/k8s, validated offline (no cluster runs here, none is pretended).
+
+Every object of every case of the values matrix (tests/k8s/chart.py): core kinds with
+kubernetes-validate --strict (unknown fields fail) for the oldest supported Kubernetes (1.29,
+native sidecars) and the one of kubectl here (1.32); Prometheus Operator kinds with the schema
+validators of @kubernetes-models/prometheus-operator; LeaderWorkerSet against
+schemas/leaderworkerset-v1.json with check-jsonschema, its pod templates as core PodTemplates;
+the PrometheusRule's PromQL with promtool (check + the shipped unit tests); deploy/k8s with
+``kubectl kustomize``. What a schema cannot say (probes, loopback, non-root, secrets by
+reference, the labels the rules and Grafana select on) is asserted below.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+yaml = pytest.importorskip("yaml", reason="tests/k8s/requirements.txt not installed (scripts/test does)")
+helm_python = pytest.importorskip(
+    "helm_python", reason="helm-python-sdk missing (tests/k8s/requirements.txt)"
+)
+kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate missing")
+
+sys.path.insert(0, str(Path(__file__).parent))
+import chart  # noqa: E402  (tests/k8s/chart.py, also a script)
+
+HERE = Path(__file__).parent
+REPO = chart.REPO
+KUBE_VERSIONS = ("1.29.0", "1.32.0")
+CORE_API = {"v1", "apps/v1", "networking.k8s.io/v1"}
+OPERATOR_API = "monitoring.coreos.com/v1"
+LWS_API = "leaderworkerset.x-k8s.io/v1"
+PROMTOOL = shutil.which("promtool")
+KUBECTL = shutil.which("kubectl")
+NODE = shutil.which("node")
+CHECK_JSONSCHEMA = shutil.which("check-jsonschema", path=str(Path(sys.executable).parent))
+OPERATOR_MODELS = HERE / "node_modules" / "@kubernetes-models" / "prometheus-operator"
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[dict[str, Any]]]:
+    return {case: chart.render(values) for case, values in chart.MATRIX.items()}
+
+
+def _pods(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """(where, pod spec) of every pod template."""
+    out = []
+    for o in objects:
+        if o["kind"] == "Deployment":
+            out.append((o["metadata"]["name"], o["spec"]["template"]["spec"]))
+        elif o["kind"] == "LeaderWorkerSet":
+            lwt = o["spec"]["leaderWorkerTemplate"]
+            out.append(("leader", lwt["leaderTemplate"]["spec"]))
+            out.append(("worker", lwt["workerTemplate"]["spec"]))
+    return out
+
+
+def _container(spec: dict[str, Any], name: str) -> dict[str, Any] | None:
+    for c in [*spec.get("initContainers", []), *spec.get("containers", [])]:
+        if c["name"] == name:
+            return dict(c)
+    return None
+
+
+def test_generated_files_are_current() -> None:
+    wrong = chart.stale()
+    assert not wrong, f"stale: {[str(p.relative_to(REPO)) for p in wrong]}; run tests/k8s/chart.py --write"
+
+
+def test_chart_lints_strict() -> None:
+    for case, values in chart.MATRIX.items():
+        report = helm_python.lint(str(chart.CHART), values, strict=True, kube_version="v1.29.0")
+        problems = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
+        assert not problems, (case, problems)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"mode": "daemonset"}, "mode must be sidecar or fleet"),
+        ({"sidecar": {"workload": "StatefulSet"}}, "sidecar.workload must be"),
+        ({"mode": "fleet"}, "mode fleet needs fleet.targets"),
+        ({"mode": "fleet", "fleet": {"targets": [{"name": "a", "url": "https://a:443"}]}}, "must be http://"),
+        ({"exporter": {"basicAuth": True}}, "exporter.basicAuth needs existingSecret"),
+    ],
+)
+def test_bad_values_fail_rendering_with_a_message(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(helm_python.HelmError, match=message):
+        chart.render(values)
+
+
+@pytest.mark.parametrize("case", list(chart.MATRIX))
+def test_every_object_validates(case: str, rendered: dict[str, list[dict[str, Any]]], tmp_path: Path) -> None:
+    objects = rendered[case]
+    operator, unknown = [], []
+    for o in objects:
+        api, kind, name = o["apiVersion"], o["kind"], o["metadata"]["name"]
+        if api in CORE_API:
+            for version in KUBE_VERSIONS:
+                _validate_core(o, version, f"{case}: {kind}/{name}")
+        elif api == OPERATOR_API:
+            operator.append(o)
+        elif api == LWS_API:
+            _validate_lws(o, tmp_path, f"{case}: {kind}/{name}")
+        else:
+            unknown.append(f"{api} {kind}")
+    assert not unknown, f"{case}: no validator for {unknown}"
+    if operator:
+        _validate_operator(operator, case)
+
+
+def _validate_core(obj: dict[str, Any], version: str, where: str) -> None:
+    try:
+        kubernetes_validate.validate(obj, version, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        raise AssertionError(f"{where} (Kubernetes {version}): {str(exc).splitlines()[0]}") from None
+
+
+def _validate_lws(obj: dict[str, Any], tmp_path: Path, where: str) -> None:
+    if CHECK_JSONSCHEMA is None:
+        pytest.skip("check-jsonschema missing (tests/k8s/requirements.txt)")
+    doc = tmp_path / "lws.json"
+    doc.write_text(json.dumps(obj), encoding="utf-8")
+    schema = HERE / "schemas" / "leaderworkerset-v1.json"
+    proc = subprocess.run(
+        [CHECK_JSONSCHEMA, "--schemafile", str(schema), str(doc)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, f"{where}: {proc.stdout}{proc.stderr}"
+    lwt = obj["spec"]["leaderWorkerTemplate"]
+    for role in ("leaderTemplate", "workerTemplate"):
+        template = {
+            "apiVersion": "v1",
+            "kind": "PodTemplate",
+            "metadata": {"name": role},
+            "template": lwt[role],
+        }
+        for version in KUBE_VERSIONS:
+            _validate_core(template, version, f"{where} {role}")
+
+
+def _validate_operator(objects: list[dict[str, Any]], case: str) -> None:
+    if NODE is None or not OPERATOR_MODELS.is_dir():
+        pytest.skip("node or tests/k8s/node_modules missing (scripts/test runs npm ci)")
+    proc = subprocess.run(
+        [NODE, str(HERE / "validate_operator.mjs")],
+        input=json.dumps(objects),
+        capture_output=True,
+        text=True,
+        cwd=HERE,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    results = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(results) == len(objects)
+    bad = [r for r in results if r["errors"]]
+    assert not bad, f"{case}: {bad}"
+
+
+def test_the_validators_reject_what_they_should(tmp_path: Path) -> None:
+    """Each validator fails on a broken object: a green run means something."""
+    base = chart.render(chart.VARIANTS["lws"])
+    lws = next(o for o in base if o["kind"] == "LeaderWorkerSet")
+    deployment = next(o for o in chart.render({}) if o["kind"] == "Deployment")
+    monitor = next(o for o in base if o["kind"] == "PodMonitor")
+    typo = json.loads(json.dumps(deployment))
+    typo["spec"]["template"]["spec"]["initContainers"][0]["restartPolicyy"] = "Always"
+    with pytest.raises(AssertionError, match="restartPolicyy"):
+        _validate_core(typo, "1.32.0", "typo")
+    bad_lws = json.loads(json.dumps(lws))
+    bad_lws["spec"]["leaderWorkerTemplate"]["restartPolicy"] = "Always"
+    with pytest.raises(AssertionError, match="restartPolicy"):
+        _validate_lws(bad_lws, tmp_path, "bad lws")
+    bad_pod = json.loads(json.dumps(lws))
+    bad_pod["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["imagePolicy"] = "x"
+    with pytest.raises(AssertionError, match="imagePolicy"):
+        _validate_lws(bad_pod, tmp_path, "bad pod")
+    bad_monitor = json.loads(json.dumps(monitor))
+    bad_monitor["spec"]["podMetricsEndpoints"][0]["scheme"] = "ftp"
+    with pytest.raises(AssertionError, match="scheme"):
+        _validate_operator([bad_monitor], "bad monitor")
+
+
+@pytest.mark.parametrize("case", list(chart.MATRIX))
+def test_pods_are_locked_down_and_probed(case: str, rendered: dict[str, list[dict[str, Any]]]) -> None:
+    values = chart.MATRIX[case]
+    objects = rendered[case]
+    pods = _pods(objects)
+    assert pods
+    port = 9480
+    for where, spec in pods:
+        assert spec["automountServiceAccountToken"] is False, where
+        sentinel = _container(spec, "sentinel")
+        sglang = _container(spec, "sglang")
+        if where == "worker":
+            assert sentinel is None  # sentinel watches the group from the leader only
+            continue
+        assert sentinel is not None, where
+        sc = sentinel["securityContext"]
+        assert sc["runAsNonRoot"] is True
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"]["drop"] == ["ALL"]
+        assert sentinel["resources"]["limits"]["memory"]
+        assert sentinel["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        # Secrets only by reference, never a literal value in the manifests.
+        for env in sentinel["env"]:
+            if env["name"].endswith(("API_KEY", "PASSWORD")):
+                assert "value" not in env
+                assert env["valueFrom"]["secretKeyRef"]["name"] == values["existingSecret"]
+        if sglang is None:  # fleet: sentinel on its own
+            assert "restartPolicy" not in sentinel
+            continue
+        # A native sidecar: an init container that keeps running.
+        assert sentinel in [dict(c) for c in spec["initContainers"]]
+        assert sentinel["restartPolicy"] == "Always"
+        assert "--host=127.0.0.1" in sglang["args"]
+        assert "--enable-metrics" in sglang["args"]
+        live, start, ready = sglang["livenessProbe"], sglang["startupProbe"], sglang["readinessProbe"]
+        assert live["httpGet"]["path"] == "/verdict"
+        assert start["httpGet"]["path"] == ready["httpGet"]["path"] == "/verdict?ready"
+        # By number: a named port would be looked up in the SGLang container, which has none.
+        assert {live["httpGet"]["port"], start["httpGet"]["port"], ready["httpGet"]["port"]} == {port}
+        assert start["periodSeconds"] * start["failureThreshold"] >= 3600  # an hour of model load
+        scheme = "HTTPS" if values.get("exporter", {}).get("tls") else "HTTP"
+        assert {live["httpGet"]["scheme"], sentinel["livenessProbe"]["httpGet"]["scheme"]} == {scheme}
+        for env in sglang.get("env", []):
+            assert "value" not in env or not env["name"].endswith("API_KEY")
+    for o in objects:
+        if o["kind"] == "Secret":
+            raise AssertionError("the chart must not create Secrets from values")
+
+
+@pytest.mark.parametrize("case", list(chart.MATRIX))
+def test_monitors_set_the_labels_the_rules_and_prometheus_select(
+    case: str, rendered: dict[str, list[dict[str, Any]]]
+) -> None:
+    values = chart.MATRIX[case]
+    job = values.get("jobLabel", "sentinel")
+    monitors = [o for o in rendered[case] if o["kind"] in ("PodMonitor", "ServiceMonitor")]
+    fleet = values.get("mode") == "fleet"
+    if values.get("podMonitor", {}).get("enabled") is False or (fleet and values["fleet"].get("fileSd")):
+        assert not monitors
+        return
+    expected = len(values["fleet"]["targets"]) if fleet else 1
+    assert len(monitors) == expected
+    for m in monitors:
+        assert m["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+        endpoints = m["spec"].get("podMetricsEndpoints") or m["spec"]["endpoints"]
+        relabel = {r["targetLabel"]: r for r in endpoints[0]["relabelings"]}
+        assert relabel["job"]["replacement"] == job
+        if fleet:
+            assert (
+                relabel["instance"]["replacement"]
+                == m["spec"]["selector"]["matchLabels"]["sglang-sentinel/target"]
+            )
+        else:
+            assert relabel["instance"]["sourceLabels"] == ["__meta_kubernetes_pod_name"]
+
+
+def _rule_groups(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rules = [o for o in objects if o["kind"] == "PrometheusRule"]
+    assert len(rules) == 1
+    groups: list[dict[str, Any]] = rules[0]["spec"]["groups"]
+    return groups
+
+
+def test_prometheus_rule_is_deploy_alerts(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    shipped = yaml.safe_load((REPO / "deploy" / "alerts.yml").read_text(encoding="utf-8"))["groups"]
+    assert _rule_groups(rendered["sidecar"]) == shipped
+    # Another job name reaches the one selector that names it, and nothing else.
+    renamed = json.dumps(shipped).replace('job=\\"sentinel\\"', 'job=\\"sglang-sentinel\\"')
+    assert renamed != json.dumps(shipped)
+    assert _rule_groups(rendered["fleet-file-sd"]) == json.loads(renamed)
+    assert not [o for o in rendered["sidecar-no-operator"] if o["kind"] == "PrometheusRule"]
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool missing (Debian package prometheus)")
+def test_promtool_checks_and_unit_tests_the_extracted_rules(
+    rendered: dict[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    assert PROMTOOL is not None
+    groups = _rule_groups(rendered["sidecar"])
+    (tmp_path / "alerts.yml").write_text(
+        yaml.safe_dump({"groups": groups}, sort_keys=False), encoding="utf-8"
+    )
+    tests = sorted((REPO / "deploy").glob("*.test.yml"))
+    assert tests
+    for t in tests:
+        shutil.copy(t, tmp_path / t.name)
+    check = subprocess.run(
+        [PROMTOOL, "check", "rules", "--lint-fatal", "alerts.yml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    unit = subprocess.run(
+        [PROMTOOL, "test", "rules", *(t.name for t in tests)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert unit.returncode == 0, unit.stdout[-4000:] + unit.stderr[-4000:]
+
+
+def test_dashboards_are_grafana_sidecar_configmaps(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    boards = {p.name: p.read_text(encoding="utf-8") for p in (REPO / "grafana" / "dashboards").glob("*.json")}
+    assert boards
+    maps = [
+        o
+        for o in rendered["sidecar"]
+        if o["kind"] == "ConfigMap" and "grafana_dashboard" in o["metadata"]["labels"]
+    ]
+    assert {o["metadata"]["labels"]["grafana_dashboard"] for o in maps} == {"1"}
+    carried = {k: v for o in maps for k, v in o["data"].items()}
+    # |- in the template drops the file's final newline; the JSON is the same document.
+    assert {k: json.loads(v) for k, v in carried.items()} == {k: json.loads(v) for k, v in boards.items()}
+    assert all(len(v.encode()) < 1_000_000 for v in carried.values())  # a ConfigMap holds 1 MiB
+
+
+def test_fleet_file_sd_lists_every_target(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    sd = next(o for o in rendered["fleet-file-sd"] if o["metadata"]["name"].endswith("-file-sd"))
+    entries = json.loads(sd["data"]["sentinel.json"])
+    services = {o["metadata"]["name"] for o in rendered["fleet-file-sd"] if o["kind"] == "Service"}
+    assert [e["labels"]["instance"] for e in entries] == ["glm5-a", "glm5-b"]
+    assert entries[0]["labels"]["deployment"] == "glm5-a"
+    assert {e["targets"][0].split(".")[0] for e in entries} == services
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl missing")
+@pytest.mark.parametrize("variant", ["", "lws", "fleet"])
+def test_kustomize_renders_deploy_k8s(variant: str) -> None:
+    assert KUBECTL is not None
+    path = chart.K8S / variant if variant else chart.K8S
+    proc = subprocess.run([KUBECTL, "kustomize", str(path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    objects = [o for o in yaml.safe_load_all(proc.stdout) if o]
+    want = chart.render(chart.VARIANTS[variant or "sidecar"])
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in objects) == sorted(
+        (o["kind"], o["metadata"]["name"]) for o in want
+    )
+    assert {o["metadata"].get("namespace") for o in objects} == {"sentinel"}
+    assert not [o for o in objects if "helm.sh/chart" in o["metadata"].get("labels", {})]
