@@ -78,7 +78,9 @@ def _variables(dashboard: dict[str, Any], prom: Prometheus, range_s: float) -> d
         assert m, var["definition"]
         found = prom.label_values(m.group(2), m.group(1))
         assert found, f"variable {var['name']}: {var['definition']} has no values"
-        values[var["name"]] = "(" + "|".join(re.escape(v) for v in found) + ")"
+        # A regex inside a PromQL string: its backslashes doubled, as Grafana escapes them.
+        escaped = (re.escape(v).replace("\\", "\\\\") for v in found)
+        values[var["name"]] = "(" + "|".join(escaped) + ")"
     return values
 
 

@@ -91,8 +91,20 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+def _static(name: str, address: str) -> dict[str, Any]:
+    labels = {"instance": name}
+    if "/" in address:
+        address, path = address.split("/", 1)
+        labels["__metrics_path__"] = "/" + path
+    return {"targets": [address], "labels": labels}
+
+
 class Prometheus:
-    """``prometheus`` scraping ``targets`` (``{"instance label": "host:port"}``) every ``interval``."""
+    """``prometheus`` scraping ``targets`` every ``interval``.
+
+    ``targets``: ``{"instance label": "host:port"}``, or ``"host:port/path"`` for a target with a
+    metrics path of its own.
+    """
 
     def __init__(
         self,
@@ -116,10 +128,7 @@ class Prometheus:
                     "job_name": "sentinel",
                     "scrape_timeout": interval,
                     "metrics_path": metrics_path,
-                    "static_configs": [
-                        {"targets": [address], "labels": {"instance": name}}
-                        for name, address in targets.items()
-                    ],
+                    "static_configs": [_static(name, address) for name, address in targets.items()],
                 }
             ],
         }
