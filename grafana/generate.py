@@ -582,6 +582,25 @@ def overview() -> dict[str, Any]:
         "s",
         [(f"sentinel_collector_duration_seconds{{{INST}}}", "{{instance}} {{collector}}")],
     )
+    b.panel(
+        "timeseries",
+        "SGLang log lines not understood",
+        "Batch lines sentinel could not parse per window, by kind and reason (a new SGLang log layout: "
+        "the log-derived series of that kind freeze), and NaN-sanitized warnings (the model produced "
+        "NaN logits and SGLang kept serving).",
+        "none",
+        [
+            (
+                f"sum by (instance, kind, reason) (increase(sentinel_sglang_log_lines_unparsed_total{{{INST}}}"
+                "[$__rate_interval]))",
+                "{{instance}} unparsed {{kind}} {{reason}}",
+            ),
+            (
+                f"sum by (instance) (increase(sentinel_sglang_log_nan_sanitized_total{{{INST}}}[$__rate_interval]))",
+                "{{instance}} NaN sanitized",
+            ),
+        ],
+    )
     return _dashboard("sentinel-overview", "sglang-sentinel: server, load and capacity", b, with_profile=True)
 
 

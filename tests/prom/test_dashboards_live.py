@@ -35,7 +35,9 @@ class Live:
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     workdir = tmp_path_factory.mktemp("live")
-    box = Box(workdir, {})
+    # The initial calibration is queued once, 5 s after the first reference run, and skipped for
+    # good if a run holds the load slot then: runs 10 s apart leave it free.
+    box = Box(workdir, {"schedule": {"profiles": {"reference": {"interval_seconds": 10}}}})
     started = time.time()
     daemon = box.start()
     prom = None
@@ -43,11 +45,16 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         prom = Prometheus(workdir / "prometheus", {"box1": box.exporter}, interval=f"{SCRAPE_S:g}s")
 
         def ready() -> bool:
-            done = prom.query('sentinel_load_runs_total{outcome="completed"} > 0')
+            # A run Prometheus saw happen: rates need the counters to move between two scrapes
+            # (the run at ready may finish before the first one).
+            ran = prom.query('increase(sentinel_load_runs_total{outcome="completed"}[5m]) > 0')
             capacity = prom.query("sentinel_capacity_knee_concurrency")
-            return bool(done and capacity)
+            return bool(ran and capacity)
 
-        daemon.wait("a calibration and a completed reference run, scraped", ready, 60)
+        try:
+            daemon.wait("a calibration and a completed reference run, scraped", ready, 60)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n--- prometheus:\n{prom.tail()}") from None
         # A few more scrapes after both, so that rates over the last seconds have two samples.
         time.sleep(5 * SCRAPE_S)
         yield Live(box, daemon, prom, started)

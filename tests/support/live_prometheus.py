@@ -157,7 +157,11 @@ class Prometheus:
         return self._client.get("/-/ready").status_code == 200
 
     def tail(self) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
+        lines = self.log.read_text(errors="replace").splitlines()[-30:]
+        with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
+            for target in self._client.get("/api/v1/targets").json()["data"]["activeTargets"]:
+                lines.append(f"target {target['scrapeUrl']}: {target['health']} {target['lastError']}")
+        return "\n".join(lines)
 
     def api(self, path: str, **params: Any) -> Any:
         resp = self._client.get("/api/v1/" + path, params=params)
@@ -362,6 +366,7 @@ class SentinelDaemon:
         self.log = log
         self._out = log.open("ab")
         env = {k: v for k, v in os.environ.items() if not k.startswith("SENTINEL_")}
+        env["PYTHONUNBUFFERED"] = "1"  # a failing test's tail shows the last lines, not the last block
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sentinel", "run", "--config", str(config)],
             stdout=self._out,
