@@ -21,6 +21,21 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 INST = 'instance=~"$instance"'
 PROF = 'instance=~"$instance", profile=~"$profile"'
 SGLANG_TTFT = "sglang:time_to_first_token_seconds_bucket"
+# SGLang writes one scheduler figure over several series, depending on its launch flags
+# (sentinel.sglang.series does the same in Python, docs/sglang-versions.md):
+# - --enable-priority-scheduling (0.5.23): the queue gauges once as the total under priority=""
+#   and once more per priority: a plain sum counts every request twice. priority="" also matches
+#   servers without the label (an empty label is an absent one).
+# - --enable-metrics-for-all-schedulers: every TP (and PP/EP) rank of a data-parallel replica
+#   writes the replica's figure: a plain sum counts it TP times. `max without` the rank labels
+#   keeps one per replica (dp_rank, when there is one, is not dropped); the ranks write at their
+#   own log events, so max errs high by at most one log interval. Replicas are then summed.
+SCHED_RANKS = "tp_rank, pp_rank, moe_ep_rank, attn_cp_rank, attn_tp_rank"
+
+
+def sched_total(metric: str, sel: str) -> str:
+    """The server-wide total of an SGLang scheduler gauge, right for every launch variant."""
+    return f'sum by (instance) (max without ({SCHED_RANKS}) ({metric}{{{sel}, priority=""}}))'
 
 
 def _variables(with_profile: bool) -> list[dict[str, Any]]:
@@ -492,11 +507,12 @@ def overview() -> dict[str, Any]:
     b.panel(
         "timeseries",
         "Running and queued requests",
-        "SGLang's scheduler gauges: requests decoding and requests waiting.",
+        "SGLang's scheduler gauges: requests decoding and requests waiting, server totals (one series "
+        "per data-parallel replica, the priority total, whatever the launch flags).",
         "short",
         [
-            (f"sum by (instance) (sglang:num_running_reqs{{{INST}}})", "{{instance}} running"),
-            (f"sum by (instance) (sglang:num_queue_reqs{{{INST}}})", "{{instance}} queued"),
+            (sched_total("sglang:num_running_reqs", INST), "{{instance}} running"),
+            (sched_total("sglang:num_queue_reqs", INST), "{{instance}} queued"),
         ],
         w=8,
     )
@@ -514,7 +530,7 @@ def overview() -> dict[str, Any]:
         "Generation throughput",
         "SGLang's decode throughput gauge (from its last decode log interval).",
         "short",
-        [(f"sum by (instance) (sglang:gen_throughput{{{INST}}})", "{{instance}}")],
+        [(sched_total("sglang:gen_throughput", INST), "{{instance}}")],
         w=8,
     )
     b.panel(
@@ -565,6 +581,25 @@ def overview() -> dict[str, Any]:
         "Time each collector took; GPU reads run in the background.",
         "s",
         [(f"sentinel_collector_duration_seconds{{{INST}}}", "{{instance}} {{collector}}")],
+    )
+    b.panel(
+        "timeseries",
+        "SGLang log lines not understood",
+        "Batch lines sentinel could not parse per window, by kind and reason (a new SGLang log layout: "
+        "the log-derived series of that kind freeze), and NaN-sanitized warnings (the model produced "
+        "NaN logits and SGLang kept serving).",
+        "none",
+        [
+            (
+                f"sum by (instance, kind, reason) (increase(sentinel_sglang_log_lines_unparsed_total{{{INST}}}"
+                "[$__rate_interval]))",
+                "{{instance}} unparsed {{kind}} {{reason}}",
+            ),
+            (
+                f"sum by (instance) (increase(sentinel_sglang_log_nan_sanitized_total{{{INST}}}[$__rate_interval]))",
+                "{{instance}} NaN sanitized",
+            ),
+        ],
     )
     return _dashboard("sentinel-overview", "sglang-sentinel: server, load and capacity", b, with_profile=True)
 

@@ -1,0 +1,415 @@
+"""A real Prometheus server and a real ``sentinel run`` daemon, as subprocesses on loopback ports.
+
+Shared by the tests that check dashboards and alert rules against what Prometheus really
+evaluates (tests/prom). Import as ``from support.live_prometheus import ...`` (``tests/`` is on
+``sys.path`` through the rootdir conftest). Prometheus is the Debian package ``prometheus``
+(scripts/test installs it); tests mark themselves with :data:`requires_prometheus`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+__all__ = [
+    "PROMETHEUS",
+    "PROMTOOL",
+    "Box",
+    "Prometheus",
+    "SentinelDaemon",
+    "descendants",
+    "free_port",
+    "has_data",
+    "requires_prometheus",
+    "scale_durations",
+]
+
+PROMETHEUS = shutil.which("prometheus")
+PROMTOOL = shutil.which("promtool")
+requires_prometheus = pytest.mark.skipif(
+    PROMETHEUS is None, reason="prometheus missing (Debian package prometheus; scripts/test installs it)"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait(what: str, check: Callable[[], bool], timeout: float, tail: Callable[[], str]) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError, KeyError, ValueError):
+            if check():
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}:\n{tail()}")
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (the server child runs in a session of its own)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _static(name: str, address: str) -> dict[str, Any]:
+    labels = {"instance": name}
+    if "/" in address:
+        address, path = address.split("/", 1)
+        labels["__metrics_path__"] = "/" + path
+    return {"targets": [address], "labels": labels}
+
+
+class Prometheus:
+    """``prometheus`` scraping ``targets`` every ``interval``.
+
+    ``targets``: ``{"instance label": "host:port"}``, or ``"host:port/path"`` for a target with a
+    metrics path of its own.
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        targets: dict[str, str],
+        *,
+        interval: str = "1s",
+        rule_files: Iterable[Path] = (),
+        metrics_path: str = "/metrics",
+    ) -> None:
+        assert PROMETHEUS is not None
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        # JSON is YAML: no YAML library needed to write the config.
+        config = {
+            "global": {"scrape_interval": interval, "evaluation_interval": interval},
+            "rule_files": [str(p) for p in rule_files],
+            "scrape_configs": [
+                {
+                    "job_name": "sentinel",
+                    "scrape_timeout": interval,
+                    "metrics_path": metrics_path,
+                    "static_configs": [_static(name, address) for name, address in targets.items()],
+                }
+            ],
+        }
+        (workdir / "prometheus.yml").write_text(json.dumps(config, indent=1))
+        self.log = workdir / "prometheus.log"
+        self._out = self.log.open("wb")
+        self.proc = subprocess.Popen(
+            [
+                PROMETHEUS,
+                f"--config.file={workdir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--log.level=warn",
+            ],
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self._client = httpx.Client(base_url=self.url, timeout=10)
+        _wait("prometheus /-/ready", self._ready, 30, self.tail)
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"prometheus exited with {self.proc.returncode}:\n{self.tail()}")
+        return self._client.get("/-/ready").status_code == 200
+
+    def tail(self) -> str:
+        lines = self.log.read_text(errors="replace").splitlines()[-30:]
+        with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
+            for target in self._client.get("/api/v1/targets").json()["data"]["activeTargets"]:
+                lines.append(f"target {target['scrapeUrl']}: {target['health']} {target['lastError']}")
+        return "\n".join(lines)
+
+    def api(self, path: str, **params: Any) -> Any:
+        resp = self._client.get("/api/v1/" + path, params=params)
+        body = resp.json()
+        if body.get("status") != "success":
+            raise AssertionError(f"{path} {params}: {body.get('errorType')}: {body.get('error')}")
+        return body["data"]
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"query": expr}
+        if at is not None:
+            params["time"] = at
+        result: list[dict[str, Any]] = self.api("query", **params)["result"]
+        return result
+
+    def query_range(self, expr: str, start: float, end: float, step: float = 1.0) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.api("query_range", query=expr, start=start, end=end, step=step)[
+            "result"
+        ]
+        return result
+
+    def label_values(self, label: str, match: str) -> list[str]:
+        values: list[str] = self.api(f"label/{label}/values", **{"match[]": match})
+        return values
+
+    def alerts(self) -> dict[str, str]:
+        """alertname -> state (pending or firing) of the active alerts."""
+        out: dict[str, str] = {}
+        for alert in self.api("alerts")["alerts"]:
+            name = alert["labels"]["alertname"]
+            # One alert name can have several series: firing wins over pending.
+            if out.get(name) != "firing":
+                out[name] = alert["state"]
+        return out
+
+    def wait(self, what: str, check: Callable[[], bool], timeout: float) -> None:
+        _wait(what, check, timeout, self.tail)
+
+    def stop(self) -> None:
+        self._client.close()
+        _kill_group(self.proc)
+        self._out.close()
+
+
+def has_data(result: list[dict[str, Any]]) -> bool:
+    """A query_range/query result that a panel would draw: some finite value."""
+    for series in result:
+        points = series.get("values") or [series.get("value")]
+        if any(p is not None and math.isfinite(float(p[1])) for p in points):
+            return True
+    return False
+
+
+_DURATION = re.compile(r"(?<![\w.])(\d+)([smhdw])(?![\w])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def scale_durations(rules: str, factor: float, *, min_range_ms: int) -> str:
+    """``rules`` (alerts.yml text) with every ``for:``, range and ``offset`` duration times ``factor``.
+
+    A range shorter than ``min_range_ms`` is raised to it: rate() and increase() need two samples
+    in their window, so a window must span a few scrapes whatever the factor.
+    """
+
+    def scaled(seconds: int, floor_ms: int) -> str:
+        return f"{max(floor_ms, round(seconds * factor * 1000))}ms"
+
+    def fix_for(m: re.Match[str]) -> str:
+        return m.group(1) + scaled(int(m.group(2)) * _UNIT_S[m.group(3)], 0)
+
+    def fix_range(m: re.Match[str]) -> str:
+        return "[" + scaled(int(m.group(1)) * _UNIT_S[m.group(2)], min_range_ms) + "]"
+
+    def fix_offset(m: re.Match[str]) -> str:
+        return "offset " + scaled(int(m.group(1)) * _UNIT_S[m.group(2)], min_range_ms)
+
+    rules = re.sub(r"^(\s+for: )(\d+)([smhdw])\s*$", fix_for, rules, flags=re.MULTILINE)
+    rules = re.sub(r"\[(\d+)([smhdw])\]", fix_range, rules)
+    return re.sub(r"\boffset (\d+)([smhdw])\b", fix_offset, rules)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a TOML basic string
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"no TOML for {value!r}")
+
+
+def to_toml(doc: dict[str, Any], prefix: str = "") -> str:
+    plain = [f"{k} = {_toml_value(v)}" for k, v in doc.items() if not isinstance(v, dict)]
+    out = ([f"[{prefix}]"] if prefix and plain else []) + plain
+    for key, value in doc.items():
+        if isinstance(value, dict):
+            out.append(to_toml(value, f"{prefix}.{key}" if prefix else key))
+    return "\n".join(out) + "\n"
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def fast_config(state: Path, server_port: int, exporter_port: int) -> dict[str, Any]:
+    return {
+        "state_dir": str(state),
+        "log": {"format": "json"},
+        "server": {
+            "profile": "fastsim",
+            "port": server_port,
+            "stop_timeout": 5,
+            "startup_poll_interval": 0.2,
+            "checks": {
+                "health": {"interval": 0.5},
+                "health_generate": {"interval": 1},
+                "stall": {"interval": 1},
+                "canary": {"interval": 1, "retry_interval": 0.5},
+            },
+            "restart": {"backoff_initial": 0.2},
+            "profiles": {"fastsim": {"kind": "sim", "sim_speed": 100}},
+        },
+        "exporter": {"port": exporter_port},
+        "collectors": {
+            "gpu": {"backend": "fake", "fake_devices": 2, "interval_seconds": 1, "timeout_seconds": 1}
+        },
+        "schedule": {
+            "warmup_seconds": 0.3,
+            "reference_exclusion_seconds": 0,
+            "calibrate_when_missing": True,
+            "recalibrate_cron": "",
+            "profiles": {
+                "reference": {
+                    "num_prompts": 8,
+                    "request_rate": 50,
+                    "input_len": 16,
+                    "output_len": 16,
+                    "interval_seconds": 3,
+                    "run_on_ready": True,
+                }
+            },
+            "polite": {"check_interval_seconds": 0.2},
+            "breaker": {"check_interval_seconds": 0.2},
+        },
+        # A sweep of a few seconds: concurrency 1, 2, 4 of 16-token requests.
+        "calibration": {
+            "input_len": 16,
+            "output_len": 16,
+            "max_concurrency": 4,
+            "step_min_requests": 4,
+            "metrics_interval": 0.2,
+            "slo": {"ttft_seconds": 30},
+        },
+    }
+
+
+class Box:
+    """A sentinel config that makes everything happen within seconds, and its daemons.
+
+    The simulator at high speed as the daemon's child (a ``kind = "sim"`` launch profile), checks
+    every second or faster, the fake GPU backend, a tiny calibration and small reference runs.
+    ``overrides`` are merged into the config (nested dicts are TOML tables).
+    """
+
+    def __init__(self, workdir: Path, overrides: dict[str, Any]) -> None:
+        self.workdir = workdir
+        self.server_port = free_port()
+        self.exporter_port = free_port()
+        self.config = workdir / "sentinel.toml"
+        doc = _merge(fast_config(workdir / "state", self.server_port, self.exporter_port), overrides)
+        self.config.write_text(to_toml(doc))
+        self.daemons: list[SentinelDaemon] = []
+
+    @property
+    def exporter(self) -> str:
+        return f"127.0.0.1:{self.exporter_port}"
+
+    def start(self) -> SentinelDaemon:
+        daemon = SentinelDaemon(self.config, self.exporter_port, self.workdir / "sentinel.log")
+        self.daemons.append(daemon)
+        return daemon
+
+    def close(self) -> None:
+        for d in self.daemons:
+            d.kill()
+
+
+class SentinelDaemon:
+    """``sentinel run --config <file>`` in its own process group (the simulator is its child)."""
+
+    def __init__(self, config: Path, exporter_port: int, log: Path) -> None:
+        self.config = config
+        self.url = f"http://127.0.0.1:{exporter_port}"
+        self.log = log
+        self._out = log.open("ab")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SENTINEL_")}
+        env["PYTHONUNBUFFERED"] = "1"  # a failing test's tail shows the last lines, not the last block
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sentinel", "run", "--config", str(config)],
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+
+    def tail(self) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
+
+    def metrics_text(self) -> str:
+        return httpx.get(self.url + "/metrics", timeout=5).text
+
+    def wait(self, what: str, check: Callable[[], bool], timeout: float) -> None:
+        def alive_and(check: Callable[[], bool]) -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"sentinel exited ({self.proc.returncode}) waiting for {what}:\n{self.tail()}"
+                )
+            return check()
+
+        _wait(what, lambda: alive_and(check), timeout, self.tail)
+
+    def stop(self, timeout: float = 30) -> int:
+        """SIGTERM, as systemd stops it; the daemon stops its server child."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self.kill()
+
+    def server_children(self) -> set[int]:
+        return descendants(self.proc.pid)
+
+    def kill(self) -> None:
+        """Teardown: whatever is left, the server child included, is SIGKILLed."""
+        left = descendants(self.proc.pid) if self.proc.poll() is None else set()
+        _kill_group(self.proc)
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if not self._out.closed:
+            self._out.close()
