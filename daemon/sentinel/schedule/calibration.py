@@ -35,6 +35,9 @@ CONCLUSIVE = frozenset({"saturated", "slo", "max-concurrency"})
 _SLOT_MARGIN_SECONDS = 60.0
 # After the first reference run, before the initial calibration (the run's own report first).
 _INITIAL_DELAY_SECONDS = 5.0
+# Skips of the initial calibration that pass by themselves, and how soon it is tried again.
+_RETRY_INITIAL_ON = frozenset({"busy", "server_not_ready", "warmup", "restart_window", "foreign_traffic"})
+_INITIAL_RETRY_SECONDS = 15.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +138,18 @@ class CalibrationJob:
             return
         self._missing_checked = True
         if self._capacity is None:
-            scheduler.add_once("calibration:initial", run, time.time() + _INITIAL_DELAY_SECONDS)
+
+            async def initial() -> Any:
+                outcome = await run()
+                # A reference run holding the slot (or a server between lives) is no reason to wait
+                # for the nightly cron with no capacity at all: try again shortly. A budget skip is
+                # not retried here (the budget frees only with time; the cron comes back to it).
+                if isinstance(outcome, str) and outcome.removeprefix("skipped:") in _RETRY_INITIAL_ON:
+                    _log.info("calibration_initial_retry", outcome=outcome, in_seconds=_INITIAL_RETRY_SECONDS)
+                    scheduler.add_once("calibration:initial", initial, time.time() + _INITIAL_RETRY_SECONDS)
+                return outcome
+
+            scheduler.add_once("calibration:initial", initial, time.time() + _INITIAL_DELAY_SECONDS)
 
     async def run(self, scheduler: LoadScheduler) -> str:
         """One (incremental when possible) calibration in the load slot, within the token budget."""
