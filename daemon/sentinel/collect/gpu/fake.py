@@ -196,6 +196,10 @@ class FakeNvml:
     def nvmlDeviceGetName(self, handle: _Handle) -> str:
         return str(self._read("nvmlDeviceGetName", handle, "name"))
 
+    def nvmlDeviceGetCudaComputeCapability(self, handle: _Handle) -> tuple[int, int]:
+        major, minor = self._read("nvmlDeviceGetCudaComputeCapability", handle, "cuda_cc")
+        return int(major), int(minor)
+
     def nvmlDeviceGetSerial(self, handle: _Handle) -> str:
         return str(self._read("nvmlDeviceGetSerial", handle, "serial"))
 
