@@ -71,7 +71,7 @@ class LaunchFacts:
     dsa_default_backends: tuple[str, str]
     #: The same for GLM (``GlmMoeDsaForCausalLM``), which has its own SM12x rule from 0.5.19.
     glm_dsa_default_backends: tuple[str, str]
-    #: GLM-5-NVFP4 on this architecture: what was seen, with sources.
+    #: GLM-5-NVFP4 on this architecture: the GLM5_NVFP4_TABLE rows that apply, as findings.
     glm5_findings: tuple[Finding, ...]
     sources: tuple[str, ...]
 
@@ -104,29 +104,6 @@ def dsa_defaults(version: Version, sm_arch: int, kv_cache_dtype: str, *, glm: bo
         backend = "trtllm" if major >= 10 else "flashmla_kv"
         return (backend, backend)
     return ("flashmla_sparse", "trtllm" if major >= 10 else "fa3")
-
-
-_GLM5_SM120: tuple[Finding, ...] = (
-    Finding("0.5.9", "0.5.9",
-            "trtllm DSA backends needed (--nsa-prefill-backend trtllm --nsa-decode-backend trtllm); SGLang's "
-            "defaults flashmla_kv / flashmla_sparse gave NaN or garbage output",
-            "deployment finding (issue #13; /work/shared/reference/sglang.md header)"),
-    Finding("0.5.9", None,
-            "0.5.9 picks fp8_e4m3 KV on SM120 when --kv-cache-dtype is omitted; FP8 KV on SM120 reported "
-            "garbled / stops after 1 token: pass --kv-cache-dtype explicitly",
-            f"{_SERVER_ARGS_059}; voipmonitor/rtx6kpro models/glm5.md"),
-    Finding("0.5.12", None,
-            "TRT-LLM-gen MLA kernels (trtllm DSA backend) fail on SM120: 'TllmGenFmhaRunner ... Unsupported "
-            "architecture'",
-            "sglang PR #29580; issues #37105, #39302; flashinfer-ai/flashinfer#5445"),
-    Finding("0.5.19", None,
-            "GLM + SM12x + fp8 KV defaults both DSA backends to flashinfer_sparse_mla (an explicit backend wins)",
-            f"{_OVERRIDES_023} is_glm_sm12_fp8; PR #26928"),
-    Finding(None, None,
-            "working community reports: tilelang DSA backends with --kv-cache-dtype bf16 (0.5.23 rejects "
-            "tilelang + fp8 KV unless both backends are tilelang, and needs SM89+)",
-            f"{_OVERRIDES_023} _check_dsa_backend_constraints; /work/shared/reference/sglang.md §6.1"),
-)  # fmt: skip
 
 
 def _applies(f: Finding, v: Version) -> bool:
@@ -164,7 +141,11 @@ def launch_facts(version: str | None, sm_arch: int) -> LaunchFacts:
         dsa_default_kv_dtype=kv,
         dsa_default_backends=dsa_defaults(v, sm_arch, kv, glm=False),
         glm_dsa_default_backends=dsa_defaults(v, sm_arch, kv, glm=True),
-        glm5_findings=tuple(f for f in _GLM5_SM120 if major == 12 and _applies(f, v)),
+        glm5_findings=tuple(
+            Finding(r.applies_from, r.applies_until, f"{r.key} ({r.verdict}): {r.what}", r.source)
+            for r in GLM5_NVFP4_TABLE
+            if r.sm_major == 12 and r.applies(v, sm_arch)
+        ),
         sources=(
             _SERVER_ARGS_059 if v < _GLM_SM12_FROM else _OVERRIDES_023,
             "sglang/launch_server.py __main__ warning (0.5.19, 0.5.20, 0.5.21, 0.5.23)",

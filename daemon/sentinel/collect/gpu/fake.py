@@ -58,6 +58,9 @@ class FakeNvml:
     benchmarks see realistic read times.
     """
 
+    # As on the module: code that catches ``pynvml.NVMLError`` works with this object as ``pynvml``.
+    NVMLError = pynvml.NVMLError
+
     def __init__(
         self,
         devices: int = 1,
