@@ -164,6 +164,18 @@ def test_override_to_a_known_bad_combination_warns(
     assert contradictions(data["argv"], warnings)  # the helper does see one when there is one
 
 
+def test_a_pin_that_differs_from_the_installed_sglang_warns(
+    sm120: FakeNvml, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = config(tmp_path, "0.5.9", installed="0.5.23")
+    assert main(["check", "--config", str(cfg), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    (sglang,) = [r for r in data["preflight"] if r["check"] == "sglang"]
+    assert sglang["status"] == "warn"
+    assert "sglang 0.5.23 importable" in sglang["message"]
+    assert "pinned sglang_version 0.5.9" in sglang["message"]
+
+
 def test_every_launch_row_is_documented_with_its_source() -> None:
     doc = DOCS.read_text()
     for row in GLM5_NVFP4_TABLE:

@@ -248,6 +248,12 @@ async def run_preflight(
         if detected is None:
             detected = await asyncio.to_thread(detect_sglang_version, python_of(cmd.profile))
         version, message = detected
-        results.append(PreflightResult("sglang", "ok" if version else "fail", message))
+        status: Status = "ok" if version else "fail"
+        pinned = cmd.profile.sglang_version
+        if version and pinned and cmd.sglang_version not in (None, version):
+            # Flags, entrypoint and the launch-table row follow the pin, not what will run.
+            status = "warn"
+            message += f"; flags are rendered for the pinned sglang_version {pinned}"
+        results.append(PreflightResult("sglang", status, message))
     results.extend(check_known_bad(cmd, gpus))
     return results
