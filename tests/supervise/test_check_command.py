@@ -25,7 +25,7 @@ def test_check_default_sim_passes(
     assert main(["check"]) == 0
     out = capsys.readouterr().out
     assert "profile:      sim (command)" in out
-    assert "-m sentinel sim --host 127.0.0.1" in out
+    assert "-m sentinel_sim --host 127.0.0.1" in out
     assert "OK    port" in out
 
 

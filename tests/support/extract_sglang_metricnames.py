@@ -22,6 +22,7 @@ import ast
 import contextlib
 import math
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +179,13 @@ class _Walker(ast.NodeVisitor):
         self.generic_visit(node)
 
 
+def _parse(text: str) -> ast.Module:
+    # SGLang's own source has e.g. invalid escape sequences in regex strings: its warnings, not ours.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", (SyntaxWarning, DeprecationWarning))
+        return ast.parse(text)
+
+
 _PLAIN = (ast.Constant, ast.Name, ast.Tuple, ast.List, ast.Load)
 
 
@@ -187,7 +195,7 @@ def _module_constants(root: Path, dirs: set[str]) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for rel in sorted(dirs):
         for path in sorted((root / rel).glob("*.py")):
-            for node in ast.parse(path.read_text()).body:
+            for node in _parse(path.read_text()).body:
                 if isinstance(node, ast.Assign) and len(node.targets) == 1:
                     target = node.targets[0]
                     if isinstance(target, ast.Name) and target.id.isupper():
@@ -208,7 +216,7 @@ def extract_version(root: Path, version: str) -> list[dict[str, Any]]:
     for rel in layout[0]:
         text = (root / rel).read_text()
         walker = _Walker(rel, text, layout, constants)
-        walker.visit(ast.parse(text))
+        walker.visit(_parse(text))
         entries.extend(walker.out)
     return entries
 
