@@ -45,6 +45,7 @@ from sentinel.verdict import verdict
 if TYPE_CHECKING:
     from sentinel.collect import CollectorSet
     from sentinel.supervise import Supervisor
+    from sentinel.supervise.server_version import ServerVersionReader
 
 __all__ = ["Daemon", "DaemonError", "resolve_state_dir"]
 
@@ -124,6 +125,7 @@ class Daemon:
         self._tasks: list[asyncio.Task[Any]] = []
         self._status_text = ""
         self.supervisor: Supervisor | None = None
+        self._version_reader: ServerVersionReader | None = None
         self.collectors: CollectorSet | None = None
         self.scheduler: LoadScheduler | None = None
         self.exporter: Any = None
@@ -169,6 +171,7 @@ class Daemon:
         from sentinel.collect.sglang_log import SGLangLogCollector
         from sentinel.export import Exporter, ExporterConfigError
         from sentinel.supervise import ProfileError, Supervisor
+        from sentinel.supervise.server_version import attach_version_reader
 
         # APScheduler logs two INFO lines per job run: with the 1-second server watch that would be
         # ~170k journal lines a day. Its warnings and errors still come through; coalesced and missed
@@ -191,6 +194,8 @@ class Daemon:
             feed = log_source.feed
             supervisor.add_line_listener(lambda line: feed(line.text))
         gpu_source = collectors.get("gpu")
+        # The running server's SGLang version, read on each transition to ready, for the sglang collector.
+        self._version_reader = attach_version_reader(supervisor, collectors.get("sglang"), self.server_url)
         self.supervisor, self.collectors = supervisor, collectors
         self._reader = ServerLoadReader(
             self.server_url,
@@ -273,6 +278,8 @@ class Daemon:
                 await self.supervisor.stop()
             except Exception as exc:  # the stop sequence must go on to the end
                 _log.error("supervisor_stop_failed", error=repr(exc))
+        if self._version_reader is not None:
+            await self._version_reader.close()
         if self.collectors is not None:
             await self.collectors.stop(_STOP_GRACE_SECONDS)
         if self._reader is not None:

@@ -24,7 +24,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from support.sglang_metricnames import FAMILIES
+from support.sglang_metricnames import of_version
 
 ALL_RANKS = {"sglang:queue_time_seconds", "sglang:cuda_graph_passes_total", "sglang:cache_config_info"}
 MODEL = "zai-org/GLM-5-NVFP4"
@@ -46,7 +46,7 @@ def main() -> None:
     rng = random.Random(7)
     registry = CollectorRegistry()
     seen: set[str] = set()
-    for fam in FAMILIES:
+    for fam in of_version("0.5.9"):  # the payload is a 0.5.9 server's
         if fam.condition is not None or fam.component not in {"scheduler", "tokenizer", "http"}:
             continue
         if fam.name in seen or fam.type not in {"gauge", "counter", "histogram"}:

@@ -1,24 +1,29 @@
-"""The 0.5.9 metric reference against the wheel's source and against real /metrics samples."""
+"""The metric reference (0.5.9 and 0.5.23) against the wheels' source and real /metrics samples."""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import os
 import re
 from pathlib import Path
 
 import pytest
 
-from support.sglang_metricnames import FAMILIES, MetricFamily, by_name
+from support.sglang_metricnames import FAMILIES, VERSIONS, MetricFamily, by_name, of_version
 
-SGLANG_SRC = Path("/work/notes/sglang-0.5.9/sglang")
+# Where the unpacked wheels are: $SGLANG_WHEEL_DIR/s59/sglang and $SGLANG_WHEEL_DIR/s23/sglang
+# (``pip download --no-deps sglang==0.5.9`` / ``==0.5.23``, then unzip each into s59 / s23).
+WHEEL_DIR = Path(os.environ.get("SGLANG_WHEEL_DIR", "/tmp/sgl"))
+WHEELS = {"0.5.9": WHEEL_DIR / "s59" / "sglang", "0.5.23": WHEEL_DIR / "s23" / "sglang"}
 SAMPLES = Path("/work/shared/reference/samples")
 SCHEDULER_LABELS = ("model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank")
 
 
 def test_reference_matches_the_wheel_source() -> None:
-    if not (SGLANG_SRC / "srt/metrics/collector.py").is_file():
-        pytest.skip("unpacked sglang 0.5.9 wheel not present")
+    missing = [str(p) for p in WHEELS.values() if not (p / "srt").is_dir()]
+    if missing:
+        pytest.skip(f"unpacked SGLang wheels not found: {', '.join(missing)} (set SGLANG_WHEEL_DIR)")
     spec = importlib.util.spec_from_file_location(
         "extract", Path(__file__).parents[1] / "support" / "extract_sglang_metricnames.py"
     )
@@ -27,7 +32,7 @@ def test_reference_matches_the_wheel_source() -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     namespace: dict[str, object] = {}
-    exec(module.render(module.extract(SGLANG_SRC)), namespace)
+    exec(module.render(module.extract(WHEEL_DIR)), namespace)
     fresh = namespace["FAMILIES"]
     assert isinstance(fresh, tuple)
     assert [dataclasses.astuple(f) for f in fresh] == [dataclasses.astuple(f) for f in FAMILIES]
@@ -37,7 +42,7 @@ def test_every_family_in_real_metric_samples_is_known() -> None:
     files = [p for p in sorted(SAMPLES.glob("sglang-metrics-*.txt")) if "smg" not in p.name]
     if not files:
         pytest.skip("reference samples not present")
-    known = {(f.name, f.type) for f in FAMILIES}
+    known = {(f.name, f.type) for f in of_version("0.5.9")}
     checked = 0
     for path in files:
         for name, kind in re.findall(r"^# TYPE (sglang:\S+) (\w+)", path.read_text(), re.M):
@@ -84,6 +89,37 @@ def test_families_the_product_relies_on(name: str, kind: str, labels: tuple[str,
     assert family.type == kind
     assert family.labels == labels
     assert family.condition is None
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "labels"),
+    [
+        ("sglang:num_running_reqs", "gauge", SCHEDULER_LABELS),
+        ("sglang:num_queue_reqs", "gauge", SCHEDULER_LABELS),
+        ("sglang:token_usage", "gauge", SCHEDULER_LABELS),
+        ("sglang:realtime_tokens_total", "counter", (*SCHEDULER_LABELS, "mode")),
+        # 0.5.23 tokenizer labels: engine_type added, histograms/counters split by is_streaming.
+        ("sglang:prompt_tokens_total", "counter", ("model_name", "engine_type", "is_streaming")),
+        ("sglang:generation_tokens_total", "counter", ("model_name", "engine_type", "is_streaming")),
+        ("sglang:time_to_first_token_seconds", "histogram", ("model_name", "engine_type", "is_streaming")),
+        ("sglang:http_requests_active", "gauge", ("endpoint", "method")),
+    ],
+)
+def test_families_the_product_relies_on_in_0_5_23(name: str, kind: str, labels: tuple[str, ...]) -> None:
+    (family,) = by_name(name, "0.5.23")
+    assert family.type == kind
+    assert family.labels == labels
+    assert "srt/observability/" in family.source
+
+
+def test_versions_match_the_versions_table() -> None:
+    # versions.py metrics.module_moved: 85 literal families added in 0.5.23, 8 gone.
+    assert VERSIONS == ("0.5.9", "0.5.23")
+    old = {f.name for f in of_version("0.5.9")}
+    new = {f.name for f in of_version("0.5.23")}
+    assert (len(new - old), len(old - new)) == (85, 8)
+    assert "sglang:num_retractions" in old - new  # gone by 0.5.12 (reference §3.4)
+    assert all(f.versions <= set(VERSIONS) and f.versions for f in FAMILIES)
 
 
 def test_histograms_have_sorted_buckets() -> None:

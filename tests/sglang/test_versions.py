@@ -193,7 +193,8 @@ def test_launch_facts_per_version() -> None:
     assert old.dsa_flag_prefix == "--nsa"
     assert old.disable_cuda_graph_flags == ("--disable-cuda-graph",)
     assert old.glm_dsa_default_backends == ("flashmla_auto", "flashmla_kv")
-    assert any("trtllm DSA backends needed" in f.what for f in old.glm5_findings)
+    assert any("glm5.sm120.trtllm_bf16 (known_good)" in f.what for f in old.glm5_findings)
+    assert any("glm5.sm120.trtllm_unsupported" in f.what for f in new.glm5_findings)
     assert new.entrypoint == ("sglang", "serve")
     assert new.launch_server_warns
     assert not new.nsa_flags_accepted

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -39,8 +42,10 @@ def flag(argv: tuple[str, ...], name: str) -> str | None:
 def test_dsa_flags_follow_the_rename(version: tuple[int, int, int], prefix: str) -> None:
     cmd = render_command(glm(), detected_version=version)
     other = "--dsa" if prefix == "--nsa" else "--nsa"
-    assert flag(cmd.argv, f"{prefix}-prefill-backend") == "trtllm"
-    assert flag(cmd.argv, f"{prefix}-decode-backend") == "trtllm"
+    assert cmd.launch_row is not None
+    prefill, decode = cmd.launch_row.backends
+    assert flag(cmd.argv, f"{prefix}-prefill-backend") == prefill
+    assert flag(cmd.argv, f"{prefix}-decode-backend") == decode
     assert not any(a.startswith(other) for a in cmd.argv)
     assert cmd.sglang_version == version
     assert cmd.version_source == "detected"
@@ -52,14 +57,76 @@ def test_glm_profile_renders_the_deployment() -> None:
     assert a[1:3] == ("-m", "sglang.launch_server")
     assert flag(a, "--model-path") == "/models/GLM-5-NVFP4"
     assert flag(a, "--tp-size") == "8"
+    # The deployment's finding on 0.5.9 / SM120: trtllm, and an explicit bf16 KV cache.
+    assert flag(a, "--nsa-prefill-backend") == "trtllm"
+    assert flag(a, "--nsa-decode-backend") == "trtllm"
     assert flag(a, "--kv-cache-dtype") == "bf16"  # explicit: auto picks fp8 on SM120 (garbled output)
+    assert cmd.launch_row is not None
+    assert cmd.launch_row.key == "glm5.sm120.trtllm_bf16"
+    assert "deployment finding" in cmd.launch_row.source
     assert flag(a, "--mem-fraction-static") == "0.85"
     assert flag(a, "--reasoning-parser") == "glm45"
     assert flag(a, "--host") == "127.0.0.1"
     assert flag(a, "--port") == "31000"
     assert "--enable-metrics" in a
     assert "--disable-cuda-graph" in a
+    assert not any(x.startswith("--cuda-graph-backend") for x in a)
     assert cmd.env["NCCL_P2P_LEVEL"] == "SYS"
+    assert cmd.env["SGLANG_ENABLE_JIT_DEEPGEMM"] == "0"
+    assert "SGLANG_ENABLE_DEEP_GEMM" not in cmd.env  # read by no SGLang version
+
+
+@pytest.mark.parametrize("version", [(0, 5, 19), (0, 5, 23), (0, 5, 40)])
+def test_glm_profile_on_newer_sglang(version: tuple[int, int, int]) -> None:
+    cmd = render_command(glm(), detected_version=version)
+    a = cmd.argv
+    # `sglang serve` run by the profile's interpreter: what the console script runs.
+    assert a[1] == "-c"
+    assert "from sglang.cli.main import main" in a[2]
+    assert a[3] == "serve"
+    assert flag(a, "--dsa-prefill-backend") == "tilelang"
+    assert flag(a, "--dsa-decode-backend") == "tilelang"
+    assert flag(a, "--kv-cache-dtype") == "bf16"
+    assert "--disable-cuda-graph" not in a  # deprecated from 0.5.19
+    assert "--cuda-graph-backend-decode=disabled" in a
+    assert "--cuda-graph-backend-prefill=disabled" in a
+    assert cmd.launch_row is not None
+    assert cmd.launch_row.key == "glm5.sm120.tilelang_bf16"
+    assert "SGLANG_ENABLE_DEEP_GEMM" not in cmd.env
+
+
+def test_profile_values_override_the_table() -> None:
+    s = ServerSettings.model_validate(
+        {
+            "profile": GLM,
+            "profiles": {GLM: {"dsa_decode_backend": "trtllm", "kv_cache_dtype": "fp8_e4m3"}},
+        }
+    )
+    cmd = render_command(s, detected_version=(0, 5, 23))
+    assert flag(cmd.argv, "--dsa-prefill-backend") == "tilelang"  # from the table
+    assert flag(cmd.argv, "--dsa-decode-backend") == "trtllm"  # the override
+    assert flag(cmd.argv, "--kv-cache-dtype") == "fp8_e4m3"
+    assert cmd.dsa == ("tilelang", "trtllm", "fp8_e4m3")
+
+
+def test_entrypoint_stub_runs_sglangs_cli_main(tmp_path: Path) -> None:
+    # The stub must be what the `sglang` console script does: call sglang.cli.main:main with
+    # argv[1:] = ["serve", ...]. A stand-in sglang package records what it was called with.
+    pkg = tmp_path / "sglang" / "cli"
+    pkg.mkdir(parents=True)
+    (tmp_path / "sglang" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "main.py").write_text("import sys\ndef main():\n    print(repr(sys.argv))\n    return 3\n")
+    cmd = render_command(glm(), detected_version=(0, 5, 23))
+    proc = subprocess.run(
+        [sys.executable, *cmd.argv[1:4], "--model-path", "/m"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        check=False,
+    )
+    assert proc.returncode == 3
+    assert proc.stdout.strip() == repr(["sglang", "serve", "--model-path", "/m"])
 
 
 def test_unknown_version_renders_for_newest_and_says_so() -> None:
@@ -91,7 +158,7 @@ def test_pinned_version_wins_and_bad_pin_is_an_error() -> None:
 
 def test_sim_profile_is_the_default_and_on_loopback() -> None:
     cmd = render_command(ServerSettings())
-    assert cmd.argv[:3] == (sys.executable, "-m", "sentinel_sim")
+    assert cmd.argv[:4] == (sys.executable, "-m", "sentinel_sim", "--host")
     assert flag(cmd.argv, "--host") == "127.0.0.1"
     assert flag(cmd.argv, "--port") == "30000"
     assert cmd.profile.required_gpus == 0
@@ -151,15 +218,22 @@ def test_a_profile_named_like_a_builtin_adjusts_it() -> None:
 def test_base_chains_and_explicit_fields_win() -> None:
     profiles = {
         "site": {"base": GLM, "python": "/opt/sglang/bin/python", "extra_args": []},
-        "canary-box": {"base": "site", "tp_size": 4, "kv_cache_dtype": ""},
+        "canary-box": {"base": "site", "tp_size": 4, "kv_cache_dtype": "auto"},
     }
     s = ServerSettings.model_validate({"profile": "canary-box", "profiles": profiles})
     cmd = render_command(s, detected_version=(0, 5, 23))
     assert cmd.argv[0] == "/opt/sglang/bin/python"
     assert flag(cmd.argv, "--tp-size") == "4"
-    assert "--kv-cache-dtype" not in cmd.argv  # explicitly emptied
+    assert flag(cmd.argv, "--kv-cache-dtype") == "auto"  # explicit: wins over the launch table
     assert "--disable-custom-all-reduce" not in cmd.argv
-    assert flag(cmd.argv, "--dsa-decode-backend") == "trtllm"
+    assert flag(cmd.argv, "--dsa-decode-backend") == "tilelang"  # the table's row for 0.5.23
+    table_off = {**profiles, "canary-box": {**profiles["canary-box"], "launch_table": ""}}
+    off = render_command(
+        ServerSettings.model_validate({"profile": "canary-box", "profiles": table_off}),
+        detected_version=(0, 5, 23),
+    )
+    assert off.launch_row is None
+    assert not any(a.startswith("--dsa-") for a in off.argv)  # no table: left to SGLang
     assert cmd.profile.required_gpus == 4
 
 
@@ -252,7 +326,7 @@ def test_deprecated_sim_keys_still_render_the_simulator() -> None:
         }
     )
     cmd = render_command(s)
-    assert cmd.argv[:3] == (sys.executable, "-m", "sentinel_sim")
+    assert cmd.argv[:4] == (sys.executable, "-m", "sentinel_sim", "--host")
     assert flag(cmd.argv, "--speed") == "50"
     assert flag(cmd.argv, "--fault") == "crash_after=5"
     assert cmd.profile.kind == "command"

@@ -11,6 +11,7 @@ import pytest
 from sentinel.supervise.launch import LaunchCommand, render_command
 from sentinel.supervise.preflight import (
     GpuInfo,
+    PreflightResult,
     check_gpus,
     check_known_bad,
     check_model_path,
@@ -82,16 +83,57 @@ def test_model_path(tmp_path: Path) -> None:
     assert check_model_path(glm_cmd(model_path="zai-org/GLM-5")).status == "warn"
 
 
+def glm_at(version: tuple[int, int, int], **override: object) -> LaunchCommand:
+    """The built-in GLM-5-NVFP4 profile (launch table on), optionally overridden, at ``version``."""
+    g = "glm5-nvfp4-rtxpro6000"
+    s = ServerSettings.model_validate({"profile": g, "profiles": {g: override} if override else {}})
+    return render_command(s, detected_version=version)
+
+
+def dsa_warnings(results: list[PreflightResult]) -> list[str]:
+    return [r.message for r in results if r.status == "warn" and "NaN race" not in r.message]
+
+
+@pytest.mark.parametrize("version", [(0, 5, 9), (0, 5, 19), (0, 5, 23), (0, 5, 40)])
+def test_the_profiles_own_choice_is_never_warned_about(version: tuple[int, int, int]) -> None:
+    assert dsa_warnings(check_known_bad(glm_at(version), rtx(8))) == []
+
+
 def test_known_bad_on_sm120() -> None:
-    warns = check_known_bad(glm_cmd(dsa_decode_backend="trtllm", kv_cache_dtype="bf16"), rtx(8))
-    assert [r.status for r in warns] == ["warn"]
-    assert "Unsupported architecture" in warns[0].message
-    fp8 = check_known_bad(glm_cmd(dsa_decode_backend="flashmla_kv"), rtx(8))
-    assert any("kv_cache_dtype unset" in r.message for r in fp8)
+    # trtllm is the deployment's finding on 0.5.9, known-bad from 0.5.12: an override to it warns.
+    assert dsa_warnings(check_known_bad(glm_at((0, 5, 9), dsa_decode_backend="trtllm"), rtx(8))) == []
+    warns = dsa_warnings(check_known_bad(glm_at((0, 5, 23), dsa_decode_backend="trtllm"), rtx(8)))
+    assert len(warns) == 1
+    assert "glm5.sm120.trtllm_unsupported" in warns[0]
+    assert "Unsupported architecture" in warns[0]
+    assert "PR #29580" in warns[0]
+    # KV left to SGLang on SM120: it picks fp8_e4m3 for DSA, known-bad; said with what SGLang picks.
+    fp8 = dsa_warnings(check_known_bad(glm_at((0, 5, 23), kv_cache_dtype="auto"), rtx(8)))
+    assert any("glm5.sm120.fp8_kv" in m and "KV fp8_e4m3 (SGLang defaults" in m for m in fp8)
+    # 0.5.9's own defaults (flashmla_*) gave garbage on SM120 (the deployment's finding).
+    sglang_default = dsa_warnings(
+        check_known_bad(glm_at((0, 5, 9), dsa_prefill_backend="flashmla_sparse"), rtx(8))
+    )
+    assert any("glm5.sm120.flashmla_garbage" in m for m in sglang_default)
+    # A non-table profile still gets the trtllm verdict (it is about the kernels, not the model).
+    plain = check_known_bad(glm_cmd(dsa_decode_backend="trtllm", kv_cache_dtype="bf16"), rtx(8))
+    assert plain == check_known_bad(glm_cmd(dsa_decode_backend="trtllm", kv_cache_dtype="bf16"), rtx(8))
     h200 = check_known_bad(glm_cmd(dsa_decode_backend="trtllm", kv_cache_dtype="bf16"), rtx(8, cc=(9, 0)))
     assert [(r.status, r.message) for r in h200] == [("ok", "no known-bad combination for SM90")]
     fp4 = check_known_bad(glm_cmd(quantization="modelopt_fp4", kv_cache_dtype="bf16"), rtx(8))
     assert any("NaN race" in r.message for r in fp4)
+
+
+def test_profile_for_sm120_on_other_gpus_says_so() -> None:
+    warns = dsa_warnings(check_known_bad(glm_at((0, 5, 23)), rtx(8, cc=(9, 0))))
+    assert any("renders for SM120" in m and "SM90" in m for m in warns)
+
+
+def test_version_without_a_known_good_choice_warns_about_the_version() -> None:
+    warns = dsa_warnings(check_known_bad(glm_at((0, 5, 15)), rtx(8)))
+    assert len(warns) == 1
+    assert "glm5.sm120.none_known" in warns[0]
+    assert "#26087" in warns[0]
 
 
 async def test_run_preflight_collects_everything() -> None:

@@ -72,6 +72,7 @@ async def test_flags_follow_the_installed_version_across_an_upgrade(
         await sup.wait_for_state(ServerState.READY, timeout_s=20)
         argv_line = next(t for t in lines if t.startswith("server_args="))
         assert "'--nsa-decode-backend', 'flashmla_kv'" in argv_line
+        assert "entrypoint='launch_server.py'" in argv_line
         assert "'--tp-size', '8'" in argv_line
         # SGLang 0.5.23 is installed, then the server dies: the next life must use --dsa-*
         # (0.5.23 rejects --nsa-* outright).
@@ -86,6 +87,8 @@ async def test_flags_follow_the_installed_version_across_an_upgrade(
         argv_line = next(t for t in lines if t.startswith("server_args="))
         assert "'--dsa-decode-backend', 'flashmla_kv'" in argv_line
         assert "--nsa-" not in argv_line
+        # `sglang serve` (the console script's main) through the profile's interpreter.
+        assert "entrypoint='sglang serve'" in argv_line
         assert sup.config_hash != first_hash
         reg = CollectorRegistry()
         reg.register(sup.collector())

@@ -24,6 +24,31 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=_handle)
 
 
+def _resolution(cmd: Any) -> Any:
+    """Which known SGLang behaviour the rendered version is read as (an unknown one: the newest)."""
+    from sentinel.sglang.versions import resolve
+    from sentinel.supervise.launch import version_text
+
+    return resolve(version_text(cmd.sglang_version))
+
+
+def _row_json(cmd: Any) -> dict[str, Any] | None:
+    """The launch-table row that chose the DSA backends / KV dtype, with what was rendered."""
+    row = cmd.launch_row
+    if row is None:
+        return None
+    prefill, decode, kv = cmd.dsa
+    return {
+        "key": row.key,
+        "verdict": row.verdict,
+        "versions": row.versions,
+        "gpu_arch": cmd.profile.gpu_arch or None,
+        "what": row.what,
+        "source": row.source,
+        "rendered": {"prefill_backend": prefill, "decode_backend": decode, "kv_cache_dtype": kv},
+    }
+
+
 def _handle(args: argparse.Namespace) -> int:
     from sentinel.config import load_settings
     from sentinel.log import configure_logging
@@ -44,7 +69,9 @@ def _handle(args: argparse.Namespace) -> int:
     try:
         _, profile = resolve_profile(s)
         detected: tuple[Any, str] = (None, "")
-        if profile.kind == "sglang" and not profile.sglang_version:
+        if profile.kind == "sglang":
+            # Also with a pinned version: the interpreter must still import SGLang (the pin only
+            # chooses the flags), as the supervisor's own preflight checks before every start.
             detected = detect_sglang_version(python_of(profile))
         cmd = render_command(s, detected_version=detected[0], detect_message=detected[1])
     except ProfileError as exc:
@@ -78,6 +105,10 @@ def _handle(args: argparse.Namespace) -> int:
                         if cmd.sglang_version
                         else None,
                         "version_source": cmd.version_source or None,
+                        "sglang_behaves_as": str(_resolution(cmd).behaves_as)
+                        if cmd.profile.kind == "sglang"
+                        else None,
+                        "launch_row": _row_json(cmd),
                         "unit": s.systemd.unit if s.mode == "systemd" else None,
                         "preflight": [
                             {"check": r.name, "status": r.status, "message": r.message} for r in results
@@ -96,7 +127,14 @@ def _handle(args: argparse.Namespace) -> int:
         print("server:       run by someone else; sentinel only watches it (profile below for reference)")
     print(f"profile:      {cmd.profile_name} ({cmd.profile.kind})")
     if cmd.profile.kind == "sglang":
-        print(f"sglang:       {cmd.version_source}")
+        print(f"sglang:       {cmd.version_source}; {_resolution(cmd).note}")
+    row = cmd.launch_row
+    if row is not None:
+        prefill, decode, kv = (v or "SGLang's default" for v in cmd.dsa)
+        arch = f"SM{cmd.profile.gpu_arch}" if cmd.profile.gpu_arch else "any GPU"
+        print(f"launch row:   {row.key} ({row.verdict}, SGLang {row.versions}, {arch})")
+        print(f"              prefill {prefill}, decode {decode}, KV {kv}: {row.what}")
+        print(f"              source: {row.source}")
     print(f"config hash:  {config_hash_of(s, cmd)}")
     print(f"endpoint:     http://{s.host}:{s.port}")
     print("command line:")

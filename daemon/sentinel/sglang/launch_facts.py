@@ -13,10 +13,23 @@ launch module consumes it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from sentinel.sglang.versions import Resolution, Version, behaves_new, parse_version, resolve
 
-__all__ = ["Finding", "LaunchFacts", "dsa_defaults", "launch_facts"]
+__all__ = [
+    "GLM5_NVFP4_TABLE",
+    "SGLANG_CLI_STUB",
+    "DsaRow",
+    "DsaVerdicts",
+    "Finding",
+    "LaunchFacts",
+    "dsa_defaults",
+    "dsa_verdicts",
+    "glm5_choice",
+    "launch_facts",
+    "normalize_kv_dtype",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,15 +46,19 @@ class Finding:
 class LaunchFacts:
     resolution: Resolution
     sm_arch: int
-    #: argv prefix of the recommended entrypoint.
+    #: argv prefix of the recommended entrypoint (``sglang`` is the console script).
     entrypoint: tuple[str, ...]
+    #: The same run by a given interpreter, after it: ``-m sglang.launch_server`` or ``-c <stub> serve``.
+    entrypoint_args: tuple[str, ...]
     #: ``python -m sglang.launch_server`` still works but prints a UserWarning.
     launch_server_warns: bool
-    #: ``--nsa`` (≤ 0.5.12; alias still accepted through 0.5.19) or ``--dsa`` for the DSA backends.
+    #: ``--nsa`` (below 0.5.15, the first read with ``--dsa``; alias accepted through 0.5.19, rejected
+    #: from 0.5.20) or ``--dsa`` for the DSA backends.
     dsa_flag_prefix: str
     #: Whether ``--nsa-prefill-backend``/``--nsa-decode-backend`` are accepted at all.
     nsa_flags_accepted: bool
-    #: Flags that turn CUDA graphs off without a deprecation warning.
+    #: Flags that turn CUDA graphs off without a deprecation warning (``--disable-cuda-graph`` is
+    #: deprecated from 0.5.19).
     disable_cuda_graph_flags: tuple[str, ...]
     disable_cuda_graph_deprecated: bool
     #: The DeepGEMM switch SGLang reads (``SGLANG_ENABLE_JIT_DEEPGEMM``, default on).
@@ -54,7 +71,7 @@ class LaunchFacts:
     dsa_default_backends: tuple[str, str]
     #: The same for GLM (``GlmMoeDsaForCausalLM``), which has its own SM12x rule from 0.5.19.
     glm_dsa_default_backends: tuple[str, str]
-    #: GLM-5-NVFP4 on this architecture: what was seen, with sources.
+    #: GLM-5-NVFP4 on this architecture: the GLM5_NVFP4_TABLE rows that apply, as findings.
     glm5_findings: tuple[Finding, ...]
     sources: tuple[str, ...]
 
@@ -89,29 +106,6 @@ def dsa_defaults(version: Version, sm_arch: int, kv_cache_dtype: str, *, glm: bo
     return ("flashmla_sparse", "trtllm" if major >= 10 else "fa3")
 
 
-_GLM5_SM120: tuple[Finding, ...] = (
-    Finding("0.5.9", "0.5.9",
-            "trtllm DSA backends needed (--nsa-prefill-backend trtllm --nsa-decode-backend trtllm); SGLang's "
-            "defaults flashmla_kv / flashmla_sparse gave NaN or garbage output",
-            "deployment finding (issue #13; /work/shared/reference/sglang.md header)"),
-    Finding("0.5.9", None,
-            "0.5.9 picks fp8_e4m3 KV on SM120 when --kv-cache-dtype is omitted; FP8 KV on SM120 reported "
-            "garbled / stops after 1 token: pass --kv-cache-dtype explicitly",
-            f"{_SERVER_ARGS_059}; voipmonitor/rtx6kpro models/glm5.md"),
-    Finding("0.5.12", None,
-            "TRT-LLM-gen MLA kernels (trtllm DSA backend) fail on SM120: 'TllmGenFmhaRunner ... Unsupported "
-            "architecture'",
-            "sglang PR #29580; issues #37105, #39302; flashinfer-ai/flashinfer#5445"),
-    Finding("0.5.19", None,
-            "GLM + SM12x + fp8 KV defaults both DSA backends to flashinfer_sparse_mla (an explicit backend wins)",
-            f"{_OVERRIDES_023} is_glm_sm12_fp8; PR #26928"),
-    Finding(None, None,
-            "working community reports: tilelang DSA backends with --kv-cache-dtype bf16 (0.5.23 rejects "
-            "tilelang + fp8 KV unless both backends are tilelang, and needs SM89+)",
-            f"{_OVERRIDES_023} _check_dsa_backend_constraints; /work/shared/reference/sglang.md §6.1"),
-)  # fmt: skip
-
-
 def _applies(f: Finding, v: Version) -> bool:
     if f.applies_from is not None and v < parse_version(f.applies_from):
         return False
@@ -132,6 +126,7 @@ def launch_facts(version: str | None, sm_arch: int) -> LaunchFacts:
         resolution=res,
         sm_arch=sm_arch,
         entrypoint=("sglang", "serve") if serve else ("python3", "-m", "sglang.launch_server"),
+        entrypoint_args=("-c", SGLANG_CLI_STUB, "serve") if serve else ("-m", "sglang.launch_server"),
         launch_server_warns=serve,
         dsa_flag_prefix="--dsa" if v >= _DSA_NAMES_FROM else "--nsa",
         nsa_flags_accepted=not nsa_gone,
@@ -146,10 +141,148 @@ def launch_facts(version: str | None, sm_arch: int) -> LaunchFacts:
         dsa_default_kv_dtype=kv,
         dsa_default_backends=dsa_defaults(v, sm_arch, kv, glm=False),
         glm_dsa_default_backends=dsa_defaults(v, sm_arch, kv, glm=True),
-        glm5_findings=tuple(f for f in _GLM5_SM120 if major == 12 and _applies(f, v)),
+        glm5_findings=tuple(
+            Finding(r.applies_from, r.applies_until, f"{r.key} ({r.verdict}): {r.what}", r.source)
+            for r in GLM5_NVFP4_TABLE
+            if r.sm_major == 12 and r.applies(v, sm_arch)
+        ),
         sources=(
             _SERVER_ARGS_059 if v < _GLM_SM12_FROM else _OVERRIDES_023,
             "sglang/launch_server.py __main__ warning (0.5.19, 0.5.20, 0.5.21, 0.5.23)",
             "sglang/srt/environ.py SGLANG_ENABLE_JIT_DEEPGEMM",
         ),
     )
+
+
+# What the ``sglang`` console script runs (``sglang = sglang.cli.main:main`` in 0.5.9 and 0.5.23
+# entry_points.txt). Neither wheel has ``sglang/cli/__main__.py`` and ``cli/main.py`` has no
+# ``__main__`` block, so ``python -m sglang.cli`` does not work; a venv's ``bin/sglang`` need not
+# exist next to a configured interpreter. ``python -c <stub> serve ...`` is ``sglang serve ...`` run
+# by exactly the profile's interpreter (argv[0] set so argparse's messages say "sglang").
+SGLANG_CLI_STUB = 'import sys; sys.argv[0] = "sglang"; from sglang.cli.main import main; sys.exit(main())'
+
+Verdict = Literal["known_good", "known_bad", "no_known_good"]
+
+
+@dataclass(frozen=True, slots=True)
+class DsaRow:
+    """One row of the GLM-5-NVFP4 launch table.
+
+    A *choice* row (``known_good`` / ``no_known_good``) is what the profile renders for a version
+    range on an architecture: ``backends`` = (prefill, decode), "" = left to SGLang's own default;
+    ``kv_cache_dtype`` rendered explicitly ("" = SGLang's). A ``known_bad`` row matches a launch
+    whose effective prefill or decode backend is one of ``backends`` (empty: any) and whose KV
+    dtype is of family ``kv_cache_dtype`` ("fp8", "bf16"; "" = any).
+    """
+
+    key: str
+    verdict: Verdict
+    #: SM major the row is about (12: RTX PRO 6000 / SM120); 0 = any architecture without a row.
+    sm_major: int
+    applies_from: str
+    applies_until: str | None  # None: still, including versions newer than the newest known
+    backends: tuple[str, ...]
+    kv_cache_dtype: str
+    what: str
+    source: str
+
+    def applies(self, version: Version, sm_arch: int) -> bool:
+        if self.sm_major and sm_arch // 10 != self.sm_major:
+            return False
+        f = Finding(self.applies_from, self.applies_until, self.what, self.source)
+        return _applies(f, version)
+
+    @property
+    def versions(self) -> str:
+        return f"{self.applies_from} – {self.applies_until or 'now'}"
+
+
+_DEPLOYMENT = "deployment finding (issue #13; /work/shared/reference/sglang.md header and §1.1)"
+
+GLM5_NVFP4_TABLE: tuple[DsaRow, ...] = (
+    # --- what the profile renders -------------------------------------------------------------
+    DsaRow("glm5.sm120.trtllm_bf16", "known_good", 12, "0.5.9", "0.5.11", ("trtllm", "trtllm"), "bf16",
+           "trtllm DSA backends with an explicit bf16 KV cache: the deployment's launch line (SGLang's "
+           "defaults flashmla_kv / flashmla_sparse gave NaN or garbage); kept until the first report of "
+           "trtllm failing on SM120 (0.5.12)",
+           _DEPLOYMENT),
+    DsaRow("glm5.sm120.none_known", "no_known_good", 12, "0.5.12", "0.5.18", ("tilelang", "tilelang"), "bf16",
+           "no DSA backend known to work: on 0.5.12 every backend failed at start-up in DeepGEMM's indexer "
+           "('attention.hpp: Unsupported architecture'); renders the later known-good tilelang + bf16; "
+           "upgrade to 0.5.19+",
+           "sglang issue #26087 (image lmsysorg/sglang:v0.5.12-cu130, 8x RTX PRO 6000)"),
+    DsaRow("glm5.sm120.tilelang_bf16", "known_good", 12, "0.5.19", None, ("tilelang", "tilelang"), "bf16",
+           "tilelang DSA backends with an explicit bf16 KV cache (SGLang's SM120 default would be fp8 KV "
+           "+ flashinfer_sparse_mla, which needed source-built FlashInfer/DeepGEMM)",
+           "sglang issue #37105 (working configuration, 8x RTX PRO 6000: --dsa-prefill-backend tilelang "
+           "--dsa-decode-backend tilelang --kv-cache-dtype bfloat16); flashinfer-ai/flashinfer#5290 (SM120 "
+           "production pools on bf16 KV + TileLang DSA); sglang PR #29580; " + _OVERRIDES_023
+           + " _check_dsa_backend_constraints (tilelang needs SM89+)"),
+    DsaRow("glm5.other_arch", "no_known_good", 0, "0.0.0", None, ("", ""), "",
+           "no finding for GLM-5-NVFP4 on this architecture: DSA backends and KV dtype left to SGLang",
+           "launch_facts.dsa_defaults (SGLang's own choice)"),
+    # --- what preflight warns about ---------------------------------------------------------------
+    DsaRow("glm5.sm120.flashmla_garbage", "known_bad", 12, "0.5.9", "0.5.11", ("flashmla_kv", "flashmla_sparse"), "",
+           "flashmla_kv / flashmla_sparse DSA backends on SM120 gave NaN or garbage output",
+           _DEPLOYMENT),
+    DsaRow("glm5.sm120.trtllm_unsupported", "known_bad", 12, "0.5.12", None, ("trtllm",), "",
+           "trtllm DSA backend on SM120: TRT-LLM-gen MLA kernels report 'Unsupported architecture'; "
+           "expect a crash at warm-up",
+           "sglang PR #29580; issues #26087 (v0.5.12), #37105, #39302; flashinfer-ai/flashinfer#5290 "
+           "(fmhaRunner.cuh accepts SM100/103/107 only), #5445"),
+    DsaRow("glm5.sm120.fp8_kv", "known_bad", 12, "0.5.9", None, (), "fp8",
+           "FP8 KV cache on SM120 reported garbled output / stops after 1 token (SGLang picks fp8_e4m3 for "
+           "DSA on SM ≥ 10 when --kv-cache-dtype is omitted)",
+           "voipmonitor/rtx6kpro models/glm5.md; " + _SERVER_ARGS_059),
+)  # fmt: skip
+
+
+def normalize_kv_dtype(kv: str) -> str:
+    """The KV dtype family ("bf16", "fp8", "fp4", …); "" for auto/unset."""
+    kv = kv.strip().lower()
+    if kv in ("", "auto"):
+        return ""
+    if kv in ("bf16", "bfloat16"):
+        return "bf16"
+    if kv.startswith("fp8"):
+        return "fp8"
+    if kv.startswith("fp4"):
+        return "fp4"
+    return kv
+
+
+def glm5_choice(version: str | None, sm_arch: int) -> DsaRow:
+    """The table row the GLM-5-NVFP4 profile renders for ``version`` on ``sm_arch`` (unknown
+    version: the newest known one's row, as everywhere)."""
+    v = resolve(version).behaves_as
+    for row in GLM5_NVFP4_TABLE:
+        if row.verdict != "known_bad" and row.applies(v, sm_arch):
+            return row
+    raise AssertionError(f"GLM5_NVFP4_TABLE has no row for {v} on SM{sm_arch}")  # the sm_major=0 row
+
+
+@dataclass(frozen=True, slots=True)
+class DsaVerdicts:
+    #: (prefill, decode, KV dtype) SGLang will use: the explicit ones, else its own defaults.
+    effective: tuple[str, str, str]
+    bad: tuple[DsaRow, ...]
+
+
+def dsa_verdicts(
+    version: str | None, sm_arch: int, prefill: str, decode: str, kv_cache_dtype: str, *, glm: bool = True
+) -> DsaVerdicts:
+    """The known-bad rows a DSA launch with these (possibly empty = SGLang's default) settings hits."""
+    v = resolve(version).behaves_as
+    facts_kv = "fp8_e4m3" if sm_arch // 10 >= 10 else "bfloat16"
+    kv = kv_cache_dtype if normalize_kv_dtype(kv_cache_dtype) else facts_kv
+    default = dsa_defaults(v, sm_arch, kv if normalize_kv_dtype(kv) != "fp8" else "fp8_e4m3", glm=glm)
+    effective = (prefill or default[0], decode or default[1], kv)
+    bad = tuple(
+        row
+        for row in GLM5_NVFP4_TABLE
+        if row.verdict == "known_bad"
+        and row.applies(v, sm_arch)
+        and (not row.backends or any(b in row.backends for b in effective[:2]))
+        and (not row.kv_cache_dtype or normalize_kv_dtype(kv) == row.kv_cache_dtype)
+    )
+    return DsaVerdicts(effective, bad)

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
+from sentinel.sglang.launch_facts import DsaRow, glm5_choice, launch_facts
+from sentinel.sglang.versions import NEWEST_KNOWN
 from sentinel.supervise.settings import LaunchProfile, ServerSettings
 
 __all__ = [
@@ -26,18 +28,22 @@ __all__ = [
     "api_key_of",
     "config_hash_of",
     "detect_sglang_version",
+    "dsa_choice",
     "parse_version",
     "python_of",
     "render_command",
     "resolve_profile",
+    "version_text",
 ]
 
 SglangVersion = tuple[int, int, int]
 
 # The flagship deployment: GLM-5-NVFP4 (744B MoE) with TP over 8 RTX PRO 6000 (SM120, PCIe).
-# Flags follow the deployment's known launch line (reference sglang.md §1.1), with the KV-cache
-# dtype made explicit: left on auto, SGLang picks fp8_e4m3 on SM120, which community reports
-# tie to garbled output (§6.1). Preflight warns about the trtllm backends on SM120.
+# Flags follow the deployment's known launch line (reference sglang.md §1.1). The DSA backends and
+# the KV-cache dtype are not fixed here: GLM5_NVFP4_TABLE (sglang/launch_facts.py) picks them per
+# SGLang version on SM120 (trtllm + bf16 for the deployment's 0.5.9; tilelang + bf16 from 0.5.19,
+# where trtllm-gen MLA is unsupported on SM120), and preflight checks the same table. A value set
+# in [server.profiles.glm5-nvfp4-rtxpro6000] overrides the table (and preflight judges it).
 _GLM5 = LaunchProfile(
     kind="sglang",
     model_path="/models/GLM-5-NVFP4",
@@ -45,9 +51,8 @@ _GLM5 = LaunchProfile(
     trust_remote_code=True,
     tp_size=8,
     quantization="modelopt_fp4",
-    dsa_prefill_backend="trtllm",
-    dsa_decode_backend="trtllm",
-    kv_cache_dtype="bf16",
+    launch_table="glm5-nvfp4",
+    gpu_arch=120,
     mem_fraction_static=0.85,
     disable_cuda_graph=True,
     enable_metrics=True,
@@ -55,9 +60,10 @@ _GLM5 = LaunchProfile(
     tool_call_parser="glm47",
     # PCIe-only 8-GPU box: community settings for GLM-5 on SM120 (reference §1.1).
     extra_args=("--disable-custom-all-reduce",),
+    # SGLANG_ENABLE_JIT_DEEPGEMM is the switch both 0.5.9 and 0.5.23 read (sglang/srt/environ.py);
+    # the SGLANG_ENABLE_DEEP_GEMM of some recipes is read by neither, so it is not set.
     env={
         "SGLANG_ENABLE_JIT_DEEPGEMM": "0",
-        "SGLANG_ENABLE_DEEP_GEMM": "0",
         "NCCL_IB_DISABLE": "1",
         "NCCL_P2P_LEVEL": "SYS",
     },
@@ -76,12 +82,10 @@ _SIM = LaunchProfile(
 
 BUILTIN_PROFILES: dict[str, LaunchProfile] = {"sim": _SIM, "glm5-nvfp4-rtxpro6000": _GLM5}
 
-# `--nsa-*-backend` became `--dsa-*-backend` around v0.5.13; the old names stayed as aliases
-# through v0.5.19 and are rejected from v0.5.22. The first version verified to have the new
-# names is 0.5.15, so below it the old names (accepted by every version up to 0.5.19) are used.
-_DSA_NAMES_FROM: SglangVersion = (0, 5, 15)
-# When the version cannot be determined, render for the newest behaviour seen.
-_ASSUMED_VERSION: SglangVersion = (0, 5, 23)
+# Flag spellings, entrypoint and CUDA-graph flags per version come from launch_facts (the
+# versions table: --nsa-* aliases accepted through 0.5.19, rejected from 0.5.20; --dsa-* first
+# verified in 0.5.15). When the version cannot be determined, render for the newest known one.
+_ASSUMED_VERSION: SglangVersion = (NEWEST_KNOWN.major, NEWEST_KNOWN.minor, NEWEST_KNOWN.patch)
 
 
 _SECRET_FLAGS = frozenset({"--api-key", "--admin-api-key"})
@@ -105,6 +109,10 @@ class LaunchCommand:
     # and the key, so that display masks it there.
     secret_args: tuple[int, ...] = ()
     secret: str = field(default="", repr=False)
+    # The launch-table row that chose the DSA backends / KV dtype (None: the profile has no table).
+    launch_row: DsaRow | None = None
+    # (prefill, decode, KV dtype) as rendered; "" = not passed, SGLang picks. Preflight judges these.
+    dsa: tuple[str, str, str] = ("", "", "")
 
     @property
     def config_hash(self) -> str:
@@ -217,10 +225,34 @@ def detect_sglang_version(python: str, timeout: float = 60.0) -> tuple[SglangVer
     return version, f"sglang {'.'.join(map(str, version))} importable by {python}"
 
 
-def _sglang_argv(profile: LaunchProfile, settings: ServerSettings, version: SglangVersion) -> list[str]:
+def version_text(version: SglangVersion | None) -> str | None:
+    return ".".join(map(str, version)) if version is not None else None
+
+
+def dsa_choice(
+    profile: LaunchProfile, version: SglangVersion | None
+) -> tuple[DsaRow | None, tuple[str, str, str]]:
+    """The table row (if the profile has a table) and the (prefill, decode, KV dtype) to render:
+    the profile's own values where set, the row's elsewhere."""
+    row = glm5_choice(version_text(version), profile.gpu_arch) if profile.launch_table else None
+    table = row.backends if row is not None else ("", "")
+    kv = row.kv_cache_dtype if row is not None else ""
+    return row, (
+        profile.dsa_prefill_backend or table[0],
+        profile.dsa_decode_backend or table[1],
+        profile.kv_cache_dtype or kv,
+    )
+
+
+def _sglang_argv(
+    profile: LaunchProfile, settings: ServerSettings, version: SglangVersion, dsa: tuple[str, str, str]
+) -> list[str]:
     if not profile.model_path:
         raise ProfileError("profile has no model_path")
-    argv = [python_of(profile), "-m", "sglang.launch_server", "--model-path", profile.model_path]
+    facts = launch_facts(version_text(version), profile.gpu_arch)
+    # 0.5.9: python -m sglang.launch_server; from 0.5.19 that warns and `sglang serve` is the
+    # entrypoint, run here through the profile's interpreter (launch_facts.SGLANG_CLI_STUB).
+    argv = [python_of(profile), *facts.entrypoint_args, "--model-path", profile.model_path]
     if profile.served_model_name:
         argv += ["--served-model-name", profile.served_model_name]
     if profile.trust_remote_code:
@@ -230,18 +262,19 @@ def _sglang_argv(profile: LaunchProfile, settings: ServerSettings, version: Sgla
         argv += ["--quantization", profile.quantization]
     if profile.attention_backend:
         argv += ["--attention-backend", profile.attention_backend]
-    prefix = "--dsa" if version >= _DSA_NAMES_FROM else "--nsa"
-    if profile.dsa_prefill_backend:
-        argv += [f"{prefix}-prefill-backend", profile.dsa_prefill_backend]
-    if profile.dsa_decode_backend:
-        argv += [f"{prefix}-decode-backend", profile.dsa_decode_backend]
-    if profile.kv_cache_dtype:
-        argv += ["--kv-cache-dtype", profile.kv_cache_dtype]
+    prefix = facts.dsa_flag_prefix
+    prefill, decode, kv = dsa
+    if prefill:
+        argv += [f"{prefix}-prefill-backend", prefill]
+    if decode:
+        argv += [f"{prefix}-decode-backend", decode]
+    if kv:
+        argv += ["--kv-cache-dtype", kv]
     if profile.mem_fraction_static is not None:
         argv += ["--mem-fraction-static", f"{profile.mem_fraction_static:g}"]
     if profile.disable_cuda_graph:
-        # A deprecated alias from v0.5.22 (maps to the per-phase graph backends) but still accepted.
-        argv.append("--disable-cuda-graph")
+        # --disable-cuda-graph is deprecated from 0.5.19 (per-phase graph backends replace it).
+        argv += facts.disable_cuda_graph_flags
     if profile.enable_metrics:
         argv.append("--enable-metrics")
     if profile.reasoning_parser:
@@ -338,7 +371,8 @@ def render_command(
         source = f"unknown ({detect_message or 'not detected'}); flags rendered for " + ".".join(
             map(str, _ASSUMED_VERSION)
         )
-    argv = _sglang_argv(profile, settings, version or _ASSUMED_VERSION)
+    row, dsa = dsa_choice(profile, version)
+    argv = _sglang_argv(profile, settings, version or _ASSUMED_VERSION, dsa)
     return LaunchCommand(
         name,
         profile,
@@ -346,4 +380,6 @@ def render_command(
         dict(profile.env),
         version,
         source,
+        launch_row=row,
+        dsa=dsa,
     )

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from sentinel.sglang.launch_facts import dsa_verdicts, normalize_kv_dtype
 from sentinel.supervise.launch import (
     LaunchCommand,
     SglangVersion,
     detect_sglang_version,
     python_of,
+    version_text,
 )
 from sentinel.supervise.settings import ServerSettings
 
@@ -154,40 +156,59 @@ def check_model_path(cmd: LaunchCommand) -> PreflightResult:
 
 
 def check_known_bad(cmd: LaunchCommand, gpus: Sequence[GpuInfo]) -> list[PreflightResult]:
-    """Combinations reported to fail for the GPU's architecture (reference sglang.md §6.1)."""
+    """Combinations known to fail on the GPUs' architecture for the SGLang version rendered for.
+
+    DSA backends and KV dtype are judged against the same table the profile renders from
+    (``sglang.launch_facts.GLM5_NVFP4_TABLE``), with SGLang's own defaults filled in where the
+    launch leaves a choice to SGLang: the rendered table row is never warned about, an override
+    that hits a known-bad row is.
+    """
     p = cmd.profile
     if p.kind != "sglang":
         return []  # the combinations below are SGLang launch flags
     archs = {g.compute_capability for g in gpus[: p.required_gpus] if g.compute_capability}
-    sm12 = any(cc[0] == 12 for cc in archs)
     if not archs:
         return [PreflightResult("known_bad", "skip", "GPU architecture unknown")]
+    version = version_text(cmd.sglang_version)
     found: list[PreflightResult] = []
-    dsa = (p.dsa_prefill_backend, p.dsa_decode_backend)
-    if sm12 and "trtllm" in dsa:
+    row = cmd.launch_row
+    arch_values = sorted(major * 10 + minor for major, minor in archs)
+    if row is not None and p.gpu_arch and any(a // 10 != p.gpu_arch // 10 for a in arch_values):
         found.append(
             PreflightResult(
                 "known_bad",
                 "warn",
-                "DSA/NSA backend trtllm on SM120: TRT-LLM-gen MLA kernels report 'Unsupported architecture' "
-                "(sglang PR #29580, issues #37105, #39302); expect a crash at warm-up",
+                f"profile renders for SM{p.gpu_arch} ({row.key}) but the GPUs are "
+                + ", ".join(f"SM{a}" for a in arch_values)
+                + "; set gpu_arch in the profile",
             )
         )
-    if sm12 and p.kv_cache_dtype in ("", "auto") and (p.dsa_prefill_backend or p.dsa_decode_backend):
+    if row is not None and row.verdict == "no_known_good" and row.sm_major:
         found.append(
             PreflightResult(
-                "known_bad",
-                "warn",
-                "kv_cache_dtype unset on SM120: SGLang picks fp8_e4m3 for DSA there, reported to give "
-                "garbled output; set it explicitly (bf16)",
+                "known_bad", "warn", f"{row.key} (SGLang {row.versions}): {row.what} [{row.source}]"
             )
         )
-    elif sm12 and p.kv_cache_dtype.startswith("fp8"):
-        found.append(
-            PreflightResult(
-                "known_bad", "warn", f"kv_cache_dtype {p.kv_cache_dtype} on SM120: reported garbled output"
-            )
-        )
+    uses_dsa = row is not None or any(cmd.dsa[:2])
+    if uses_dsa:
+        filled = not all(cmd.dsa[:2]) or not normalize_kv_dtype(cmd.dsa[2])
+        seen: set[str] = set()
+        for arch in arch_values:
+            verdicts = dsa_verdicts(version, arch, *cmd.dsa, glm=row is not None)
+            for bad in verdicts.bad:
+                if bad.key in seen:
+                    continue
+                seen.add(bad.key)
+                prefill, decode, kv = verdicts.effective
+                found.append(
+                    PreflightResult(
+                        "known_bad",
+                        "warn",
+                        f"{bad.key} (SGLang {bad.versions}, SM{arch}): {bad.what}; this launch: "
+                        f"prefill {prefill}, decode {decode}, KV {kv}"
+                        f"{' (SGLang defaults filled in)' if filled else ''} [{bad.source}]",
+                    )
+                )
     if (
         p.quantization == "modelopt_fp4"
         and "--fp4-gemm-backend" not in p.extra_args
@@ -227,6 +248,12 @@ async def run_preflight(
         if detected is None:
             detected = await asyncio.to_thread(detect_sglang_version, python_of(cmd.profile))
         version, message = detected
-        results.append(PreflightResult("sglang", "ok" if version else "fail", message))
+        status: Status = "ok" if version else "fail"
+        pinned = cmd.profile.sglang_version
+        if version and pinned and cmd.sglang_version not in (None, version):
+            # Flags, entrypoint and the launch-table row follow the pin, not what will run.
+            status = "warn"
+            message += f"; flags are rendered for the pinned sglang_version {pinned}"
+        results.append(PreflightResult("sglang", status, message))
     results.extend(check_known_bad(cmd, gpus))
     return results

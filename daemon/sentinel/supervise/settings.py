@@ -139,7 +139,8 @@ class LaunchProfile(Section):
     A profile is one of two kinds:
 
     - ``kind = "sglang"``: rendered by the SGLang renderer from the fields below
-      (``python -m sglang.launch_server --model-path ...``, flags following the SGLang version).
+      (``python -m sglang.launch_server`` up to 0.5.18, ``sglang serve`` from 0.5.19, run by
+      ``python``; flags following the SGLang version).
     - ``kind = "command"``: a plain argv template, ``command``, in which ``{python}``, ``{host}``
       and ``{port}`` are replaced (``{{``/``}}`` for literal braces); then ``metrics_args`` when
       ``enable_metrics``, ``api_key_args`` (with ``{api_key}``) when there is an API key, and
@@ -178,6 +179,12 @@ class LaunchProfile(Section):
     tp_size: int = Field(default=1, ge=1)
     quantization: str = ""
     attention_backend: str = ""
+    # A launch table (sentinel.sglang.launch_facts) that picks the DSA backends and KV dtype left
+    # empty here per SGLang version and GPU architecture: "glm5-nvfp4" (GLM5_NVFP4_TABLE) or "".
+    launch_table: Literal["", "glm5-nvfp4"] = ""
+    # Compute capability the table renders for (120 = SM120, RTX PRO 6000); preflight compares it
+    # with the GPUs present. 0 = no target (the table's rows for any architecture).
+    gpu_arch: int = Field(default=0, ge=0)
     # Rendered as --nsa-* or --dsa-* depending on the SGLang version.
     dsa_prefill_backend: str = ""
     dsa_decode_backend: str = ""

@@ -58,6 +58,9 @@ class FakeNvml:
     benchmarks see realistic read times.
     """
 
+    # As on the module: code that catches ``pynvml.NVMLError`` works with this object as ``pynvml``.
+    NVMLError = pynvml.NVMLError
+
     def __init__(
         self,
         devices: int = 1,
@@ -195,6 +198,10 @@ class FakeNvml:
 
     def nvmlDeviceGetName(self, handle: _Handle) -> str:
         return str(self._read("nvmlDeviceGetName", handle, "name"))
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: _Handle) -> tuple[int, int]:
+        major, minor = self._read("nvmlDeviceGetCudaComputeCapability", handle, "cuda_cc")
+        return int(major), int(minor)
 
     def nvmlDeviceGetSerial(self, handle: _Handle) -> str:
         return str(self._read("nvmlDeviceGetSerial", handle, "serial"))

@@ -1,0 +1,27 @@
+"""The fake server both entrypoints run: logs its argv, then serves as the supervisor's fake server.
+
+Rejects ``--nsa-*`` flags from 0.5.20 on, as the real argparse does (exit status 2; 0.5.19 still
+accepts them as deprecated aliases).
+"""
+
+import argparse
+import runpy
+import sys
+from pathlib import Path
+
+import sglang
+
+
+def run(argv: list[str], prog: str) -> None:
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=30000)
+    args, rest = parser.parse_known_args(argv)
+    print(f"server_args=ServerArgs(entrypoint={prog!r}, argv={argv!r})", flush=True)
+    version = tuple(int(x) for x in sglang.__version__.split(".")[:3])
+    if version >= (0, 5, 20) and any(a.startswith("--nsa-") for a in rest):
+        print(f"{prog}: error: unrecognized arguments: --nsa-prefill-backend", file=sys.stderr, flush=True)
+        sys.exit(2)
+    fake = Path(__file__).resolve().parents[2] / "fake_server.py"
+    sys.argv = [str(fake), "--host", args.host, "--port", str(args.port)]
+    runpy.run_path(str(fake), run_name="__main__")
