@@ -169,6 +169,7 @@ class Daemon:
         from sentinel.collect import build_collector_set
         from sentinel.collect.gpu.collector import GpuCollector
         from sentinel.collect.sglang_log import SGLangLogCollector
+        from sentinel.collect.sglang_metrics import SGLangMetricsCollector
         from sentinel.export import Exporter, ExporterConfigError
         from sentinel.supervise import ProfileError, Supervisor
         from sentinel.supervise.server_version import attach_version_reader
@@ -195,7 +196,11 @@ class Daemon:
             supervisor.add_line_listener(lambda line: feed(line.text))
         gpu_source = collectors.get("gpu")
         # The running server's SGLang version, read on each transition to ready, for the sglang collector.
-        self._version_reader = attach_version_reader(supervisor, collectors.get("sglang"), self.server_url)
+        metrics_source = collectors.get("sglang")
+        version_sink = (
+            metrics_source.set_sglang_version if isinstance(metrics_source, SGLangMetricsCollector) else None
+        )
+        self._version_reader = attach_version_reader(supervisor, version_sink, self.server_url)
         self.supervisor, self.collectors = supervisor, collectors
         self._reader = ServerLoadReader(
             self.server_url,

@@ -138,9 +138,9 @@ async def test_the_daemon_hook_reads_the_simulator(
     # What daemon.py wires: the supervisor's ready transition feeds the sglang collector.
     sup = Supervisor(fast(port), command=sim_cmd(port))
     collector = offline_collector()
-    reader = attach_version_reader(sup, collector, f"http://127.0.0.1:{port}")
+    reader = attach_version_reader(sup, collector.set_sglang_version, f"http://127.0.0.1:{port}")
     assert reader is not None
-    assert attach_version_reader(sup, object(), "http://x") is None  # sglang collector disabled
+    assert attach_version_reader(sup, None, "http://x") is None  # sglang collector disabled
     await sup.start()
     try:
         await sup.wait_for_state(ServerState.READY, timeout_s=20)

@@ -113,13 +113,14 @@ class ServerVersionReader:
 
 
 def attach_version_reader(
-    supervisor: Supervisor, metrics_source: object, server_url: str
+    supervisor: Supervisor, sink: Callable[[str | None], None] | None, server_url: str
 ) -> ServerVersionReader | None:
-    """Subscribe a reader feeding the ``sglang`` collector (when it is enabled) to ``supervisor``."""
-    from sentinel.collect.sglang_metrics import SGLangMetricsCollector
+    """Subscribe a reader feeding ``sink`` (the ``sglang`` collector's ``set_sglang_version``; None
+    when that collector is disabled) to ``supervisor``. The caller picks the sink: supervise sits
+    below collect in the layers and does not know the collectors."""
     from sentinel.supervise.launch import api_key_of, version_text
 
-    if not isinstance(metrics_source, SGLangMetricsCollector):
+    if sink is None:
         return None
 
     def api_key() -> str:
@@ -130,8 +131,6 @@ def attach_version_reader(
         cmd = supervisor.command
         return version_text(cmd.sglang_version) if cmd is not None else None
 
-    reader = ServerVersionReader(
-        server_url, metrics_source.set_sglang_version, api_key=api_key, fallback=fallback
-    )
+    reader = ServerVersionReader(server_url, sink, api_key=api_key, fallback=fallback)
     supervisor.subscribe_state(reader.on_state)
     return reader
