@@ -52,7 +52,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             return bool(ran and capacity)
 
         try:
-            daemon.wait("a calibration and a completed reference run, scraped", ready, 60)
+            daemon.wait("a calibration and a completed reference run, scraped", ready, 120)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n--- prometheus:\n{prom.tail()}") from None
         # A few more scrapes after both, so that rates over the last seconds have two samples.
