@@ -1,11 +1,13 @@
-"""Regenerate ``tests/support/sglang_metricnames.py`` from an unpacked SGLang 0.5.9 wheel.
+"""Regenerate ``tests/support/sglang_metricnames.py`` from an unpacked SGLang 0.5.9 wheel
+(and ``sglang_metricnames_0523.py`` from a 0.5.23 one: ``--version 0.5.23``).
 
 Reads the source statically (``ast``): the metrics modules import torch, so they cannot be
 imported here. Every ``Counter/Gauge/Histogram/Summary/GaugeHistogram(name="sglang:…")`` call is
 evaluated with the label set its caller passes (read from scheduler_metrics_mixin.py and
 tokenizer_manager.py) and the literal bucket lists assigned earlier in the same function.
 
-Usage: ``python tests/support/extract_sglang_metricnames.py /work/notes/sglang-0.5.9/sglang > OUT.py``
+Usage: ``python tests/support/extract_sglang_metricnames.py /work/notes/sglang-0.5.9/sglang > OUT.py``,
+``python tests/support/extract_sglang_metricnames.py --version 0.5.23 /tmp/sgl/s23/sglang > OUT.py``
 (``tests/sglang/test_metricnames.py`` runs it and compares with the committed module when the source
 is present).
 """
@@ -31,12 +33,23 @@ SOURCES: dict[str, tuple[str, dict[str, str] | None]] = {
     "srt/metrics/cpu_monitor.py": ("process", {}),
     "srt/metrics/startup_func_log_and_timer.py": ("startup", {}),
 }
+# 0.5.23: the collectors moved to srt/observability/; scheduler labels from init_new
+# (metrics_collector.py L1382), tokenizer labels from tokenizer_metric_labels (L1804).
+SOURCES_0523: dict[str, tuple[str, dict[str, str] | None]] = {
+    "srt/observability/metrics_collector.py": ("", None),
+    "srt/observability/http_request_metrics.py": ("http", {}),
+    "srt/observability/func_timer.py": ("tokenizer", {}),
+    "srt/observability/cpu_monitor.py": ("process", {}),
+    "srt/observability/startup_func_log_and_timer.py": ("startup", {}),
+}
+TOKENIZER_LABELS_0523 = {"model_name": "", "engine_type": ""}
 CLASS_COMPONENT = {
     "SchedulerMetricsCollector": ("scheduler", SCHEDULER_LABELS),
     "TokenizerMetricsCollector": ("tokenizer", TOKENIZER_LABELS),
     "StorageMetricsCollector": ("storage", SCHEDULER_LABELS),
     "ExpertDispatchCollector": ("expert_dispatch", {}),
     "RadixCacheMetricsCollector": ("radix_cache", SCHEDULER_LABELS),
+    "EncoderMetricsCollector": ("encoder", {}),  # 0.5.23 only (EPD encoder servers)
 }
 KINDS = {"Counter": "counter", "Gauge": "gauge", "Histogram": "histogram", "Summary": "summary",
          "GaugeHistogram": "gaugehistogram"}  # fmt: skip
@@ -55,14 +68,14 @@ class _Walker(ast.NodeVisitor):
         self.path = path
         self.text = text
         self.out: list[dict[str, Any]] = []
-        self.component, self.labels = SOURCES[path]
+        self.component, self.labels = _sources[path]
         self.env: dict[str, Any] = {}
         self.conditions: list[str] = []
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         saved = (self.component, self.labels)
-        if node.name in CLASS_COMPONENT:
-            self.component, self.labels = CLASS_COMPONENT[node.name]
+        if node.name in _class_component:
+            self.component, self.labels = _class_component[node.name]
         self.generic_visit(node)
         self.component, self.labels = saved
 
@@ -99,6 +112,15 @@ class _Walker(ast.NodeVisitor):
                  "set": set, "range": range, "float": float, **self.env}  # fmt: skip
         return eval(compile(ast.Expression(node), self.path, "eval"), {"__builtins__": {}}, scope)
 
+    def _doc(self, node: ast.expr | None) -> Any:
+        if node is None:
+            return ""
+        try:
+            return self._eval(node)
+        except NameError:
+            # An f-string over an imported constant (0.5.23 scheduler_stage_seconds_total): its source.
+            return ast.unparse(node)
+
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         fname = func.id if isinstance(func, ast.Name) else ""
@@ -114,7 +136,7 @@ class _Walker(ast.NodeVisitor):
                 entry: dict[str, Any] = {
                     "name": name_node.value,
                     "type": KINDS[fname],
-                    "documentation": self._eval(doc_node) if doc_node is not None else "",
+                    "documentation": self._doc(doc_node),
                     "labels": tuple(self._eval(labels_node)) if labels_node is not None else (),
                     "component": self.component,
                     "condition": " and ".join(self.conditions) or None,
@@ -133,9 +155,22 @@ class _Walker(ast.NodeVisitor):
         self.generic_visit(node)
 
 
-def extract(root: Path) -> list[dict[str, Any]]:
+_sources = SOURCES
+_class_component = CLASS_COMPONENT
+
+
+def extract(root: Path, version: str = "0.5.9") -> list[dict[str, Any]]:
+    global _sources, _class_component
+    if version == "0.5.9":
+        _sources, _class_component = SOURCES, CLASS_COMPONENT
+    else:
+        _sources = SOURCES_0523
+        _class_component = {
+            **CLASS_COMPONENT,
+            "TokenizerMetricsCollector": ("tokenizer", TOKENIZER_LABELS_0523),
+        }
     entries: list[dict[str, Any]] = []
-    for rel in SOURCES:
+    for rel in _sources:
         text = (root / rel).read_text()
         walker = _Walker(rel, text)
         walker.visit(ast.parse(text))
@@ -143,12 +178,14 @@ def extract(root: Path) -> list[dict[str, Any]]:
     return entries
 
 
-def render(entries: list[dict[str, Any]]) -> str:
+def render(entries: list[dict[str, Any]], version: str = "0.5.9") -> str:
+    version_args = "" if version == "0.5.9" else f"--version {version} "
     lines = [
         "# ruff: noqa: E501  (generated: SGLang's help strings are kept verbatim)",
-        '"""The ``sglang:*`` metric families of SGLang 0.5.9 — GENERATED, do not edit by hand.',
+        f'"""The ``sglang:*`` metric families of SGLang {version} — GENERATED, do not edit by hand.',
         "",
-        "Regenerate with ``python tests/support/extract_sglang_metricnames.py <sglang-0.5.9 wheel>/sglang``",
+        f"Regenerate with ``python tests/support/extract_sglang_metricnames.py {version_args}"
+        f"<sglang-{version} wheel>/sglang``",
         "(then ``ruff format``).",
         "One ``MetricFamily`` per constructor call in the wheel's source (a family created in two",
         "branches appears twice with each branch's ``condition``). ``labels`` are the label names for a",
@@ -177,7 +214,7 @@ def render(entries: list[dict[str, Any]]) -> str:
         "    condition: str | None",
         "    buckets: tuple[float, ...] | None",
         "    multiprocess_mode: str | None",
-        "    #: Where in the 0.5.9 wheel (path:line).",
+        f"    #: Where in the {version} wheel (path:line).",
         "    source: str",
         "",
         "",
@@ -207,4 +244,8 @@ def render(entries: list[dict[str, Any]]) -> str:
 
 
 if __name__ == "__main__":
-    sys.stdout.write(render(extract(Path(sys.argv[1]))))
+    args = sys.argv[1:]
+    version = "0.5.9"
+    if args[:1] == ["--version"]:
+        version, args = args[1], args[2:]
+    sys.stdout.write(render(extract(Path(args[0]), version), version))
