@@ -50,7 +50,11 @@ async def test_families_match_sglang(version: str) -> None:
     ):
         await client.post(
             "/generate",
-            json={"text": "hi", "sampling_params": {"max_new_tokens": 50, "ignore_eos": True}, "stream": True},
+            json={
+                "text": "hi",
+                "sampling_params": {"max_new_tokens": 50, "ignore_eos": True},
+                "stream": True,
+            },
         )
         await client.post("/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 5}})
         text = (await client.get("/metrics")).text
@@ -208,7 +212,9 @@ def test_render_is_byte_identical_to_generate_latest(version: str) -> None:
         m.observe_itl(i / 1000, 1 + i % 3)
     m.log_stats({"num_running_reqs": {"0": 2, "None": 1}})
     m.finished(prompt_tokens=10, completion_tokens=1234567, cached_tokens=3, e2e=1e9, retractions=1)
-    m.finished(prompt_tokens=1, completion_tokens=3, cached_tokens=0, e2e=1, retractions=0, stream=True, decode_s=1)
+    m.finished(
+        prompt_tokens=1, completion_tokens=3, cached_tokens=0, e2e=1, retractions=0, stream=True, decode_s=1
+    )
     m.observe_ttft(0.5, True, priority=2)
     m.aborted()
     # label values that need escaping, added between two renders (the line cache must follow)
