@@ -23,6 +23,7 @@ table of the same differences is ``sentinel.sglang.versions`` (and docs/sglang-v
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Any, Final
 
 __all__ = [
@@ -255,7 +256,8 @@ def loads_body(
     accelerator: str,
     num_accelerators: int,
 ) -> dict[str, Any]:
-    """``GET /v1/loads`` for one DP rank."""
+    """``GET /v1/loads`` for one DP rank (0.5.9: ``GetLoadsReqOutput`` of srt/managers/io_struct.py
+    without ``timestamp``, plus ``num_total_reqs``, and ``_compute_aggregate``)."""
     if version == "0.5.9":
         load: dict[str, Any] = {
             "dp_rank": 0,
@@ -271,7 +273,7 @@ def loads_body(
             "num_total_reqs": running + waiting,
         }
         return {
-            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z",
+            "timestamp": datetime.now(UTC).isoformat(),
             "version": version,
             "dp_rank_count": 1,
             "loads": [load],
@@ -308,7 +310,7 @@ def loads_body(
         "decode_moments": None,
     }
     return {
-        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(now)),
+        "timestamp": datetime.fromtimestamp(now, UTC).isoformat(),
         "version": version,
         "accelerator": accelerator,
         "num_accelerators": num_accelerators,
