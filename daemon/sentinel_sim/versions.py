@@ -36,6 +36,7 @@ __all__ = [
     "loads_body",
     "prefill_line",
     "retract_line",
+    "retractions_key",
 ]
 
 VERSIONS: Final = ("0.5.9", "0.5.23")
@@ -241,6 +242,13 @@ def retract_line(version: str, *, reqs: int, gained: int, old_ratio: float, new_
         f"KV cache pool is full. Retract requests. #retracted_reqs: {reqs}, "
         f"#new_tokens_gained: {gained}, #new_token_ratio: {old_ratio:.4f} -> {new_ratio:.4f}"
     )
+
+
+def retractions_key(version: str) -> str:
+    """``/generate`` meta_info: 0.5.9 ``total_retractions``, 0.5.23 ``num_retractions``
+    (srt/managers/tokenizer_manager.py ``_handle_batch_output``; 0.5.23 also adds
+    ``reasoning_tokens`` before ``completion_tokens``)."""
+    return "total_retractions" if version == "0.5.9" else "num_retractions"
 
 
 def loads_body(
