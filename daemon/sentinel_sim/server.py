@@ -442,6 +442,7 @@ class SimServer:
             "speed": self.speed,
             "capacity_scale": self.config.capacity_scale,
             "model": self.profile.served_model_name,
+            "sglang_version": self.version,
         }
 
     async def stop(self, reason: str = "stopped") -> None:
