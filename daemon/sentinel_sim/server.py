@@ -78,6 +78,12 @@ class _Observer(EngineHooks):
         s = m.stats
         s["num_used_tokens"] = engine.kv_used
         s["token_usage"] = engine.token_usage
+        if self.srv.version != "0.5.9":
+            # pool_stats_observer.py update_scheduler_stats: the gauge is rounded, the pool parts not.
+            s["token_usage"] = round(engine.token_usage, 2)
+            s["full_token_usage"] = engine.token_usage
+            s["kv_used_tokens"] = engine.kv_used
+            s["kv_available_tokens"] = engine.capacity - engine.kv_used
         s["num_queue_reqs"] = len(engine.waiting)
         s["max_total_num_tokens"] = engine.capacity
         s["new_token_ratio"] = engine.new_token_ratio
@@ -153,7 +159,15 @@ class _Observer(EngineHooks):
         if p.mtp_accept_length > 1.0:
             forwards = engine.spec_forwards
             accept_len = engine.spec_accepted / forwards if forwards else 0.0
-            accept_rate = engine.spec_accepted / (forwards * (p.mtp_draft_tokens + 1)) if forwards else 0.0
+            if self.srv.version == "0.5.9":
+                accept_rate = (
+                    engine.spec_accepted / (forwards * (p.mtp_draft_tokens + 1)) if forwards else 0.0
+                )
+            else:
+                # 0.5.23 metrics_reporter.py: accepted drafts (without the bonus token of each
+                # verify) over proposed drafts (speculative_num_draft_tokens - 1 per verify).
+                proposed = forwards * p.mtp_draft_tokens
+                accept_rate = (engine.spec_accepted - forwards) / proposed if proposed else 0.0
             engine.spec_accepted = engine.spec_forwards = 0
             spec = f"accept len: {accept_len:.2f}, accept rate: {accept_rate:.2f}, "
             self.srv.last_accept_length = accept_len
