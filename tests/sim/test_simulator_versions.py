@@ -259,3 +259,29 @@ def test_crash_texts_have_the_wheels_shape() -> None:
     real_assert = CRASHES["0.5.23 device assert (triton)"]
     tail = real_assert[real_assert.index("_assert_no_nan_kernel") :]
     assert _shape(asserts.splitlines()[0].split("async_probe.py:117: ", 1)[1]) == _shape(tail)
+
+
+def test_0_5_23_metric_reference_matches_the_wheel_source() -> None:
+    """``support/sglang_metricnames_0523.py`` is what the extractor makes of the 0.5.23 wheel."""
+    import dataclasses
+    import importlib.util
+
+    from support import sglang_metricnames_0523
+
+    src = Path("/tmp/sgl/s23/sglang")
+    if not (src / "srt/observability/metrics_collector.py").is_file():
+        pytest.skip("unpacked sglang 0.5.23 wheel not present")
+    spec = importlib.util.spec_from_file_location(
+        "extract", Path(__file__).parents[1] / "support" / "extract_sglang_metricnames.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    namespace: dict[str, object] = {}
+    exec(module.render(module.extract(src, "0.5.23"), "0.5.23"), namespace)
+    fresh = namespace["FAMILIES"]
+    assert isinstance(fresh, tuple)
+    assert [dataclasses.astuple(f) for f in fresh] == [
+        dataclasses.astuple(f) for f in sglang_metricnames_0523.FAMILIES
+    ]
