@@ -19,8 +19,8 @@ from sentinel.cli.common import CliError, add_common_options
 __all__ = ["main", "register"]
 
 _DESCRIPTION = (
-    "Serve SGLang v0.5.9's HTTP API, metrics and log lines from a simulated GLM-5 deployment. "
-    "Contract: docs/sim.md."
+    "Serve SGLang's HTTP API, metrics and log lines (v0.5.23 or v0.5.9) from a simulated GLM-5 "
+    "deployment. Contract: docs/sim.md."
 )
 
 
@@ -48,6 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
     from sentinel_sim.profiles import DEFAULT_PROFILE, PROFILES
+    from sentinel_sim.versions import DEFAULT_VERSION, VERSIONS
 
     add_common_options(parser)
     g = parser.add_argument_group("server (SGLang's flag names)")
@@ -67,12 +68,26 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--reasoning-parser", default="profile", help="glm45 or none (default: the profile's)")
     g.add_argument("--skip-server-warmup", action="store_true")
     g.add_argument("--enable-cache-report", action="store_true")
+    g.add_argument("--tp-size", "--tp", dest="tp_size", type=int, default=None, help="default: the profile's")
+    g.add_argument("--enable-priority-scheduling", action="store_true")
+    g.add_argument(
+        "--enable-metrics-for-all-schedulers",
+        action="store_true",
+        help="every TP rank writes the scheduler metrics (tp_rank label)",
+    )
+    g.add_argument("--enable-hisparse", action="store_true", help="0.5.23 only")
     s = parser.add_argument_group("simulation")
     s.add_argument(
         "--profile",
         default=DEFAULT_PROFILE,
         choices=sorted(PROFILES),
         help=f"deployment to simulate (default {DEFAULT_PROFILE})",
+    )
+    s.add_argument(
+        "--sglang-version",
+        default=DEFAULT_VERSION,
+        choices=VERSIONS,
+        help=f"SGLang to speak: log lines, /metrics, /v1/loads, crash texts (default {DEFAULT_VERSION})",
     )
     s.add_argument("--speed", type=float, default=1.0, help="run S times faster in every respect (default 1)")
     s.add_argument(
@@ -113,7 +128,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 def _handle(args: argparse.Namespace) -> int:
     from sentinel.log import configure_logging
     from sentinel_sim.config import SimConfig
-    from sentinel_sim.faults import FaultError, parse_fault_spec
+    from sentinel_sim.faults import FaultError, check_fault_version, parse_fault_spec
 
     configure_logging(args.log_level or "info", args.log_format or "auto")
     if args.config and args.config.endswith((".yaml", ".yml")):
@@ -150,11 +165,16 @@ def _handle(args: argparse.Namespace) -> int:
         access_log=not args.disable_access_log,
         skip_server_warmup=args.skip_server_warmup,
         enable_cache_report=args.enable_cache_report,
+        sglang_version=args.sglang_version,
+        enable_priority_scheduling=args.enable_priority_scheduling,
+        enable_metrics_for_all_schedulers=args.enable_metrics_for_all_schedulers,
+        tp_size=args.tp_size,
+        enable_hisparse=args.enable_hisparse,
     )
     try:
         config.validate()
         for spec in config.faults:
-            parse_fault_spec(spec)
+            check_fault_version(parse_fault_spec(spec), config.sglang_version)
     except (ValueError, FaultError) as exc:
         raise CliError(str(exc), 2) from None
     return asyncio.run(_serve(config))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sentinel_sim.profiles import DEFAULT_PROFILE, Profile, get_profile
+from sentinel_sim.versions import DEFAULT_VERSION, VERSIONS
 
 __all__ = ["SimConfig"]
 
@@ -48,6 +49,14 @@ class SimConfig:
     access_log: bool = True
     skip_server_warmup: bool = False
     enable_cache_report: bool = False
+    # Which SGLang the simulator speaks (log lines, /metrics, /v1/loads, crash texts): see versions.py.
+    sglang_version: str = DEFAULT_VERSION
+    enable_priority_scheduling: bool = False
+    enable_metrics_for_all_schedulers: bool = False
+    # None = the profile's tensor-parallel size.
+    tp_size: int | None = None
+    # 0.5.23 only (0.5.9 has no such flag): Decode lines print the GPU and CPU pools.
+    enable_hisparse: bool = False
 
     def resolved_profile(self) -> Profile:
         p = get_profile(self.profile)
@@ -66,6 +75,8 @@ class SimConfig:
             changes["max_prefill_tokens"] = self.max_prefill_tokens
         if self.context_length is not None:
             changes["context_length"] = self.context_length
+        if self.tp_size is not None:
+            changes["tp_size"] = self.tp_size
         if self.reasoning_parser != "profile":
             parser = self.reasoning_parser
             changes["reasoning_parser"] = None if parser in (None, "", "none") else parser
@@ -108,6 +119,14 @@ class SimConfig:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
         if self.context_length is not None and self.context_length < 2:
             raise ValueError(f"--context-length must be at least 2, got {self.context_length}")
+        if self.sglang_version not in VERSIONS:
+            known = ", ".join(VERSIONS)
+            raise ValueError(f"--sglang-version must be one of {known}, got {self.sglang_version!r}")
+        if self.tp_size is not None and self.tp_size < 1:
+            raise ValueError(f"--tp-size must be at least 1, got {self.tp_size}")
+        if self.enable_hisparse and self.sglang_version == "0.5.9":
+            # SGLang 0.5.9's argparse has no such option (srt/server_args.py).
+            raise ValueError("--enable-hisparse: unrecognized by SGLang 0.5.9 (use --sglang-version 0.5.23)")
         if self.decode_log_interval < 1:
             raise ValueError(f"--decode-log-interval must be at least 1, got {self.decode_log_interval}")
         if self.stream_interval < 1:

@@ -1,18 +1,55 @@
-"""The log tail a dying SGLang v0.5.9 server leaves behind, per cause.
+"""The log tail a dying SGLang server leaves behind, per cause.
 
-A supervisor can only classify a crash from the log (the exit is always SIGKILL), so each cause
-ends with the lines a real server prints: the scheduler's ``Scheduler hit an exception:`` record
-with a Python traceback (continuation lines carry no timestamp), then the main process's SIGQUIT
-line. File paths and line numbers are those of the 0.5.9 wheel.
+A supervisor can only classify a crash from the log (the exit is almost always SIGKILL), so each
+cause ends with the lines a real server prints: the scheduler's ``Scheduler hit an exception:``
+record with a Python traceback (continuation lines carry no timestamp), then the main process's
+SIGQUIT line. File paths and line numbers are those of the 0.5.9 wheel.
+
+The other texts (``crash:text=...`` faults), per version:
+
+- ``tokenizer``: ``TokenizerManager hit an exception: <traceback>``, then
+  ``kill_process_tree(include_parent=True)``: SIGKILL with no SIGQUIT line (both versions,
+  srt/managers/tokenizer_manager.py ``print_exception_wrapper``).
+- ``nan``: 0.5.23 ``SGLANG_ENABLE_NAN_LOGITS_CHECK`` device assert ``NaN detected! <where>``
+  (srt/utils/async_probe.py ``maybe_detect_nan``; the CUDA wrapper text around it is CUDA's),
+  then the scheduler's ``RuntimeError: CUDA error: device-side assert triggered``; 0.5.9 raises
+  ``ValueError: Detected errors during sampling! NaN in the logits.`` (srt/layers/sampler.py L67-72).
+- ``died_init`` (start-up): a scheduler SIGKILLed while loading; 0.5.23's main process raises
+  ``RuntimeError: Rank N scheduler died during initialization (exit code: -9). ...``
+  (srt/entrypoints/engine.py ``_scheduler_died_error``), 0.5.9's ``Rank N scheduler is dead. ...``
+  (srt/entrypoints/engine.py L897); the process then exits with status 1 (launch_server.py lets the
+  exception end it after ``kill_process_tree(include_parent=False)``).
+- ``subprocess`` (0.5.23 only): the subprocess watchdog's ``Subprocess scheduler_N (pid=P) crashed
+  with exit code -11. Triggering SIGQUIT for cleanup...`` (srt/utils/watchdog.py
+  ``SubprocessWatchdog._check_processes``), the main process's SIGQUIT handler, SIGKILL.
+- :data:`NAN_SANITIZED` (not a crash): 0.5.23 ``SGLANG_SANITIZE_NAN_LOGITS`` warning, once per
+  process (srt/utils/async_probe.py ``_AsyncNanWarner.check``).
 """
 
 from __future__ import annotations
 
 from typing import Final, Literal
 
-__all__ = ["CrashKind", "crash_lines"]
+__all__ = [
+    "CRASH_TEXTS",
+    "NAN_SANITIZED",
+    "CrashKind",
+    "crash_lines",
+    "died_init_lines",
+    "nan_assert_lines",
+    "subprocess_crash_line",
+    "tokenizer_lines",
+]
 
-CrashKind = Literal["exception", "oom", "watchdog", "startup"]
+CrashKind = Literal["exception", "oom", "watchdog", "startup", "tokenizer", "nan", "died_init", "subprocess"]
+#: ``crash:text=...`` values: the default ``sampler`` is the "exception" kind.
+CRASH_TEXTS: Final = ("sampler", "tokenizer", "nan", "died_init", "subprocess")
+
+NAN_SANITIZED: Final = (
+    "NaN detected in sampler: next_token_logits; values were sanitized before sampling. This usually "
+    "indicates numerical overflow (e.g. fp16 activations) or an upstream bug producing NaN. Logged once; "
+    "further occurrences are silent."
+)
 
 _SITE: Final = "/usr/local/lib/python3.12/dist-packages"
 
@@ -117,3 +154,82 @@ def crash_lines(kind: CrashKind, *, used_gb: float = 93.8, total_gb: float = 94.
 
 def _after_first(text: str) -> str:
     return text.split("\n", 1)[1] if "\n" in text else ""
+
+
+_TOKENIZER: Final = (
+    "Traceback (most recent call last):\n"
+    f'  File "{_SITE}/sglang/srt/managers/tokenizer_manager.py", line 4040, in print_exception_wrapper\n'
+    "    await func()\n"
+    f'  File "{_SITE}/sglang/srt/managers/tokenizer_manager.py", line 1890, in handle_loop\n'
+    "    self._result_dispatcher(recv_obj)\n"
+    f'  File "{_SITE}/sglang/srt/managers/tokenizer_manager.py", line 2004, in _handle_batch_output\n'
+    "    state = self.rid_to_state[rid]\n"
+    "            ~~~~~~~~~~~~~~~~~^^^^^\n"
+    "KeyError: 'a1b2c3d4e5f6'\n"
+)
+
+
+def tokenizer_lines() -> tuple[str, str]:
+    """(the main process's record, its traceback body): ``TokenizerManager hit an exception``."""
+    return "TokenizerManager hit an exception: " + _TOKENIZER.splitlines()[0], _after_first(_TOKENIZER)
+
+
+def nan_assert_lines(version: str) -> tuple[str, str, str]:
+    """(raw device-assert text or "", scheduler record, traceback body) of a NaN crash."""
+    if version == "0.5.9":
+        body = (
+            _HEAD
+            + "    batch_result.next_token_ids = self.model_runner.sample(\n"
+            + f'  File "{_SITE}/sglang/srt/layers/sampler.py", line 72, in _preprocess_logits\n'
+            + '    raise ValueError("Detected errors during sampling! NaN in the logits.")\n'
+            + "ValueError: Detected errors during sampling! NaN in the logits.\n"
+        )
+        return "", "Scheduler hit an exception: " + body.splitlines()[0], _after_first(body)
+    asserts = "".join(
+        f"{_SITE}/sglang/srt/utils/async_probe.py:117: _assert_no_nan_kernel: block: [0,0,0], "
+        f"thread: [{t},0,0] Assertion `NaN detected! sampler: next_token_logits` failed.\n"
+        for t in range(4)
+    )
+    body = (
+        _HEAD
+        + "    batch_result.next_token_ids = self.model_runner.sample(\n"
+        + f'  File "{_SITE}/sglang/srt/model_executor/model_runner.py", line 2391, in sample\n'
+        + "    next_token_ids = self.sampler(\n"
+        + "torch.AcceleratorError: CUDA error: device-side assert triggered\n"
+        + "Search for `cudaErrorAssert' in "
+        + "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more information.\n"
+        + "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
+        + "below might be incorrect.\n"
+    )
+    return asserts, "Scheduler hit an exception: " + body.splitlines()[0], _after_first(body)
+
+
+def died_init_lines(version: str, rank: int, exit_code: int = -9) -> str:
+    """The main process's traceback when a scheduler died while loading (printed unstamped)."""
+    if version == "0.5.9":
+        where = "line 897, in _launch_scheduler_processes"
+        message = f"RuntimeError: Rank {rank} scheduler is dead. Please check if there are relevant logs."
+    else:
+        where = "line 2040, in _wait_for_scheduler_ready"
+        message = (
+            f"RuntimeError: Rank {rank} scheduler died during initialization (exit code: {exit_code}). "
+            "If exit code is -9 (SIGKILL), a common cause is the OS OOM killer. "
+            "Run `dmesg -T | grep -i oom` to check."
+        )
+    return (
+        "Traceback (most recent call last):\n"
+        '  File "<frozen runpy>", line 198, in _run_module_as_main\n'
+        f'  File "{_SITE}/sglang/launch_server.py", line 83, in <module>\n'
+        "    run_server(server_args)\n"
+        f'  File "{_SITE}/sglang/srt/entrypoints/http_server.py", line 3150, in launch_server\n'
+        f'  File "{_SITE}/sglang/srt/entrypoints/engine.py", {where}\n'
+        f"{message}\n"
+    )
+
+
+def subprocess_crash_line(rank: int, pid: int, exit_code: int = -11) -> str:
+    """0.5.23's subprocess watchdog line (main process, no rank prefix)."""
+    return (
+        f"Subprocess scheduler_{rank} (pid={pid}) crashed with exit code {exit_code}. "
+        "Triggering SIGQUIT for cleanup..."
+    )

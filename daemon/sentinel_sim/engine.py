@@ -70,6 +70,7 @@ class Request:
         "log_metrics",
         "max_new_tokens",
         "prefilled",
+        "priority",
         "prompt_key",
         "prompt_tokens",
         "received_at",
@@ -82,6 +83,7 @@ class Request:
         "state",
         "stop_at",
         "stop_text",
+        "stream",
         "submitted",
         "target",
         "waiter",
@@ -101,8 +103,13 @@ class Request:
         stop_at: int | None = None,
         stop_text: str | None = None,
         log_metrics: bool = True,
+        stream: bool = False,
+        priority: int | None = None,
     ) -> None:
         self.rid = rid
+        # For the metrics only: 0.5.23's is_streaming label and per-priority queue gauges.
+        self.stream = stream
+        self.priority = priority
         self.prompt_tokens = max(1, prompt_tokens)
         self.prompt_key = prompt_key
         self.max_new_tokens = max(0, max_new_tokens)

@@ -36,8 +36,9 @@ FAULTS: Final[dict[str, FaultSpec]] = {
         FaultSpec(
             "crash",
             "scheduler exception: log 'Scheduler hit an exception' with a traceback, then SIGKILL the "
-            "process (phase=startup: during weight loading, before the port listens)",
-            {**_AFTER, "phase": "serving"},
+            "process (phase=startup: during weight loading, before the port listens); text=tokenizer|nan|"
+            "died_init|subprocess: that version's other crash texts (docs/sim.md)",
+            {**_AFTER, "phase": "serving", "text": "sampler"},
         ),
         FaultSpec(
             "hang",
@@ -87,6 +88,12 @@ FAULTS: Final[dict[str, FaultSpec]] = {
         FaultSpec(
             "metrics_disabled",
             "/metrics answers 404 as if the server ran without --enable-metrics",
+            dict(_AFTER),
+        ),
+        FaultSpec(
+            "nan_sanitized",
+            "0.5.23 SGLANG_SANITIZE_NAN_LOGITS: log 'NaN detected in ...; values were sanitized' once; "
+            "serving goes on",
             dict(_AFTER),
         ),
     )
@@ -175,6 +182,8 @@ def make_fault(name: str, params: dict[str, object] | None = None) -> Fault:
         raise FaultError(f"fault garbage: style={values['style']!r} must be bang, nan or random")
     if canonical == "crash" and values["phase"] not in ("serving", "startup"):
         raise FaultError(f"fault crash: phase={values['phase']!r} must be serving or startup")
+    if canonical == "crash":
+        _check_crash_text(str(values["text"]), str(values["phase"]))
     return Fault(canonical, values)
 
 
@@ -227,3 +236,24 @@ class FaultSet:
 
     def all(self) -> list[Fault]:
         return list(self._faults.values())
+
+
+def _check_crash_text(text: str, phase: str) -> None:
+    from sentinel_sim.crash import CRASH_TEXTS
+
+    if text not in CRASH_TEXTS:
+        raise FaultError(f"fault crash: text={text!r} must be one of {', '.join(CRASH_TEXTS)}")
+    if text == "died_init" and phase != "startup":
+        raise FaultError("fault crash: text=died_init needs phase=startup (a scheduler dies while loading)")
+    if phase == "startup" and text not in ("sampler", "died_init"):
+        raise FaultError(f"fault crash: text={text!r} is a serving crash (phase=startup takes died_init)")
+
+
+def check_fault_version(fault: Fault, version: str) -> None:
+    """Faults whose text only one SGLang version prints; raises :class:`FaultError` for the other."""
+    if version != "0.5.9":
+        return
+    if fault.name == "nan_sanitized":
+        raise FaultError("fault nan_sanitized: SGLang 0.5.9 has no SGLANG_SANITIZE_NAN_LOGITS (0.5.23 only)")
+    if fault.name == "crash" and fault.text("text") == "subprocess":
+        raise FaultError("fault crash: text=subprocess is 0.5.23's subprocess watchdog (not in 0.5.9)")

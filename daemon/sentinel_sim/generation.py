@@ -85,10 +85,13 @@ def openai_error(message: str, status: int = 400, err_type: str = "BadRequestErr
 class _ChunkClock:
     """Tokenizer-side TTFT/ITL observation per output chunk (SGLang's collect_metrics)."""
 
-    __slots__ = ("created", "last_n", "last_t", "started")
+    __slots__ = ("created", "last_n", "last_t", "priority", "started", "stream")
 
-    def __init__(self, created: float) -> None:
+    def __init__(self, created: float, stream: bool = False, priority: int | None = None) -> None:
         self.created = created
+        # 0.5.23 labels TTFT with is_streaming (and priority under priority scheduling).
+        self.stream = stream
+        self.priority = priority
         self.started = False
         self.last_t = created
         self.last_n = 0
@@ -184,6 +187,8 @@ class ApiBase:
             stop_at=stop[0] if stop else None,
             stop_text=stop[1] if stop else None,
             log_metrics=gp.log_metrics,
+            stream=gp.stream,
+            priority=gp.priority,
         )
 
     def _pieces_text(self, req: Request, start: int, end: int) -> str:
@@ -217,9 +222,9 @@ class ApiBase:
             return
         if not clock.started:
             clock.started = True
-            m.ttft.observe(now - clock.created)
+            m.observe_ttft(now - clock.created, clock.stream, clock.priority)
         elif n > clock.last_n:
-            m.observe_itl(now - clock.last_t, n - clock.last_n)
+            m.observe_itl(now - clock.last_t, n - clock.last_n, clock.priority)
         clock.last_t = now
         clock.last_n = n
 
@@ -244,7 +249,7 @@ class ApiBase:
     async def _complete(self, request: web.Request, req: Request, route: str) -> tuple[str, list[int]]:
         """Submit ``req`` and wait for all of it: its text and ids (check ``req.state`` for aborts)."""
         self._submit(req, request)
-        clock = _ChunkClock(req.arrival)
+        clock = _ChunkClock(req.arrival, priority=req.priority)
         try:
             text, ids = await self._await_nonstream(req, clock)
         except asyncio.CancelledError:
@@ -282,7 +287,7 @@ class ApiBase:
     ) -> web.StreamResponse:
         """Stream ``req`` in ``fmt``: the one loop behind every streamed route."""
         self._submit(req, request)
-        clock = _ChunkClock(req.arrival)
+        clock = _ChunkClock(req.arrival, stream=True, priority=req.priority)
         resp = await self._start_stream(request)
         fault_name, fault_at = self._fault_plan(True)
         status: str | None = None

@@ -1,7 +1,8 @@
-"""SGLang v0.5.9's ``/metrics``: the ``sglang:*`` families, their types, labels, help and buckets.
+"""SGLang's ``/metrics`` (0.5.9 or 0.5.23): the ``sglang:*`` families, types, labels, help, buckets.
 
-Names, help strings, label sets and bucket edges are those of ``srt/metrics/collector.py`` and
-``utils/common.py`` in the 0.5.9 wheel. Semantics follow the real server:
+Names, help strings, label sets and bucket edges are those of ``srt/metrics/collector.py`` (0.5.9)
+and ``srt/observability/metrics_collector.py`` (0.5.23); what differs is tabled in
+:mod:`sentinel_sim.versions`. Semantics follow the real server:
 
 - scheduler gauges are snapshots written only on log events (each Prefill batch, every
   ``decode_log_interval`` decode steps, every 30 s when idle), by the TP0 scheduler;
@@ -13,7 +14,15 @@ Names, help strings, label sets and bucket edges are those of ``srt/metrics/coll
 - gauges without a multiprocess mode (``num_retracted_reqs``, ``num_paused_reqs``) carry a
   ``pid`` label, as prometheus_client's multiprocess collector adds it;
 - no ``_created`` series and no families without samples (the multiprocess collector emits
-  neither).
+  neither);
+- 0.5.23: the tokenizer's request counters and TTFT/E2E/TPOT histograms carry
+  ``is_streaming="true"|"false"`` (``observe_one_finished_request``); ``num_retractions`` is gone;
+  ``--enable-priority-scheduling`` adds ``priority=""`` to the scheduler labels and writes the
+  running/queue gauges once as the total and once per priority seen (``_log_gauge_queue_count``:
+  a priority once seen keeps being written, at 0 when empty);
+- ``--enable-metrics-for-all-schedulers``: every TP rank writes the scheduler series (log_stats,
+  realtime tokens), else only TP rank 0 (0.5.9 ``scheduler_metrics_mixin.py`` L100, 0.5.23
+  ``metrics_collector.py`` ``init_new``: ``current_scheduler_metrics_enabled``).
 
 Everything lives in a private ``CollectorRegistry`` so that several simulators (and the daemon's
 own registry) can share a process.
@@ -27,6 +36,9 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.utils import floatToGoString
+
+from sentinel_sim.versions import QUEUE_TIME_BUCKETS as _QUEUE_TIME_BY_VERSION
+from sentinel_sim.versions import SCHED_CONSTANTS, SCHED_GAUGES
 
 __all__ = [
     "E2E_BUCKETS",
@@ -44,60 +56,15 @@ ITL_BUCKETS: Final = (
     0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060, 0.080,
     0.100, 0.200, 0.400, 0.600, 0.800, 1.000, 2.000, 4.000, 6.000, 8.000,
 )  # fmt: skip
-QUEUE_TIME_BUCKETS: Final = (
-    0.0, 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 100, 200, 300, 400,
-    500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800, 2000, 2500, 3000,
-)  # fmt: skip
+QUEUE_TIME_BUCKETS: Final = _QUEUE_TIME_BY_VERSION["0.5.9"]
 # prometheus_client's own value formatter (Go's float formatting), typed for mypy.
 _go_float: Final[Callable[[float], str]] = floatToGoString
 
 RETRACTION_BUCKETS: Final = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 75, 100)
 
 _SCHED_LABELS: Final = ("model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank")
-
-# (name, help) of the scheduler gauges log_stats writes on every log event, in its order.
-_SCHED_GAUGES: Final = (
-    ("num_running_reqs", "The number of running requests."),
-    ("num_used_tokens", "The number of used tokens."),
-    ("token_usage", "The token usage."),
-    (
-        "pending_prealloc_token_usage",
-        "The token usage for pending preallocated tokens (not preallocated yet).",
-    ),
-    ("swa_token_usage", "The token usage for SWA layers."),
-    ("mamba_usage", "The token usage for Mamba layers."),
-    ("decode_sum_seq_lens", "The sum of all sequence lengths in decode."),
-    ("gen_throughput", "The generation throughput (token/s)."),
-    ("num_queue_reqs", "The number of requests in the waiting queue."),
-    ("num_grammar_queue_reqs", "The number of requests in the grammar waiting queue."),
-    (
-        "num_running_reqs_offline_batch",
-        "The number of running low-priority offline batch requests(label is 'batch').",
-    ),
-    ("cache_hit_rate", "The prefix cache hit rate."),
-    ("max_total_num_tokens", "Maximum total number of tokens in the KV cache pool."),
-    ("spec_accept_length", "The average acceptance length of speculative decoding."),
-    (
-        "spec_accept_rate",
-        "The average acceptance rate of speculative decoding "
-        "(`accepted tokens / total draft tokens` in batch).",
-    ),
-    ("num_prefill_prealloc_queue_reqs", "The number of requests in the prefill prealloc queue."),
-    ("num_prefill_inflight_queue_reqs", "The number of requests in the prefill inflight queue."),
-    ("num_decode_prealloc_queue_reqs", "The number of requests in the decode prealloc queue."),
-    ("num_decode_transfer_queue_reqs", "The number of requests in the decode transfer queue."),
-    ("kv_transfer_speed_gb_s", "The transfer speed of the KV cache in GB/s."),
-    ("kv_transfer_latency_ms", "The transfer latency of the KV cache in ms."),
-    ("kv_transfer_bootstrap_ms", "The bootstrap time of the KV transfer in ms."),
-    ("kv_transfer_alloc_ms", "The allocation waiting time of the KV transfer in ms."),
-    ("kv_transfer_total_mb", "The total number of tokens transferred in the KV cache."),
-    ("utilization", "The utilization."),
-    ("engine_startup_time", "The time taken for the engine to start up."),
-    ("engine_load_weights_time", "The time taken for the engine to load weights."),
-    ("new_token_ratio", "The new token ratio."),
-    ("is_cuda_graph", "Whether the batch is using CUDA graph."),
-    ("num_unique_running_routing_keys", "Number of unique routing keys in running batch."),
-)
+# Scheduler gauges written as a QueueCount (total, plus per priority under priority scheduling).
+_QUEUE_COUNT_GAUGES: Final = ("num_running_reqs", "num_queue_reqs")
 
 
 class SimMetrics:
@@ -108,11 +75,17 @@ class SimMetrics:
         tp_size: int,
         page_size: int,
         max_total_num_tokens: int,
+        version: str = "0.5.9",
+        priority_scheduling: bool = False,
+        all_schedulers: bool = False,
+        constants: dict[str, float] | None = None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         reg = self.registry
         # (sample name, *label items) -> 'name{labels}', see render().
         self._line_heads: dict[tuple[object, ...], str] = {}
+        self.version = version
+        new = version != "0.5.9"
         self.tp_size = tp_size
         self._pid = str(os.getpid())
         self.sched_labels = {
@@ -122,15 +95,34 @@ class SimMetrics:
             "pp_rank": "0",
             "moe_ep_rank": "0",
         }
+        # 0.5.23 init_new: labels["priority"] = "" under --enable-priority-scheduling.
+        self.priority_scheduling = priority_scheduling and new
+        if self.priority_scheduling:
+            self.sched_labels["priority"] = ""
         rank_labels = [{**self.sched_labels, "tp_rank": str(r)} for r in range(tp_size)]
+        # The ranks whose scheduler writes log_stats / realtime tokens.
+        self._writing_ranks = rank_labels if all_schedulers else rank_labels[:1]
+        self._known_priorities: dict[str, set[str]] = {name: set() for name in _QUEUE_COUNT_GAUGES}
+        # 0.5.23 tokenizer_metric_labels: engine_type too, and priority ("" = none given) under
+        # priority scheduling, filled per request.
         self.tok_labels = {"model_name": model_name}
-        sl = list(_SCHED_LABELS)
+        if new:
+            self.tok_labels["engine_type"] = "unified"
+        if self.priority_scheduling:
+            self.tok_labels["priority"] = ""
+        self._itl_children: dict[str, Histogram] = {}
+        sl = list(self.sched_labels)
+        self._gauge_table = SCHED_GAUGES[version]
 
         self.gauges: dict[str, Gauge] = {}
-        self._gauge_children: dict[str, Gauge] = {}
-        for name, doc in _SCHED_GAUGES:
+        for name, doc in self._gauge_table:
+            self.gauges[name] = Gauge(f"sglang:{name}", doc, sl, registry=reg)
+        for name, doc in SCHED_CONSTANTS[version]:
             g = Gauge(f"sglang:{name}", doc, sl, registry=reg)
-            self.gauges[name] = g
+            value = (constants or {}).get(name)
+            if value is not None:
+                for lbl in self._writing_ranks:
+                    g.labels(**lbl).set(value)
         self.num_retracted_reqs = Gauge(
             "sglang:num_retracted_reqs", "The number of retracted requests.", [*sl, "pid"], registry=reg
         )
@@ -156,10 +148,14 @@ class SimMetrics:
             [*sl, "mode"],
             registry=reg,
         )
-        self.rt_prefill_compute = realtime.labels(**self.sched_labels, mode="prefill_compute")
-        self.rt_prefill_cache = realtime.labels(**self.sched_labels, mode="prefill_cache")
-        self.rt_decode = realtime.labels(**self.sched_labels, mode="decode")
         self._realtime = realtime
+        self._rt_children: dict[str, list[Counter]] = {
+            mode: [realtime.labels(**lbl, mode=mode) for lbl in self._writing_ranks]
+            for mode in ("prefill_compute", "prefill_cache", "decode")
+        }
+        self.rt_prefill_compute = _Fanout(self._rt_children["prefill_compute"])
+        self.rt_prefill_cache = _Fanout(self._rt_children["prefill_cache"])
+        self.rt_decode = _Fanout(self._rt_children["decode"])
         cg = Counter(
             "sglang:cuda_graph_passes",
             "Total number of forward passes categorized by CUDA graph.",
@@ -173,70 +169,82 @@ class SimMetrics:
             "sglang:queue_time_seconds",
             "Histogram of queueing time in seconds.",
             sl,
-            buckets=QUEUE_TIME_BUCKETS,
+            buckets=_QUEUE_TIME_BY_VERSION[version],
             registry=reg,
         )
         self.queue_time_children = [queue_time.labels(**lbl) for lbl in rank_labels]
         self._queue_time = queue_time
-        cache_info = Gauge(
-            "sglang:cache_config_info",
-            "Cache configuration information.",
-            ["page_size", "num_pages"],
-            registry=reg,
-        )
-        cache_info.labels(
-            page_size=str(page_size), num_pages=str(max_total_num_tokens // max(page_size, 1))
-        ).set(1)
+        if not new:
+            cache_info = Gauge(
+                "sglang:cache_config_info",
+                "Cache configuration information.",
+                ["page_size", "num_pages"],
+                registry=reg,
+            )
+            cache_info.labels(
+                page_size=str(page_size), num_pages=str(max_total_num_tokens // max(page_size, 1))
+            ).set(1)
 
         # Tokenizer manager (main process).
         tl = list(self.tok_labels)
-        self.prompt_tokens_total = Counter(
-            "sglang:prompt_tokens", "Number of prefill tokens processed.", tl, registry=reg
-        ).labels(**self.tok_labels)
-        self.generation_tokens_total = Counter(
-            "sglang:generation_tokens", "Number of generation tokens processed.", tl, registry=reg
-        ).labels(**self.tok_labels)
+        # 0.5.23: is_streaming on the per-request families (observe_one_finished_request).
+        sv = [*tl, "is_streaming"] if new else tl
+        self._prompt_tokens = Counter(
+            "sglang:prompt_tokens", "Number of prefill tokens processed.", sv, registry=reg
+        )
+        self._generation_tokens = Counter(
+            "sglang:generation_tokens", "Number of generation tokens processed.", sv, registry=reg
+        )
         self._cached_tokens = Counter(
             "sglang:cached_tokens",
             "Number of cached prompt tokens by source (device/host/storage).",
             [*tl, "cache_source"],
             registry=reg,
         )
-        self.num_requests_total = Counter(
-            "sglang:num_requests", "Number of requests processed.", tl, registry=reg
-        ).labels(**self.tok_labels)
+        self._num_requests = Counter("sglang:num_requests", "Number of requests processed.", sv, registry=reg)
         self._aborted = Counter(
             "sglang:num_aborted_requests", "Number of requests aborted.", tl, registry=reg
         )
-        self.ttft = Histogram(
+        self._ttft = Histogram(
             "sglang:time_to_first_token_seconds",
             "Histogram of time to first token in seconds.",
-            tl,
+            sv,
             buckets=TTFT_BUCKETS,
             registry=reg,
-        ).labels(**self.tok_labels)
-        self.itl = Histogram(
+        )
+        self._itl = Histogram(
             "sglang:inter_token_latency_seconds",
             "Histogram of inter-token latency in seconds.",
             tl,
             buckets=ITL_BUCKETS,
             registry=reg,
-        ).labels(**self.tok_labels)
+        )
         self._itl_bounds = [*ITL_BUCKETS, float("inf")]
-        self.e2e = Histogram(
+        self._tpot: Histogram | None = None
+        if new:
+            self._tpot = Histogram(
+                "sglang:request_time_per_output_token_seconds",
+                "Per-request TPOT in seconds: (finished_time - first_token_time) / (completion_tokens - 1).",
+                sv,
+                buckets=ITL_BUCKETS,
+                registry=reg,
+            )
+        self._e2e = Histogram(
             "sglang:e2e_request_latency_seconds",
             "Histogram of End-to-end request latency in seconds",
-            tl,
+            sv,
             buckets=E2E_BUCKETS,
             registry=reg,
-        ).labels(**self.tok_labels)
-        self.retractions = Histogram(
-            "sglang:num_retractions",
-            "Histogram of retraction counts per request.",
-            tl,
-            buckets=RETRACTION_BUCKETS,
-            registry=reg,
-        ).labels(**self.tok_labels)
+        )
+        self._retractions: Histogram | None = None
+        if not new:
+            self._retractions = Histogram(
+                "sglang:num_retractions",
+                "Histogram of retraction counts per request.",
+                tl,
+                buckets=RETRACTION_BUCKETS,
+                registry=reg,
+            )
 
         # HTTP middleware.
         self.http_requests = Counter(
@@ -262,19 +270,42 @@ class SimMetrics:
         )
 
         # Scheduler gauge state: written only by log_stats().
-        self.stats: dict[str, float] = dict.fromkeys((n for n, _ in _SCHED_GAUGES), 0.0)
+        self.stats: dict[str, float] = dict.fromkeys((n for n, _ in self._gauge_table), 0.0)
         self.stats["max_total_num_tokens"] = float(max_total_num_tokens)
         self.stats["new_token_ratio"] = 0.7
         self.num_retracted_since_log = 0
 
+    def _tok(self, priority: int | None) -> dict[str, str]:
+        if self.priority_scheduling and priority is not None:
+            return {**self.tok_labels, "priority": str(priority)}
+        return self.tok_labels
+
+    def _stream_labels(self, stream: bool, priority: int | None) -> dict[str, str]:
+        if self.version == "0.5.9":
+            return self.tok_labels
+        return {**self._tok(priority), "is_streaming": "true" if stream else "false"}
+
     # ---- scheduler side -----------------------------------------------------------------------
-    def log_stats(self) -> None:
-        """Write every scheduler gauge from ``stats`` (SGLang's log_stats at each log event)."""
-        lbl = self.sched_labels
-        for name, value in self.stats.items():
-            self.gauges[name].labels(**lbl).set(value)
-        self.num_retracted_reqs.labels(**lbl, pid=self._pid).set(self.num_retracted_since_log)
-        self.num_paused_reqs.labels(**lbl, pid=self._pid).set(0)
+    def log_stats(self, by_priority: dict[str, dict[str, int]] | None = None) -> None:
+        """Write every scheduler gauge from ``stats`` (SGLang's log_stats at each log event).
+
+        ``by_priority``: for ``num_running_reqs``/``num_queue_reqs``, the count per priority
+        (``str(req.priority)``: ``"None"`` for a request without one, as SGLang's Counter gives).
+        """
+        for lbl in self._writing_ranks:
+            for name, value in self.stats.items():
+                gauge = self.gauges.get(name)
+                if gauge is not None:
+                    gauge.labels(**lbl).set(value)
+            if self.priority_scheduling:
+                for name in _QUEUE_COUNT_GAUGES:
+                    counts = (by_priority or {}).get(name, {})
+                    known = self._known_priorities[name]
+                    known.update(counts)
+                    for priority in known:
+                        self.gauges[name].labels(**{**lbl, "priority": priority}).set(counts.get(priority, 0))
+            self.num_retracted_reqs.labels(**lbl, pid=self._pid).set(self.num_retracted_since_log)
+            self.num_paused_reqs.labels(**lbl, pid=self._pid).set(0)
         self.num_retracted_since_log = 0
 
     def cuda_graph_pass(self, used_graph: bool) -> None:
@@ -285,6 +316,13 @@ class SimMetrics:
             self._cg_children[used_graph] = children
         for c in children:
             c.inc()
+
+    def prefill_cuda_graph_pass(self) -> None:
+        """0.5.23 only: ``increment_prefill_cuda_graph_pass`` per Prefill report (metrics ranks)."""
+        if self.version == "0.5.9":
+            return
+        for lbl in self._writing_ranks:
+            self._cg_family.labels(**lbl, mode="prefill_none").inc()
 
     def observe_queue_time(self, seconds: float) -> None:
         for h in self.queue_time_children:
@@ -298,9 +336,15 @@ class SimMetrics:
         self.num_retracted_since_log += reqs
 
     # ---- tokenizer side -----------------------------------------------------------------------
-    def observe_itl(self, interval: float, num_new_tokens: int) -> None:
+    def observe_ttft(self, seconds: float, stream: bool, priority: int | None = None) -> None:
+        self._ttft.labels(**self._stream_labels(stream, priority)).observe(seconds)
+
+    def observe_itl(self, interval: float, num_new_tokens: int, priority: int | None = None) -> None:
         """SGLang's weighted ITL: bucket of interval/n gets n, ``_sum`` gets the whole interval."""
-        his = self.itl
+        key = str(priority)
+        his = self._itl_children.get(key)
+        if his is None:
+            his = self._itl_children[key] = self._itl.labels(**self._tok(priority))
         his._sum.inc(interval)
         adjusted = interval / num_new_tokens
         for i, bound in enumerate(self._itl_bounds):
@@ -309,18 +353,33 @@ class SimMetrics:
                 break
 
     def finished(
-        self, prompt_tokens: int, completion_tokens: int, cached_tokens: int, e2e: float, retractions: int
+        self,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cached_tokens: int,
+        e2e: float,
+        retractions: int,
+        *,
+        stream: bool = False,
+        decode_s: float | None = None,
+        priority: int | None = None,
     ) -> None:
-        self.prompt_tokens_total.inc(prompt_tokens)
-        self.generation_tokens_total.inc(completion_tokens)
+        """One finished request; ``decode_s`` = first token to finish (0.5.23's TPOT, stop/length only)."""
+        sl = self._stream_labels(stream, priority)
+        tok = self._tok(priority)
+        self._prompt_tokens.labels(**sl).inc(prompt_tokens)
+        self._generation_tokens.labels(**sl).inc(completion_tokens)
         if cached_tokens > 0:
-            self._cached_tokens.labels(**self.tok_labels, cache_source="total").inc(cached_tokens)
-        self.num_requests_total.inc()
-        self.e2e.observe(e2e)
-        self.retractions.observe(retractions)
+            self._cached_tokens.labels(**tok, cache_source="total").inc(cached_tokens)
+        self._num_requests.labels(**sl).inc()
+        self._e2e.labels(**sl).observe(e2e)
+        if self._tpot is not None and decode_s is not None and completion_tokens > 1:
+            self._tpot.labels(**sl).observe(decode_s / (completion_tokens - 1))
+        if self._retractions is not None:
+            self._retractions.labels(**tok).observe(retractions)
 
-    def aborted(self) -> None:
-        self._aborted.labels(**self.tok_labels).inc()
+    def aborted(self, priority: int | None = None) -> None:
+        self._aborted.labels(**self._tok(priority)).inc()
 
     # ---- exposition ---------------------------------------------------------------------------
     def render(self) -> bytes:
@@ -370,3 +429,16 @@ def _line_head(name: str, labels: dict[str, str]) -> str:
         for k, v in sorted(labels.items())
     )
     return f"{name}{{{inner}}}"
+
+
+class _Fanout:
+    """One increment on every writing rank's child (all-scheduler metrics repeat the figure)."""
+
+    __slots__ = ("_children",)
+
+    def __init__(self, children: list[Counter]) -> None:
+        self._children = children
+
+    def inc(self, amount: float = 1) -> None:
+        for child in self._children:
+            child.inc(amount)

@@ -63,6 +63,8 @@ class Profile:
     kv_mem_gb: float = 23.5
     # Typical length of the hidden reasoning before a chat answer, in tokens.
     thinking_tokens: int = 48
+    # torch's device name (0.5.23 /v1/loads "accelerator").
+    gpu_name: str = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 
     def with_overrides(self, **changes: object) -> Profile:
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -117,6 +119,7 @@ _TINY = Profile(
     model_type="llama",
     context_length=131072,
     tp_size=1,
+    gpu_name="NVIDIA H200",
     page_size=1,
     kv_cache_dtype="bfloat16",
     reasoning_parser=None,

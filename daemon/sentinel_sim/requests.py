@@ -40,6 +40,8 @@ class GenParams:
     stream: bool = False
     stream_interval: int = 1
     log_metrics: bool = True
+    # SGLang's request `priority` (used under --enable-priority-scheduling); None when not given.
+    priority: int | None = None
     thinking: bool = False
     # OpenAI extras
     model: str = ""
@@ -193,9 +195,19 @@ def parse_generate(body: object, *, context_len: int, default_stream_interval: i
                 stream=stream,
                 stream_interval=interval or default_stream_interval,
                 log_metrics=log_metrics,
+                priority=_priority(body),
             )
         )
     return out
+
+
+def _priority(body: dict[str, Any]) -> int | None:
+    value = body.get("priority")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest("priority must be an integer")
+    return value
 
 
 def _message_text(content: object) -> str:
@@ -296,6 +308,7 @@ def parse_chat(
         ignore_eos=ignore_eos,
         stop=stop,
         stream=bool(body.get("stream", False)),
+        priority=_priority(body),
         stream_interval=default_stream_interval,
         thinking=thinking,
         model=str(body.get("model") or "default"),
@@ -345,6 +358,7 @@ def parse_completion(body: object, *, context_len: int, default_stream_interval:
         ignore_eos=ignore_eos,
         stop=stop,
         stream=bool(body.get("stream", False)),
+        priority=_priority(body),
         stream_interval=default_stream_interval,
         model=str(body.get("model") or "default"),
         include_usage=include_usage,

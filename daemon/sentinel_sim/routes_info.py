@@ -12,6 +12,7 @@ from aiohttp import web
 from sentinel_sim.engine import Request, RequestState
 from sentinel_sim.generation import ApiBase, json_response, openai_error
 from sentinel_sim.text import make_script
+from sentinel_sim.versions import loads_body
 
 __all__ = ["InfoRoutes"]
 
@@ -108,7 +109,7 @@ class InfoRoutes(ApiBase):
             "max_total_num_tokens": p.max_total_num_tokens,
             "max_req_input_len": p.context_length - 1,
             "internal_states": [state],
-            "version": "0.5.9",
+            "version": self.srv.version,
         }
 
     async def get_server_info(self, request: web.Request) -> web.Response:
@@ -144,38 +145,21 @@ class InfoRoutes(ApiBase):
 
     async def loads(self, request: web.Request) -> web.Response:
         e = self.engine
-        hooks = e.hooks
-        gen = float(getattr(hooks, "last_gen_throughput", 0.0))
-        running = len(e.running)
-        waiting = len(e.waiting)
-        load = {
-            "dp_rank": 0,
-            "num_running_reqs": running,
-            "num_waiting_reqs": waiting,
-            "num_used_tokens": e.kv_used,
-            "max_total_num_tokens": e.capacity,
-            "token_usage": round(e.token_usage, 4),
-            "gen_throughput": round(gen, 2),
-            "cache_hit_rate": 0.0,
-            "utilization": round(e.token_usage, 4),
-            "max_running_requests": self.profile.max_running_requests,
-            "num_total_reqs": running + waiting,
-        }
+        gen = float(getattr(e.hooks, "last_gen_throughput", 0.0))
+        p = self.profile
         return json_response(
-            {
-                "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z",
-                "version": "0.5.9",
-                "dp_rank_count": 1,
-                "loads": [load],
-                "aggregate": {
-                    "total_running_reqs": running,
-                    "total_waiting_reqs": waiting,
-                    "total_reqs": running + waiting,
-                    "avg_token_usage": load["token_usage"],
-                    "avg_throughput": load["gen_throughput"],
-                    "avg_utilization": load["utilization"],
-                },
-            }
+            loads_body(
+                self.srv.version,
+                running=len(e.running),
+                waiting=len(e.waiting),
+                kv_used=e.kv_used,
+                capacity=e.capacity,
+                token_usage=e.token_usage,
+                gen_throughput=gen,
+                max_running=p.max_running_requests,
+                accelerator=p.gpu_name,
+                num_accelerators=p.tp_size,
+            )
         )
 
     async def metrics_route(self, request: web.Request) -> web.Response:

@@ -12,6 +12,7 @@ from aiohttp import web
 from sentinel_sim.engine import Request, RequestState
 from sentinel_sim.generation import ApiBase, dumps, json_response, native_error
 from sentinel_sim.requests import GenParams, parse_generate
+from sentinel_sim.versions import retractions_key
 
 __all__ = ["NativeRoutes"]
 
@@ -23,7 +24,7 @@ class _NativeStream:
     encoding plus one bytes join, not a re-encoding of the whole text.
     """
 
-    __slots__ = ("api", "head_tail", "ids_json", "req", "rid_json", "text", "text_json")
+    __slots__ = ("api", "head_tail", "ids_json", "reasoning", "req", "rid_json", "text", "text_json")
     malformed = b'data: {"text": "' + b"\n\n"
 
     def __init__(self, api: NativeRoutes, req: Request) -> None:
@@ -33,9 +34,10 @@ class _NativeStream:
         self.text_json = ""
         self.ids_json = ""
         self.rid_json = json.dumps(req.rid)
-        self.head_tail = (
-            f',"prompt_tokens":{req.prompt_tokens},"weight_version":"default","total_retractions":'
-        )
+        key = retractions_key(api.srv.version)
+        self.head_tail = f',"prompt_tokens":{req.prompt_tokens},"weight_version":"default","{key}":'
+        # 0.5.23 adds reasoning_tokens before completion_tokens (none: /generate does not reason).
+        self.reasoning = "" if api.srv.version == "0.5.9" else '"reasoning_tokens":0,'
 
     def chunks(self, seen: int, n: int, done: bool) -> list[bytes]:
         req = self.req
@@ -61,7 +63,7 @@ class _NativeStream:
         else:
             chunk = (
                 f'{{"text":"{self.text_json}","output_ids":[{self.ids_json}],"meta_info":{{"id":{self.rid_json},'
-                f'"finish_reason":null{self.head_tail}{req.retractions},"completion_tokens":{n},'
+                f'"finish_reason":null{self.head_tail}{req.retractions},{self.reasoning}"completion_tokens":{n},'
                 f'"cached_tokens":{req.cached_tokens},"cached_tokens_details":null}}}}'
             ).encode()
         return [b"data: " + chunk + b"\n\n"]
@@ -118,7 +120,11 @@ class NativeRoutes(ApiBase):
             "finish_reason": req.finish_reason() if final else None,
             "prompt_tokens": req.prompt_tokens,
             "weight_version": "default",
-            "total_retractions": req.retractions,
+            retractions_key(self.srv.version): req.retractions,
+        }
+        if self.srv.version != "0.5.9":
+            meta["reasoning_tokens"] = 0
+        meta |= {
             "completion_tokens": n,
             "cached_tokens": req.cached_tokens,
             # Always null in 0.5.9 without HiCache (the scheduler sends a list of None).

@@ -1,6 +1,7 @@
 """One simulated SGLang server: lifecycle, start-up phases, faults, and the engine's observers.
 
-Lifecycle as a real v0.5.9 server, compressed by ``--speed``:
+Lifecycle as a real server (0.5.9 and 0.5.23 alike; each version's texts: ``versions.py``),
+compressed by ``--speed``:
 
 1. ``starting``: the API port is bound but not listening (connections are refused) while the
    start-up milestones are logged and "weights load";
@@ -23,26 +24,38 @@ import json
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any, Final, TextIO
 
 from aiohttp import web
 
 from sentinel_sim.config import SimConfig
-from sentinel_sim.crash import CrashKind, crash_lines
+from sentinel_sim.crash import (
+    NAN_SANITIZED,
+    CrashKind,
+    crash_lines,
+    died_init_lines,
+    nan_assert_lines,
+    subprocess_crash_line,
+    tokenizer_lines,
+)
 from sentinel_sim.engine import Engine, EngineHooks, Request, RequestState
-from sentinel_sim.faults import Fault, FaultSet, parse_fault_spec
+from sentinel_sim.faults import Fault, FaultSet, check_fault_version, parse_fault_spec
 from sentinel_sim.looplag import LoopLag
 from sentinel_sim.metrics import SimMetrics
+from sentinel_sim.profiles import Profile
 from sentinel_sim.rxtime import listening_socket
 from sentinel_sim.sglang_log import SglangLog
 from sentinel_sim.text import make_script
 from sentinel_sim.truth import GroundTruth
+from sentinel_sim.versions import decode_line, prefill_line, retract_line
 
 __all__ = ["SGLANG_VERSION", "SimServer", "serve"]
 
-SGLANG_VERSION: Final = "0.5.9"
+# The version of the in-process default (the CLI's --sglang-version picks per server: SimServer.version).
+SGLANG_VERSION: Final = "0.5.23"
 WARMUP_PROMPT: Final = "The capital city of France is"
 
 
@@ -65,6 +78,12 @@ class _Observer(EngineHooks):
         s = m.stats
         s["num_used_tokens"] = engine.kv_used
         s["token_usage"] = engine.token_usage
+        if self.srv.version != "0.5.9":
+            # pool_stats_observer.py update_scheduler_stats: the gauge is rounded, the pool parts not.
+            s["token_usage"] = round(engine.token_usage, 2)
+            s["full_token_usage"] = engine.token_usage
+            s["kv_used_tokens"] = engine.kv_used
+            s["kv_available_tokens"] = engine.capacity - engine.kv_used
         s["num_queue_reqs"] = len(engine.waiting)
         s["max_total_num_tokens"] = engine.capacity
         s["new_token_ratio"] = engine.new_token_ratio
@@ -82,21 +101,32 @@ class _Observer(EngineHooks):
         now = time.monotonic()
         gap = now - self.last_prefill_log
         self.last_prefill_log = now
-        # v0.5.9 quirk: the previous batch's tokens over the time since the previous line.
-        throughput = self.last_prefill_tokens / gap if gap > 0 else 0.0
+        version = self.srv.version
+        # v0.5.9 quirk: the previous batch's tokens over the time since the previous line
+        # (0.5.23 metrics_reporter.py: this batch's tokens).
+        tokens = self.last_prefill_tokens if version == "0.5.9" else new_tokens
+        throughput = tokens / gap if gap > 0 else 0.0
         self.last_prefill_tokens = new_tokens
-        joined = sum(1 for r in finished_prefill if r.state == RequestState.RUNNING)
-        running_bs = len(engine.running) - joined
-        usage = engine.token_usage
+        joined = {id(r) for r in finished_prefill if r.state == RequestState.RUNNING}
+        before = [r for r in engine.running if id(r) not in joined]
+        running_bs = len(before)
         self.srv.log.scheduler(
-            f"Prefill batch, #new-seq: {len(new_seqs)}, #new-token: {new_tokens}, "
-            f"#cached-token: {cached_tokens}, token usage: {usage:.2f}, #running-req: {running_bs}, "
-            f"#queue-req: {len(engine.waiting)}, input throughput (token/s): {throughput:.2f}, "
-            "cuda graph: False"
+            prefill_line(
+                version,
+                new_seqs=len(new_seqs),
+                new_tokens=new_tokens,
+                cached_tokens=cached_tokens,
+                usage=engine.token_usage,
+                running=running_bs,
+                queued=len(engine.waiting),
+                throughput=throughput,
+                cuda_graph=False,
+            )
         )
         m = self.srv.metrics
         if m is None:
             return
+        m.prefill_cuda_graph_pass()
         m.rt_prefill_compute.inc(new_tokens)
         if cached_tokens:
             m.rt_prefill_cache.inc(cached_tokens)
@@ -107,7 +137,7 @@ class _Observer(EngineHooks):
         total = new_tokens + cached_tokens
         m.stats["num_running_reqs"] = running_bs
         m.stats["cache_hit_rate"] = cached_tokens / total if total else 0.0
-        m.log_stats()
+        m.log_stats(_by_priority(before, engine.waiting))
 
     def on_decode_step(self, engine: Engine, batch_size: int, tokens: int, drafts: int) -> None:
         self.tokens_since_log += tokens
@@ -129,14 +159,30 @@ class _Observer(EngineHooks):
         if p.mtp_accept_length > 1.0:
             forwards = engine.spec_forwards
             accept_len = engine.spec_accepted / forwards if forwards else 0.0
-            accept_rate = engine.spec_accepted / (forwards * (p.mtp_draft_tokens + 1)) if forwards else 0.0
+            if self.srv.version == "0.5.9":
+                accept_rate = (
+                    engine.spec_accepted / (forwards * (p.mtp_draft_tokens + 1)) if forwards else 0.0
+                )
+            else:
+                # 0.5.23 metrics_reporter.py: accepted drafts (without the bonus token of each
+                # verify) over proposed drafts (speculative_num_draft_tokens - 1 per verify).
+                proposed = forwards * p.mtp_draft_tokens
+                accept_rate = (engine.spec_accepted - forwards) / proposed if proposed else 0.0
             engine.spec_accepted = engine.spec_forwards = 0
             spec = f"accept len: {accept_len:.2f}, accept rate: {accept_rate:.2f}, "
             self.srv.last_accept_length = accept_len
         self.srv.log.scheduler(
-            f"Decode batch, #running-req: {batch_size}, #token: {engine.kv_used}, "
-            f"token usage: {engine.token_usage:.2f}, {spec}cuda graph: {cuda_graph}, "
-            f"gen throughput (token/s): {self.last_gen_throughput:.2f}, #queue-req: {len(engine.waiting)}"
+            decode_line(
+                self.srv.version,
+                running=batch_size,
+                kv_used=engine.kv_used,
+                usage=engine.token_usage,
+                spec=spec,
+                cuda_graph=cuda_graph,
+                gen_throughput=self.last_gen_throughput,
+                queued=len(engine.waiting),
+                hisparse=self.srv.hisparse_pools() if self.srv.config.enable_hisparse else None,
+            )
         )
         if m is not None:
             self._stats_common(engine)
@@ -144,18 +190,20 @@ class _Observer(EngineHooks):
             s["num_running_reqs"] = batch_size
             s["gen_throughput"] = self.last_gen_throughput
             s["decode_sum_seq_lens"] = engine.decode_sum_seq_lens()
-            s["cache_hit_rate"] = 0.0  # v0.5.9 writes 0 on every decode log
+            if self.srv.version == "0.5.9":
+                s["cache_hit_rate"] = 0.0  # v0.5.9 writes 0 on every decode log (0.5.23 keeps prefill's)
             s["spec_accept_length"] = accept_len
             s["spec_accept_rate"] = accept_rate
-            m.log_stats()
+            m.log_stats(_by_priority(engine.running, engine.waiting))
 
     def on_retract(
         self, engine: Engine, retracted: list[Request], old_ratio: float, new_ratio: float
     ) -> None:
         gained = sum(r.prompt_tokens + r.generated for r in retracted)
         self.srv.log.scheduler(
-            f"KV cache pool is full. Retract requests. #retracted_reqs: {len(retracted)}, "
-            f"#new_tokens_gained: {gained}, #new_token_ratio: {old_ratio:.4f} -> {new_ratio:.4f}"
+            retract_line(
+                self.srv.version, reqs=len(retracted), gained=gained, old_ratio=old_ratio, new_ratio=new_ratio
+            )
         )
         m = self.srv.metrics
         if m is not None:
@@ -168,7 +216,7 @@ class _Observer(EngineHooks):
         if m is None or not req.log_metrics:
             return
         if req.state == RequestState.ABORTED:
-            m.aborted()
+            m.aborted(req.priority)
         else:
             m.finished(
                 req.prompt_tokens,
@@ -176,6 +224,9 @@ class _Observer(EngineHooks):
                 req.cached_tokens,
                 req.finished_at - req.arrival,
                 req.retractions,
+                stream=req.stream,
+                decode_s=req.finished_at - req.first_token_at if req.first_token_at else None,
+                priority=req.priority,
             )
 
     def on_idle(self, engine: Engine) -> None:
@@ -186,12 +237,43 @@ class _Observer(EngineHooks):
         m.stats["num_running_reqs"] = len(engine.running)
         m.stats["token_usage"] = round(engine.token_usage, 2)
         m.stats["gen_throughput"] = 0.0
-        m.log_stats()
+        m.log_stats(_by_priority(engine.running, engine.waiting))
 
     def before_step(self, engine: Engine) -> None:
         fault = self.srv.faults.active("oom", time.monotonic())
         if fault is not None and engine.token_usage >= fault.num("usage"):
             self.srv.crash("oom")
+
+
+# crash:text=... while serving -> the crash kind.
+_SERVING_CRASH: Final[dict[str, CrashKind]] = {
+    "sampler": "exception",
+    "tokenizer": "tokenizer",
+    "nan": "nan",
+    "subprocess": "subprocess",
+    "died_init": "died_init",
+}
+
+
+def _by_priority(running: Iterable[Request], waiting: Iterable[Request]) -> dict[str, dict[str, int]]:
+    """Per-priority counts as SGLang's ``QueueCount.from_reqs`` (``str(None)`` for no priority)."""
+    return {
+        "num_running_reqs": dict(Counter(str(r.priority) for r in running)),
+        "num_queue_reqs": dict(Counter(str(r.priority) for r in waiting)),
+    }
+
+
+def _constants(p: Profile) -> dict[str, float]:
+    """0.5.23 ``emit_constants`` values (srt/observability/metrics_collector.py)."""
+    return {
+        "max_total_num_tokens": p.max_total_num_tokens,
+        "weight_memory_usage_gb": p.weight_mem_gb,
+        "kv_cache_memory_usage_gb": p.kv_mem_gb,
+        "page_size": p.page_size,
+        "num_pages": p.max_total_num_tokens // max(p.page_size, 1),
+        "context_len": p.context_length,
+        "startup_available_gpu_memory_gb": p.gpu_mem_gb,
+    }
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -236,6 +318,7 @@ class SimServer:
         config.validate()
         self.config = config
         self.profile = config.resolved_profile()
+        self.version = config.sglang_version
         self.speed = config.speed
         self.log = SglangLog(
             err, out, tp_size=self.profile.tp_size, log_ms=config.log_ms, access_log=config.access_log
@@ -246,6 +329,10 @@ class SimServer:
                 tp_size=self.profile.tp_size,
                 page_size=self.profile.page_size,
                 max_total_num_tokens=self.profile.max_total_num_tokens,
+                version=config.sglang_version,
+                priority_scheduling=config.enable_priority_scheduling,
+                all_schedulers=config.enable_metrics_for_all_schedulers,
+                constants=_constants(self.profile),
             )
             if config.enable_metrics
             else None
@@ -276,6 +363,7 @@ class SimServer:
         self._stopped: asyncio.Event | None = None
         self._ready: asyncio.Event | None = None
         self._dead = False
+        self._nan_warned = False
 
     # ---- public ------------------------------------------------------------------------------
     @property
@@ -368,6 +456,7 @@ class SimServer:
             "speed": self.speed,
             "capacity_scale": self.config.capacity_scale,
             "model": self.profile.served_model_name,
+            "sglang_version": self.version,
         }
 
     async def stop(self, reason: str = "stopped") -> None:
@@ -412,7 +501,8 @@ class SimServer:
     def arm_fault(self, fault: Fault) -> Fault:
         delay = self.server_seconds(fault.num("after")) if "after" in fault.params else 0.0
         self.faults.arm(fault, now=time.monotonic(), delay_s=delay)
-        if fault.name in ("crash", "hang", "stall"):
+        check_fault_version(fault, self.version)
+        if fault.name in ("crash", "hang", "stall", "nan_sanitized"):
             self.spawn(self._fault_timer(fault, delay), f"fault-{fault.name}")
         return fault
 
@@ -428,7 +518,11 @@ class SimServer:
         if self.faults.get(fault.name) is not fault:
             return  # cleared meanwhile
         if fault.name == "crash":
-            self.crash("exception")
+            self.crash(_SERVING_CRASH[fault.text("text")])
+        elif fault.name == "nan_sanitized":
+            if not self._nan_warned:  # "Logged once; further occurrences are silent."
+                self._nan_warned = True
+                self.log.scheduler(NAN_SANITIZED)
         elif fault.name == "stall":
             self.engine.freeze(fault.num("duration"))
             await asyncio.sleep(self.server_seconds(fault.num("duration")))
@@ -453,6 +547,18 @@ class SimServer:
                     return
                 await asyncio.sleep(self.server_seconds(watchdog) / 2)
 
+    def hisparse_pools(self) -> tuple[int, float, int, float]:
+        """``--enable-hisparse``: (gpu tokens, gpu usage, cpu tokens, cpu usage) of the Decode line.
+
+        Model: the request KV lives in the host pool (the simulated pool: ``#cpu token`` = used KV
+        tokens); the device holds a quarter-size hot subset (hisparse_coordinator.py
+        ``get_token_stats`` reports both pools the same way).
+        """
+        e = self.engine
+        device_capacity = max(1, e.capacity // 4)
+        device = min(device_capacity, e.kv_used)
+        return device, device / device_capacity, e.kv_used, e.token_usage
+
     def _watchdog_crash(self, timeout: float) -> None:
         reqs = [*self.engine.running, *self.engine.waiting]
         self.log.scheduler(
@@ -467,6 +573,9 @@ class SimServer:
             return
         self._dead = True
         self.engine.freeze(None)
+        if kind in ("tokenizer", "nan", "died_init", "subprocess"):
+            self._crash_texts(kind)
+            return
         if kind != "watchdog":
             used = self.profile.gpu_mem_gb - 1.2
             head, body = crash_lines(kind, used_gb=used, total_gb=self.profile.gpu_mem_gb)
@@ -477,6 +586,40 @@ class SimServer:
             self.log.main("Received sigquit from a child process. It usually means the child failed.")
         else:
             self.log.main("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+        self.exit_reason = f"crash:{kind}"
+        if self.on_fatal is not None:
+            self.on_fatal()
+        else:
+            self.spawn(self.stop(f"crash:{kind}"), "die")
+
+    def _crash_texts(self, kind: CrashKind) -> None:
+        """The crash texts of ``crash:text=...`` (crash.py says where each comes from)."""
+        log = self.log
+        if kind == "tokenizer":
+            head, body = tokenizer_lines()
+            log.main(head)
+            log.raw(body)
+            # kill_process_tree(include_parent=True): SIGKILL, no SIGQUIT line.
+        elif kind == "nan":
+            asserts, head, body = nan_assert_lines(self.version)
+            if asserts:
+                log.raw(asserts)
+            log.scheduler(head)
+            log.raw(body)
+            log.main("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+        elif kind == "subprocess":
+            rank = max(0, self.profile.tp_size - 1)
+            log.main(subprocess_crash_line(rank, os.getpid() + 1 + rank))
+            log.main(
+                "SIGQUIT received. signum=3, frame=<frame at 0x7f3a2c1b9a40, file '/usr/lib/python3.12/"
+                "selectors.py', line 468, code select>. It usually means one child failed."
+            )
+        else:  # died_init: the main process's exception ends it with status 1, no SIGKILL.
+            log.raw(died_init_lines(self.version, rank=max(0, self.profile.tp_size - 1)))
+            self.exit_reason = "crash:died_init"
+            self.exit_code = 1
+            self.spawn(self.stop("crash:died_init"), "die")
+            return
         self.exit_reason = f"crash:{kind}"
         if self.on_fatal is not None:
             self.on_fatal()
@@ -540,6 +683,9 @@ class SimServer:
             "speculative_num_draft_tokens": p.mtp_draft_tokens + 1 if p.mtp_accept_length > 1.0 else None,
             "enable_cache_report": c.enable_cache_report,
             "skip_server_warmup": c.skip_server_warmup,
+            "enable_priority_scheduling": c.enable_priority_scheduling,
+            "enable_metrics_for_all_schedulers": c.enable_metrics_for_all_schedulers,
+            **({"enable_hisparse": c.enable_hisparse} if self.version != "0.5.9" else {}),
         }
 
     async def _sleep_server(self, seconds: float) -> None:
@@ -564,7 +710,7 @@ class SimServer:
         load = p.load_weights_s + (slow.num("refuse") if slow else 0.0)
         if crash_at_start is not None:
             await self._sleep_server(load / 2)
-            self.crash("startup")
+            self.crash("died_init" if crash_at_start.text("text") == "died_init" else "startup")
             return
         await self._sleep_server(load)
         self.load_weights_seconds = load
@@ -640,7 +786,7 @@ class SimServer:
             await req.wait_progress(req.generated, 8)
         if self.metrics is not None:
             # A non-streamed request's only output arrives at finish: its TTFT is its latency.
-            self.metrics.ttft.observe(req.finished_at - req.arrival)
+            self.metrics.observe_ttft(req.finished_at - req.arrival, False)
         self.log.access(f"127.0.0.1:{40000 + os.getpid() % 20000}", "POST", "/generate", 200)
 
     async def _lifetime(self, seconds: float) -> None:

@@ -32,7 +32,7 @@ async def test_health_info_and_models(sim: SimServer, client: httpx.AsyncClient)
         assert info["weight_version"] == "default"
     for path in ("/server_info", "/get_server_info"):
         si = (await client.get(path)).json()
-        assert si["version"] == "0.5.9"
+        assert si["version"] == sim.version == "0.5.23"  # the default --sglang-version
         assert si["max_total_num_tokens"] == sim.profile.max_total_num_tokens
         assert si["internal_states"][0]["memory_usage"]["token_capacity"] == sim.profile.max_total_num_tokens
         assert si["tp_size"] == 8
@@ -52,9 +52,23 @@ async def test_health_info_and_models(sim: SimServer, client: httpx.AsyncClient)
     assert "Endpoint '/get_model_info' is deprecated" in log
 
 
-async def test_generate_stream_format() -> None:
+# 0.5.23 renames total_retractions and adds reasoning_tokens (tokenizer_manager.py _handle_batch_output).
+_META_KEYS = {
+    "0.5.9": ["id", "finish_reason", "prompt_tokens", "weight_version", "total_retractions",
+              "completion_tokens", "cached_tokens", "cached_tokens_details", "e2e_latency"],
+    "0.5.23": ["id", "finish_reason", "prompt_tokens", "weight_version", "num_retractions",
+               "reasoning_tokens", "completion_tokens", "cached_tokens", "cached_tokens_details",
+               "e2e_latency"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
+async def test_generate_stream_format(version: str) -> None:
     # slow enough that every decode step gets its own chunk even on a loaded machine
-    async with serve(speed=10, startup_time=0) as sim, httpx.AsyncClient(base_url=sim.base_url) as client:
+    async with (
+        serve(speed=10, startup_time=0, sglang_version=version) as sim,
+        httpx.AsyncClient(base_url=sim.base_url) as client,
+    ):
         status, events = await sse(
             client,
             "/generate",
@@ -81,11 +95,8 @@ async def test_generate_stream_format() -> None:
         assert len(last["output_ids"]) == last["meta_info"]["completion_tokens"] == 7
         assert last["meta_info"]["e2e_latency"] > 0
         assert "e2e_latency" not in chunks[0]["meta_info"]
-        assert list(last["meta_info"]) == [
-            "id", "finish_reason", "prompt_tokens", "weight_version", "total_retractions",
-            "completion_tokens", "cached_tokens", "cached_tokens_details", "e2e_latency",
-        ]  # fmt: skip
-        assert list(chunks[0]["meta_info"]) == list(last["meta_info"])[:8]
+        assert list(last["meta_info"]) == _META_KEYS[version]
+        assert list(chunks[0]["meta_info"]) == list(last["meta_info"])[:-1]
         assert last["meta_info"]["prompt_tokens"] == 6
 
 
@@ -478,8 +489,12 @@ def _shape(value: object) -> object:
 )
 async def test_bodies_have_the_oracles_keys_in_order(fixture: str, path: str) -> None:
     oracle = json.loads((_FIXTURES / fixture).read_text())
-    # No --enable-metrics: it adds the timing keys a plain 0.5.9 server does not send.
-    async with serve(speed=200) as sim, httpx.AsyncClient(base_url=sim.base_url, timeout=30) as client:
+    # No --enable-metrics: it adds the timing keys a plain 0.5.9 server does not send. The oracles
+    # are 0.5.9 captures.
+    async with (
+        serve(speed=200, sglang_version="0.5.9") as sim,
+        httpx.AsyncClient(base_url=sim.base_url, timeout=30) as client,
+    ):
         if "events" in oracle:
             status, events = await sse(client, path, oracle["request"])
             assert status == 200

@@ -29,6 +29,16 @@ def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
         (("--lifetime", "-1"), "--lifetime must be positive"),
         (("--capacity-scale", "0"), "--capacity-scale must be a positive number"),
         (("--capacity-scale", "nan"), "--capacity-scale must be a positive number"),
+        (
+            ("--sglang-version", "0.5.9", "--enable-hisparse"),
+            "--enable-hisparse: unrecognized by SGLang 0.5.9",
+        ),
+        (("--tp-size", "0"), "--tp-size must be at least 1"),
+        (("--fault", "crash:text=meteor"), "text='meteor' must be one of"),
+        (("--fault", "crash:text=died_init"), "needs phase=startup"),
+        (("--fault", "crash:phase=startup,text=nan"), "is a serving crash"),
+        (("--sglang-version", "0.5.9", "--fault", "nan_sanitized"), "0.5.23 only"),
+        (("--sglang-version", "0.5.9", "--fault", "crash:text=subprocess"), "not in 0.5.9"),
     ],
 )
 def test_bad_flags_are_one_line_errors(
@@ -45,6 +55,13 @@ def test_unknown_profile_is_a_usage_error(capsys: pytest.CaptureFixture[str]) ->
     with pytest.raises(SystemExit) as exc:
         main(["sim", "--profile", "nope"])
     assert exc.value.code == 2
+
+
+def test_unknown_sglang_version_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["sim", "--sglang-version", "0.5.10"])
+    assert exc.value.code == 2
+    assert "0.5.9" in capsys.readouterr().err
 
 
 def test_port_in_use_is_a_clean_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -210,7 +210,7 @@ async def test_control_api_validation() -> None:
         catalogue = (await ctl.get("/faults")).json()["catalogue"]
         assert set(catalogue) == {
             "crash", "hang", "stall", "garbage", "slow_start", "oom", "error_chunk", "malformed_sse",
-            "http_503", "metrics_disabled",
+            "http_503", "metrics_disabled", "nan_sanitized",
         }  # fmt: skip
         r = await ctl.post("/faults", json={"name": "hang", "params": {"after": 1000, "watchdog": 0}})
         assert r.status_code == 201

@@ -1,4 +1,8 @@
-"""/metrics against SGLang 0.5.9's families (names, types, help, labels, buckets) and semantics."""
+"""/metrics against SGLang's families (names, types, help, labels, buckets) and semantics.
+
+The reference is generated from the wheels' source (0.5.9 and 0.5.23, each family marked with the
+versions that have it): ``support.sglang_metricnames``, see ``tests/support/extract_sglang_metricnames.py``.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import asyncio
 import re
 
 import httpx
+import pytest
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
@@ -13,7 +18,7 @@ from simtest_sse import decode, sse
 
 from sentinel_sim import SimServer, serve
 from sentinel_sim.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, SimMetrics
-from support.sglang_metricnames import by_name
+from support.sglang_metricnames import MetricFamily, by_name
 
 
 async def _scrape(client: httpx.AsyncClient) -> dict[str, list[Sample]]:
@@ -34,18 +39,32 @@ def _value(samples: list[Sample], name: str, **labels: str) -> float:
     return sum(hits)
 
 
-async def test_families_match_sglang_059(client: httpx.AsyncClient) -> None:
-    await client.post(
-        "/generate",
-        json={"text": "hi", "sampling_params": {"max_new_tokens": 50, "ignore_eos": True}, "stream": True},
-    )
-    text = (await client.get("/metrics")).text
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
+async def test_families_match_sglang(version: str) -> None:
+    async with (
+        serve(speed=200, enable_metrics=True, sglang_version=version) as sim,
+        httpx.AsyncClient(base_url=sim.base_url, timeout=30) as client,
+    ):
+        await client.post(
+            "/generate",
+            json={
+                "text": "hi",
+                "sampling_params": {"max_new_tokens": 50, "ignore_eos": True},
+                "stream": True,
+            },
+        )
+        await client.post("/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 5}})
+        text = (await client.get("/metrics")).text
     assert "_created" not in text
+
+    def ref_by_name(name: str) -> tuple[MetricFamily, ...]:
+        return by_name(name, version)
+
     seen = 0
     for fam in text_string_to_metric_families(text):
         expected_name = fam.name + ("_total" if fam.type == "counter" else "")
-        refs = by_name(expected_name)
-        assert refs, f"{expected_name} is not an SGLang 0.5.9 family"
+        refs = ref_by_name(expected_name)
+        assert refs, f"{expected_name} is not an SGLang {version} family"
         ref = refs[0]
         assert fam.type == ref.type, expected_name
         assert fam.documentation == ref.documentation, expected_name
@@ -96,7 +115,10 @@ async def test_counters_histograms_and_gauges(sim: SimServer, client: httpx.Asyn
     )  # + the health probe's 1-token prompt: a real scheduler request
     passes = [s for s in m["sglang:cuda_graph_passes"] if s.name.endswith("_total")]
     assert {s.labels["tp_rank"] for s in passes} == {str(r) for r in range(8)}
-    assert {s.labels["mode"] for s in passes} == {"decode_none"}  # --disable-cuda-graph deployment
+    # --disable-cuda-graph deployment; 0.5.23 also counts prefill passes on the metrics rank
+    # (metrics_reporter.py increment_prefill_cuda_graph_pass), decode ones on every rank.
+    assert {s.labels["mode"] for s in passes} == {"decode_none", "prefill_none"}
+    assert {s.labels["tp_rank"] for s in passes if s.labels["mode"] == "prefill_none"} == {"0"}
     queue = [s for s in m["sglang:queue_time_seconds"] if s.name.endswith("_count")]
     assert len(queue) == 8
     # scheduler gauges are snapshots from the last log event, not live values
@@ -173,15 +195,27 @@ def _reference_render(m: SimMetrics) -> bytes:
     return b"".join(out)
 
 
-def test_render_is_byte_identical_to_generate_latest() -> None:
-    m = SimMetrics(model_name="glm-5", tp_size=8, page_size=64, max_total_num_tokens=524288)
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
+def test_render_is_byte_identical_to_generate_latest(version: str) -> None:
+    m = SimMetrics(
+        model_name="glm-5",
+        tp_size=8,
+        page_size=64,
+        max_total_num_tokens=524288,
+        version=version,
+        priority_scheduling=True,
+        constants={"max_total_num_tokens": 524288, "page_size": 64},
+    )
     assert m.render() == _reference_render(m)
     for i in range(300):
         m.observe_queue_time(i / 37)
         m.observe_itl(i / 1000, 1 + i % 3)
-    m.log_stats()
+    m.log_stats({"num_running_reqs": {"0": 2, "None": 1}})
     m.finished(prompt_tokens=10, completion_tokens=1234567, cached_tokens=3, e2e=1e9, retractions=1)
-    m.ttft.observe(0.5)
+    m.finished(
+        prompt_tokens=1, completion_tokens=3, cached_tokens=0, e2e=1, retractions=0, stream=True, decode_s=1
+    )
+    m.observe_ttft(0.5, True, priority=2)
     m.aborted()
     # label values that need escaping, added between two renders (the line cache must follow)
     first = m.render()

@@ -136,7 +136,8 @@ async def test_the_daemon_hook_reads_the_simulator(
     fast: Callable[..., ServerSettings], sim_cmd: Callable[..., LaunchCommand], port: int
 ) -> None:
     # What daemon.py wires: the supervisor's ready transition feeds the sglang collector.
-    sup = Supervisor(fast(port), command=sim_cmd(port))
+    # An older server on purpose: 0.5.9 is not the simulator's default, so the reading is the server's.
+    sup = Supervisor(fast(port), command=sim_cmd(port, "--sglang-version", "0.5.9"))
     collector = offline_collector()
     reader = attach_version_reader(sup, collector.set_sglang_version, f"http://127.0.0.1:{port}")
     assert reader is not None
@@ -148,7 +149,7 @@ async def test_the_daemon_hook_reads_the_simulator(
             if reader.latest is not None:
                 break
             await asyncio.sleep(0.05)
-        assert reader.latest == ("0.5.9", "/server_info")  # the simulator reports 0.5.9
+        assert reader.latest == ("0.5.9", "/server_info")
         assert version_series(collector) == (1.0, {"reported": "0.5.9", "behaves_as": "0.5.9"})
     finally:
         await sup.stop()
