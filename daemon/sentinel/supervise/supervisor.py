@@ -40,7 +40,7 @@ from sentinel.supervise.launch import (
     render_command,
     resolve_profile,
 )
-from sentinel.supervise.logbus import LineListener, LineSubscription, LogBus, LogLine
+from sentinel.supervise.logbus import LineListener, LogBus, LogLine
 from sentinel.supervise.metrics import SupervisorCollector
 from sentinel.supervise.preflight import GpuReader, PreflightResult, run_preflight
 from sentinel.supervise.probes import ProbeResult, probe_health
@@ -79,7 +79,7 @@ class Supervisor:
     """Keeps one SGLang server up. Create, ``await start()``, ``await stop()``.
 
     Public surface for the daemon: :meth:`snapshot` (everything other components read, from
-    any thread), :meth:`subscribe_state`, :meth:`subscribe_lines` / :meth:`add_line_listener`,
+    any thread), :meth:`subscribe_state`, :meth:`add_line_listener`,
     :meth:`add_before_stop_hook`, :meth:`restart`, :meth:`reset`, :meth:`wait_for_state`, and
     :meth:`collector` for the ``sentinel_server_*`` / ``sentinel_probe_*`` series. The other
     attributes belong to the event loop.
@@ -169,11 +169,8 @@ class Supervisor:
     def subscribe_state(self, listener: StateListener) -> Callable[[], None]:
         return self.machine.subscribe(listener)
 
-    def subscribe_lines(self, maxsize: int = 10000) -> LineSubscription:
-        """Every server log line from now on, as an async iterator (bounded; overflow is counted)."""
-        return self.bus.subscribe(maxsize)
-
     def add_line_listener(self, listener: LineListener) -> Callable[[], None]:
+        """``listener(line)`` for every server log line from now on, on the loop (keep it fast)."""
         return self.bus.add_listener(listener)
 
     def add_before_stop_hook(self, hook: BeforeStopHook) -> None:
@@ -238,7 +235,7 @@ class Supervisor:
                 await self._client.aclose()
                 self._client = None
         finally:
-            # Whatever failed above: subscribers (an operator's log follower) must see the end.
+            # Whatever failed above: state listeners must see STOPPED, server.log must be flushed.
             self.up = False
             self.epoch = None
             self.machine.set(ServerState.STOPPED, "supervisor stopped")
@@ -290,7 +287,6 @@ class Supervisor:
             probe_failures=frozen(self.checks.failures),
             preflight=tuple(self.preflight),
             log_lines_total=self.bus.lines_total,
-            log_lines_dropped=self.bus.dropped_total,
         )
 
     def _publish(self) -> None:
