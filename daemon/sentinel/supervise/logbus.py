@@ -112,7 +112,7 @@ class LogBus:
                 self._file = RotatingFile(log_file, max_bytes, backups)
             except OSError as exc:
                 # Losing the file copy must not stop supervision: lines still reach the tail/listeners.
-                _log.error("cannot open server log file", path=str(log_file), error=str(exc))
+                _log.error("server_log_open_failed", path=str(log_file), error=str(exc))
 
     def close(self) -> None:
         """Flush and close the file."""
@@ -167,7 +167,7 @@ class LogBus:
                 # A broken listener fails on every line: log the first error and then every 1000th.
                 if self.listener_errors_total % 1000 == 1:
                     _log.exception(
-                        "log line listener failed", listener=repr(listener), errors=self.listener_errors_total
+                        "log_line_listener_failed", listener=repr(listener), errors=self.listener_errors_total
                     )
 
     def tail(self, n: int | None = None) -> list[str]:
