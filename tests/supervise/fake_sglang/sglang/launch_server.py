@@ -15,8 +15,7 @@ parser.add_argument("--host", default="127.0.0.1")
 parser.add_argument("--port", type=int, default=30000)
 args, rest = parser.parse_known_args()
 print(f"server_args=ServerArgs(argv={sys.argv[1:]!r})", flush=True)
-# mypy resolves `sglang` to the namespace tests/sglang/; at run time it is this fake package.
-version = tuple(int(x) for x in sglang.__version__.split(".")[:3])  # type: ignore[attr-defined]
+version = tuple(int(x) for x in sglang.__version__.split(".")[:3])
 if version >= (0, 5, 22) and any(a.startswith("--nsa-") for a in rest):
     print(
         "launch_server.py: error: unrecognized arguments: --nsa-prefill-backend", file=sys.stderr, flush=True
