@@ -26,6 +26,7 @@ from pathlib import Path
 from sentinel.collect import CollectorSet, SGLangLogCollector, SGLangMetricsCollector
 from sentinel.collect.gpu import FakeNvml, GpuCollector, GpuPoller
 from sentinel.collect.render import render
+from sentinel.collect.source import Source
 from sentinel.export import Exporter, ExporterSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,7 +84,7 @@ def quantile(values: list[float], q: float) -> float:
 
 
 def build(sglang_url: str | None, gpus: int, nvml: bool = False) -> CollectorSet:
-    sources = []
+    sources: list[tuple[str, Source]] = []
     if sglang_url is not None:
         sources.append(("sglang", SGLangMetricsCollector(sglang_url, timeout=2.0)))
     log = SGLangLogCollector()

@@ -21,6 +21,7 @@ import resource
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -83,7 +84,7 @@ def main() -> None:
                 raise SystemExit(f"bench_serving failed (rc {peer.returncode}):\n{peer.stderr[-2000:]}")
             tokens, cpu, wall, done = ours(info["base_url"], args, use_uvloop=True)
             a_tokens, a_cpu, _, _ = ours(info["base_url"], args, use_uvloop=False)
-            row = {
+            row: dict[str, Any] = {
                 "round": i + 1,
                 "peer_tokens": peer.output_tokens,
                 "peer_cpu": peer.benchmark_cpu_s,

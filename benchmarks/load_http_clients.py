@@ -32,7 +32,7 @@ import json
 import multiprocessing as mp
 import resource
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import aiohttp
@@ -203,7 +203,7 @@ async def sentinel_transport(url: str, n: int, conc: int, counter: list[int]) ->
         await client.close()
 
 
-Variant = Callable[[str, int, int, list[int]], Awaitable[None]]
+Variant = Callable[[str, int, int, list[int]], Coroutine[Any, Any, None]]
 VARIANTS: dict[str, Variant] = {
     "httpx aiter_raw": httpx_raw,
     "httpx aiter_lines": httpx_lines,

@@ -25,7 +25,7 @@ import runpy
 import sys
 import time
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, SupportsIndex
 
 _run = asyncio.run
 _gather = asyncio.gather
@@ -45,7 +45,7 @@ def _span(start: str, end: str, prefix: str) -> dict[str, float]:
     return {f"{prefix}_cpu_user_s": u1 - u0, f"{prefix}_cpu_system_s": s1 - s0, f"{prefix}_wall_s": w1 - w0}
 
 
-def _timed_sleep(seconds: float) -> None:
+def _timed_sleep(seconds: float | SupportsIndex) -> None:
     _sleep(seconds)
     _mark("run_start")
 
@@ -70,8 +70,8 @@ def _timed_run(main: Coroutine[Any, Any, Any], **kwargs: Any) -> Any:
                 json.dump(figures, f)
 
 
-asyncio.run = _timed_run  # type: ignore[assignment]
-asyncio.gather = _timed_gather  # type: ignore[assignment]
+asyncio.run = _timed_run
+asyncio.gather = _timed_gather
 time.sleep = _timed_sleep
 sys.argv = ["sglang.bench_serving", *sys.argv[1:]]
 runpy.run_module("sglang.bench_serving", run_name="__main__", alter_sys=True)

@@ -609,7 +609,7 @@ def gpu() -> dict[str, Any]:
     gsel = 'instance=~"$instance"'
     legend = "{{instance}} GPU {{gpu}}"
     b.row("Load")
-    for title, desc, unit, metric, extra in (
+    gpu_panels: tuple[tuple[str, str, str, str, dict[str, Any]], ...] = (
         (
             "Utilization",
             "Fraction of time a kernel was running.",
@@ -621,7 +621,8 @@ def gpu() -> dict[str, Any]:
         ("Power", "Power draw.", "watt", "sentinel_gpu_power_watts", {}),
         ("Temperature", "GPU core temperature.", "celsius", "sentinel_gpu_temperature_celsius", {}),
         ("SM clock", "Current SM clock.", "hertz", "sentinel_gpu_sm_clock_hertz", {}),
-    ):
+    )
+    for title, desc, unit, metric, extra in gpu_panels:
         b.panel("timeseries", title, desc, unit, [(f"{metric}{{{gsel}}}", legend)], w=8, **extra)
     b.panel(
         "timeseries",

@@ -36,7 +36,7 @@ class SyntheticServer:
         running = min(c, self.max_running) if self.max_running else c
         linear = running * self.per_stream
         k = 6.0
-        return linear / (1 + (linear / self.ceiling) ** k) ** (1 / k)
+        return float(linear / (1 + (linear / self.ceiling) ** k) ** (1 / k))
 
     async def run_step(self, plan: StepPlan) -> StepMeasurement:
         self.plans.append(plan)

@@ -60,7 +60,7 @@ def main() -> None:
         name = fam.name.removesuffix("_total") if fam.type == "counter" else fam.name
         cls = {"gauge": Gauge, "counter": Counter, "histogram": Histogram}[fam.type]
         kwargs = {"buckets": fam.buckets} if fam.type == "histogram" else {}
-        metric = cls(name, fam.documentation, list(fam.labels), registry=registry, **kwargs)  # type: ignore[operator]
+        metric = cls(name, fam.documentation, list(fam.labels), registry=registry, **kwargs)
         ranks = range(8) if fam.name in ALL_RANKS else range(1)
         for rank in ranks:
             base = {"model_name": MODEL, "engine_type": "unified", "tp_rank": str(rank), "pp_rank": "0",

@@ -414,7 +414,7 @@ def test_a_replaced_gpu_does_not_inherit_the_old_reading(fake_nvml: FakeNvml) ->
     fake_nvml.fail("nvmlDeviceGetPowerUsage", pynvml.NVML_ERROR_GPU_IS_LOST, device=1, times=2)
     poller.run_cycle()  # GPU 1 lost: its last reading is kept (not served) until re-init
     original = fake_nvml.nvmlDeviceGetUUID
-    fake_nvml.nvmlDeviceGetUUID = lambda h: "GPU-new-board" if h.index == 1 else original(h)  # type: ignore[method-assign]
+    fake_nvml.nvmlDeviceGetUUID = lambda handle: "GPU-new-board" if handle.index == 1 else original(handle)  # type: ignore[method-assign]
     snap = poller.run_cycle()  # re-init finds another board at index 1, whose first read fails
     assert snap.devices[1].identity.uuid == "GPU-new-board"
     assert not snap.devices[1].ok

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pynvml
 import pytest
 
@@ -13,11 +15,11 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture
-def poller() -> GpuPoller:
+def poller() -> Iterator[GpuPoller]:
     p = GpuPoller(lambda: pynvml, interval=2.0, timeout=2.0)
     if p.run_cycle().status != "ok":
         pytest.skip(f"no usable GPU here (NVML: {p.snapshot.status})")
-    yield p  # type: ignore[misc]
+    yield p
     p.stop(5.0)
 
 

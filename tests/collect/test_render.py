@@ -30,8 +30,10 @@ def reference(families: list[Metric], fmt: str) -> bytes:
     registry = CollectorRegistry()
     registry.register(Fixed(families))
     if fmt == "text":
-        return generate_latest(registry)
-    return openmetrics.generate_latest(registry, escaping=openmetrics.ALLOWUTF8)
+        text: bytes = generate_latest(registry)
+        return text
+    om: bytes = openmetrics.generate_latest(registry, escaping=openmetrics.ALLOWUTF8)
+    return om
 
 
 def mutate(text: str, seed: int) -> str:

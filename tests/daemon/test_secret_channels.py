@@ -101,10 +101,10 @@ run_on_ready = false
     assert '"api_key": "<set>"' in cli_outputs[1]
 
     url = f"http://127.0.0.1:{exporter_port}"
-    with log_path.open("wb") as out:
+    with log_path.open("wb") as log_file:
         proc = subprocess.Popen(
             [sys.executable, "-m", "sentinel", "run", "--config", str(cfg)],
-            stdout=out, stderr=subprocess.STDOUT, env=_env(), start_new_session=True,
+            stdout=log_file, stderr=subprocess.STDOUT, env=_env(), start_new_session=True,
         )  # fmt: skip
     try:
         deadline = time.monotonic() + 60
@@ -145,12 +145,12 @@ run_on_ready = false
         assert proc.wait(30) == 0
         channels["daemon log"] = log_path.read_text(errors="replace")
         secrets_file = None
-        for path in state.rglob("*"):
-            if path.is_file():
-                if path.name == "server-secrets.yaml":
-                    secrets_file = path  # the one place the key is meant to be: 0600, for the child
+        for file in state.rglob("*"):
+            if file.is_file():
+                if file.name == "server-secrets.yaml":
+                    secrets_file = file  # the one place the key is meant to be: 0600, for the child
                     continue
-                channels[str(path)] = path.read_text(errors="replace")
+                channels[str(file)] = file.read_text(errors="replace")
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import httpx
@@ -35,7 +35,7 @@ def fake_collectors(gpus: int = 2, sglang_sample: str = "sglang-0.5.9-tp8-synthe
 
 
 @pytest.fixture
-def collectors() -> Iterator[CollectorSet]:
+def collectors() -> CollectorSet:
     return fake_collectors()
 
 

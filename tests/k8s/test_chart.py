@@ -27,8 +27,7 @@ helm_python = pytest.importorskip(
 )
 kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate missing")
 
-sys.path.insert(0, str(Path(__file__).parent))
-import chart  # noqa: E402  (tests/k8s/chart.py, also a script)
+from k8s import chart  # noqa: E402  (tests/k8s/chart.py, also a script; tests/ is on the path)
 
 HERE = Path(__file__).parent
 REPO = chart.REPO

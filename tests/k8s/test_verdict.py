@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import httpx
@@ -78,7 +78,7 @@ class Probe:
             await asyncio.sleep(0.05)
 
 
-async def _daemon(tmp_path: Any, server_port: int) -> AsyncIterator[tuple[Daemon, Probe]]:
+async def _daemon(tmp_path: Any, server_port: int) -> AsyncGenerator[tuple[Daemon, Probe], None]:
     env = _env(tmp_path, server_port)
     daemon = Daemon(load_settings(None, environ=env), environ=env)
     await daemon._start()

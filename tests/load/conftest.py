@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from rawhttp import Handler, RawServer, Start
+
+from support.rawhttp import Handler, RawServer, Start
 
 
 @dataclass
@@ -121,7 +122,11 @@ class FakeSGLang:
         text = " tok" * out
         usage = {"prompt_tokens": prompt_len, "completion_tokens": out, "total_tokens": prompt_len + out}
         if path == "/generate":
-            meta = {"completion_tokens": out, "prompt_tokens": prompt_len, "cached_tokens": 0}
+            meta: dict[str, object] = {
+                "completion_tokens": out,
+                "prompt_tokens": prompt_len,
+                "cached_tokens": 0,
+            }
             meta["finish_reason"] = {"type": "length", "length": out}
             return {"text": text, "output_ids": list(range(out)), "meta_info": meta}
         if path == "/v1/chat/completions":
@@ -217,7 +222,11 @@ class FakeSGLang:
             yield chunk(delta, None, done)
         yield chunk({"content": None}, "abort" if mode == "abort" else "length", out)
         if opts.get("include_usage"):
-            usage = {"prompt_tokens": prompt_len, "completion_tokens": out, "total_tokens": prompt_len + out}
+            usage: dict[str, object] = {
+                "prompt_tokens": prompt_len,
+                "completion_tokens": out,
+                "total_tokens": prompt_len + out,
+            }
             if b.cached_tokens:
                 usage["prompt_tokens_details"] = {"cached_tokens": b.cached_tokens}
             yield json.dumps({"id": rid, "choices": [], "usage": usage}).encode()

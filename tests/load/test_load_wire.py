@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 import pytest
-from rawhttp import Reader, Start, Writer, chunked
 
 from sentinel.load import ArrivalProcess, FailureReason, LoadSpec, RandomDataset, run_load
+from support.rawhttp import Reader, Start, Writer, chunked
 
 pytestmark = pytest.mark.asyncio
 
@@ -209,9 +209,8 @@ async def test_a_never_ending_sse_event_is_a_counted_malformed_failure(
     # near the limit. Lines within one never-ending event (newlines=True) count the same.
     import tracemalloc
 
-    from rawhttp import CHUNKED_HEAD, chunk
-
     from sentinel.load.engine import EVENT_LIMIT
+    from support.rawhttp import CHUNKED_HEAD, chunk
 
     sent = [0]
 

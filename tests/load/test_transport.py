@@ -6,9 +6,9 @@ import asyncio
 import time
 
 import pytest
-from rawhttp import Reader, Sink, Start, Writer, chunked
 
 from sentinel.load.transport import ConnectError, ConnectionLost, HttpClient, ProtocolError
+from support.rawhttp import Reader, Sink, Start, Writer, chunked
 
 pytestmark = pytest.mark.asyncio
 

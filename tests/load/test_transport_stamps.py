@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from rawhttp import CHUNKED_HEAD, Sink, chunk
 
 from sentinel.load import transport
 from sentinel.load.transport import HttpClient, ProtocolError
+from support.rawhttp import CHUNKED_HEAD, Sink, chunk
 
 pytestmark = pytest.mark.asyncio
 

@@ -202,8 +202,8 @@ def test_shared_prefix_groups() -> None:
     src = PromptSource(LoadSpec(dataset=ds))
     p = [next(src) for _ in range(4)]
     assert [x.group for x in p] == [0, 1, 0, 1]
-    assert p[0].content[:6] == p[2].content[:6]  # type: ignore[index]
-    assert p[0].content[:6] != p[1].content[:6]  # type: ignore[index]
+    assert p[0].content[:6] == p[2].content[:6]
+    assert p[0].content[:6] != p[1].content[:6]
     assert all(len(x.content) == 10 for x in p)
     assert len(PromptSource(LoadSpec(dataset=ds)).warmup(1)) == 1
 

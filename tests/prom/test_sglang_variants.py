@@ -104,7 +104,7 @@ def test_dashboard_queries_read_true_totals_on_every_variant(
     running_queued = _panel_targets("Running and queued requests")
     assert [t["legendFormat"] for t in running_queued] == ["{{instance}} running", "{{instance}} queued"]
     text_059 = EXPOSITIONS["v0.5.9-tp8"].read_text()
-    single = {
+    single: dict[str, float | None] = {
         # KV usage and generation throughput: one series per TP-0 scheduler in 0.5.9.
         "KV-cache usage": server_total(_samples(text_059, "sglang:token_usage"), "max"),
         "Generation throughput": server_total(_samples(text_059, "sglang:gen_throughput")),
@@ -119,10 +119,10 @@ def test_dashboard_queries_read_true_totals_on_every_variant(
             values.append(float(result[0]["value"][1]))
         read[variant] = tuple(values)
         assert values == pytest.approx(truth), (variant, target["expr"])
-    for title, truth in single.items():
+    for title, expected in single.items():
         (target,) = _panel_targets(title)
         result = prom.query(_for_instance(target["expr"], "v0.5.9-tp8"))
-        assert float(result[0]["value"][1]) == pytest.approx(truth), title
+        assert float(result[0]["value"][1]) == pytest.approx(expected), title
     print("\n(running, queued) read by the dashboard:", read)
 
 

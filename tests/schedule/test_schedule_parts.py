@@ -94,7 +94,8 @@ def test_budget_never_exceeds_any_hour() -> None:
     assert budget.remaining() == 0
     now[0] = 100 + WINDOW_SECONDS
     assert budget.remaining() == 400
-    assert budget.settle(b, 10_000) is None  # unknown/expired reservations are ignored safely
+    budget.settle(b, 10_000)  # an unknown/expired reservation is ignored: nothing comes back or goes
+    assert budget.remaining() == 400
 
 
 def test_budget_restore_and_limit_change() -> None:
@@ -159,6 +160,7 @@ def test_parse_loads_json() -> None:
     assert parse_loads_json(doc) == ServerLoad(7, 1, 0.7)
     del doc["aggregate"]
     assert parse_loads_json(doc) == ServerLoad(7, 1, 0.7)
+    bad: object
     for bad in ([], {"loads": [{"num_running_reqs": "x"}]}, {"aggregate": {"total_running_reqs": True}}, {}):
         with pytest.raises(LoadReadError):
             parse_loads_json(bad)

@@ -8,13 +8,14 @@ import itertools
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-from simtest_sse import decode, sse
 
 from sentinel.sglang.logparse import DecodeBatch, parse_line
 from sentinel_sim import SimServer, serve
+from support.sim_sse import decode, sse
 
 EOS = 154820
 
@@ -48,7 +49,8 @@ async def test_health_info_and_models(sim: SimServer, client: httpx.AsyncClient)
     assert loads["loads"][0]["max_total_num_tokens"] == sim.profile.max_total_num_tokens
     assert (await client.get("/nope")).json() == {"detail": "Not Found"}
     assert (await client.get("/generate")).status_code == 405
-    log = sim.log._err.getvalue()  # type: ignore[attr-defined]
+    assert isinstance(sim.log._err, io.StringIO)
+    log = sim.log._err.getvalue()
     assert "Endpoint '/get_model_info' is deprecated" in log
 
 
@@ -339,7 +341,7 @@ async def test_ground_truth_matches_client(sim: SimServer, client: httpx.AsyncCl
         ]
         spans: dict[str, tuple[float, float]] = {}
 
-        async def timed(body: dict[str, object]) -> None:
+        async def timed(body: dict[str, Any]) -> None:
             start = time.time()
             r = await client.post("/generate", json=body)
             spans[r.json()["meta_info"]["id"]] = (start, time.time())

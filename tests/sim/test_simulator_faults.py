@@ -10,10 +10,10 @@ import time
 
 import httpx
 import pytest
-from simtest_sse import sse
 
 from sentinel.sglang.logparse import CrashKind, classify_crash
 from sentinel_sim import serve
+from support.sim_sse import sse
 
 LONG = {"text": "x", "sampling_params": {"max_new_tokens": 100000, "ignore_eos": True}}
 

@@ -28,7 +28,7 @@ def _fields(event: object) -> set[str]:
 
 
 def _real_events(kind: type) -> list[object]:
-    out = []
+    out: list[object] = []
     for path in sorted(SAMPLES.glob("sglang-*.txt")) if SAMPLES.exists() else []:
         for line in path.read_text().splitlines():
             ev = parse_line(line)

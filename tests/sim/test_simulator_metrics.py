@@ -7,6 +7,7 @@ versions that have it): ``support.sglang_metricnames``, see ``tests/support/extr
 from __future__ import annotations
 
 import asyncio
+import io
 import re
 
 import httpx
@@ -14,11 +15,11 @@ import pytest
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
-from simtest_sse import decode, sse
 
 from sentinel_sim import SimServer, serve
 from sentinel_sim.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, SimMetrics
 from support.sglang_metricnames import MetricFamily, by_name
+from support.sim_sse import decode, sse
 
 
 async def _scrape(client: httpx.AsyncClient) -> dict[str, list[Sample]]:
@@ -127,7 +128,8 @@ async def test_counters_histograms_and_gauges(sim: SimServer, client: httpx.Asyn
         == sim.profile.max_total_num_tokens
     )
     assert _value(m["sglang:num_queue_reqs"], "sglang:num_queue_reqs") == 0
-    decode_lines = re.findall(r"Decode batch, #running-req: (\d+)", sim.log._err.getvalue())  # type: ignore[attr-defined]
+    assert isinstance(sim.log._err, io.StringIO)
+    decode_lines = re.findall(r"Decode batch, #running-req: (\d+)", sim.log._err.getvalue())
     assert decode_lines
     assert _value(m["sglang:num_running_reqs"], "sglang:num_running_reqs") == int(decode_lines[-1])
     assert (

@@ -39,8 +39,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # A conftest's hook sees the whole session's items: wrap only this directory's tests.
     here = Path(__file__).parent
     for item in items:
-        in_here = isinstance(item, pytest.Function) and here in item.path.parents
-        if in_here and inspect.iscoroutinefunction(item.obj):
+        if not isinstance(item, pytest.Function) or here not in item.path.parents:
+            continue
+        if inspect.iscoroutinefunction(item.obj):
             item.obj = _bounded(item.obj)
 
 

@@ -216,7 +216,7 @@ def test_a_profile_named_like_a_builtin_adjusts_it() -> None:
 
 
 def test_base_chains_and_explicit_fields_win() -> None:
-    profiles = {
+    profiles: dict[str, dict[str, object]] = {
         "site": {"base": GLM, "python": "/opt/sglang/bin/python", "extra_args": []},
         "canary-box": {"base": "site", "tp_size": 4, "kv_cache_dtype": "auto"},
     }

@@ -281,9 +281,9 @@ async def _flush_cache(session: Any, spec: LoadSpec) -> None:
         async with asyncio.timeout(30.0):
             async with session.post(spec.base_url + "/flush_cache", headers=_auth_headers(spec)) as resp:
                 if resp.status != 200:
-                    get_logger(__name__).warning("bench.flush_cache_refused", status=resp.status)
+                    get_logger(__name__).warning("bench_flush_cache_refused", status=resp.status)
     except Exception as exc:  # best effort, as in bench_serving
-        get_logger(__name__).warning("bench.flush_cache_failed", error=str(exc))
+        get_logger(__name__).warning("bench_flush_cache_failed", error=str(exc))
 
 
 _SERVER_INFO_MAX_BYTES = 4 << 20  # SGLang's is ~10 KB (server_args and internal states)

@@ -244,14 +244,14 @@ class CollectorSet:
             reason = str(exc) or "failed"
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}"
-            _log.exception("collector crashed", collector=name)
+            _log.exception("collector_crashed", collector=name)
         # Log on change only: a server that is down for an hour must not log every 15 s scrape.
         self._collected.add(name)
         previous = self._failing.get(name)
         if reason is not None and reason != previous:
-            _log.warning("collector failing", collector=name, reason=reason)
+            _log.warning("collector_failing", collector=name, reason=reason)
             self._failing[name] = reason
         elif reason is None and previous is not None:
-            _log.info("collector recovered", collector=name)
+            _log.info("collector_recovered", collector=name)
             del self._failing[name]
         return reason is None, metrics

@@ -47,9 +47,7 @@ def _render_one(metric: Metric, fmt: Format) -> bytes:
     # No escaping: every name sentinel serves is a valid classic name (colons included), and
     # prometheus_client 0.26's "underscores" escaping renames sample lines but not their
     # HELP/TYPE lines (prometheus/client_python#1177).
-    body: bytes = openmetrics.generate_latest(  # type: ignore[no-untyped-call]
-        _One(metric), escaping=openmetrics.ALLOWUTF8
-    )
+    body: bytes = openmetrics.generate_latest(_One(metric), escaping=openmetrics.ALLOWUTF8)
     return body[: -len(_EOF)] if body.endswith(_EOF) else body
 
 

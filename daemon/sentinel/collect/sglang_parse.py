@@ -32,7 +32,7 @@ __all__ = ["FamilyParser"]
 
 
 def _go(value: float) -> str:
-    text: str = floatToGoString(value)  # type: ignore[no-untyped-call]
+    text: str = floatToGoString(value)
     return text
 
 

@@ -127,7 +127,7 @@ class Exporter:
         self._runner = runner
         self.port = int(runner.addresses[0][1])
         _log.info(
-            "exporter listening", url=self.url, tls=ssl_context is not None, auth=self._auth is not None
+            "exporter_listening", url=self.url, tls=ssl_context is not None, auth=self._auth is not None
         )
 
     async def stop(self) -> None:
@@ -188,7 +188,7 @@ class Exporter:
                 gzipped,
             )
         except Exception:
-            _log.exception("rendering /metrics failed")
+            _log.exception("metrics_render_failed")
             return web.Response(status=500, text="rendering metrics failed; see the daemon log\n")
         finally:
             self._inflight -= 1

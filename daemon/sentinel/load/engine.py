@@ -234,7 +234,7 @@ class _Run:
                 except Exception:  # a consumer's bug must not lose the run
                     from sentinel.log import get_logger
 
-                    get_logger(__name__).exception("load.on_record_failed", index=rec.index)
+                    get_logger(__name__).exception("load_on_record_failed", index=rec.index)
 
     async def _execute(self, rec: RequestRecord, body: bytes) -> None:
         parser = make_parser(self.spec.backend, rec, self.spec.keep_text)
@@ -297,7 +297,7 @@ class _Run:
             # Our own bug must cost one request, not the run (and never its other results).
             from sentinel.log import get_logger
 
-            get_logger(__name__).exception("load.request_client_error", index=rec.index)
+            get_logger(__name__).exception("load_request_client_error", index=rec.index)
             rec.failure = FailureReason.CLIENT_ERROR
             rec.error = f"{type(exc).__name__}: {exc}"[:1000]
             rec.latency = perf() - sink.sent

@@ -23,7 +23,7 @@ from sentinel.lazy import lazy_exports
 if TYPE_CHECKING:
     from sentinel.supervise.classify import CRASH_REASONS, RESTART_REASONS, Crash
     from sentinel.supervise.launch import BUILTIN_PROFILES, LaunchCommand, ProfileError, render_command
-    from sentinel.supervise.logbus import LineSubscription, LogLine
+    from sentinel.supervise.logbus import LogLine
     from sentinel.supervise.metrics import SupervisorCollector
     from sentinel.supervise.preflight import GpuInfo, PreflightResult
     from sentinel.supervise.probes import ProbeResult
@@ -39,7 +39,6 @@ __all__ = [
     "Crash",
     "GpuInfo",
     "LaunchCommand",
-    "LineSubscription",
     "LogLine",
     "PreflightResult",
     "ProbeResult",
@@ -60,7 +59,6 @@ __getattr__ = lazy_exports(
         "CRASH_REASONS": "sentinel.supervise.classify",
         "RESTART_REASONS": "sentinel.supervise.classify",
         "Crash": "sentinel.supervise.classify",
-        "LineSubscription": "sentinel.supervise.logbus",
         "LogLine": "sentinel.supervise.logbus",
         "SupervisorCollector": "sentinel.supervise.metrics",
         "GpuInfo": "sentinel.supervise.preflight",

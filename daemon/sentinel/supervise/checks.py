@@ -136,7 +136,7 @@ class Checks:
                 results = await fn()
             except Exception:
                 # A bug in a probe must not silently end the check (or the supervisor).
-                _log.exception("check crashed", check=family)
+                _log.exception("check_crashed", check=family)
                 continue
             for result in results:
                 self.record(result, settings, family, allow_restart)
@@ -146,7 +146,7 @@ class Checks:
         """Account for one result: table, counters, ready ⇄ unhealthy, and maybe a restart request."""
         if result.reason == "unsupported":
             if not self._stall_unsupported_logged:
-                _log.warning("stall check unavailable", detail=result.detail)
+                _log.warning("stall_check_unavailable", detail=result.detail)
                 self._stall_unsupported_logged = True
             return
         if result.conclusive:
@@ -161,7 +161,7 @@ class Checks:
             if result.conclusive:
                 self._consecutive[result.probe] += 1
             _log.warning(
-                "check failed",
+                "check_failed",
                 probe=result.probe,
                 reason=result.reason,
                 detail=result.detail,
@@ -183,5 +183,5 @@ class Checks:
                 self._request_restart(family)
             elif n == settings.failures:
                 _log.error(
-                    "check failing (alert only)", probe=result.probe, reason=result.reason, consecutive=n
+                    "check_failing_alert_only", probe=result.probe, reason=result.reason, consecutive=n
                 )

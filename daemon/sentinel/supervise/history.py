@@ -38,13 +38,13 @@ class RestartHistory:
         except FileNotFoundError:
             return
         except (OSError, ValueError) as exc:
-            _log.warning("ignoring unreadable restart history", path=str(path), error=str(exc))
+            _log.warning("restart_history_unreadable", path=str(path), error=str(exc))
             return
         if not isinstance(data, dict) or data.get("config_hash") != config_hash:
             return  # a different launch config starts with a clean slate
         self._policy.restore(data, time.monotonic(), time.time())
         _log.info(
-            "restart history restored",
+            "restart_history_restored",
             restarts_in_window=self._policy.restarts_in_window(time.monotonic()),
         )
 
@@ -57,4 +57,4 @@ class RestartHistory:
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_bytes(path, json.dumps(data).encode())
         except OSError as exc:
-            _log.warning("cannot save restart history", path=str(path), error=str(exc))
+            _log.warning("restart_history_save_failed", path=str(path), error=str(exc))

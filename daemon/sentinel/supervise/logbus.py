@@ -1,7 +1,8 @@
 """The server's log lines: kept on disk (size-rotated), in a tail for crash analysis, and fanned out.
 
-Subscribers never slow the server: a child that blocks on a full stdout pipe stops serving, so
-each subscription has a bounded queue and lines that do not fit are dropped and counted.
+Consumers are listeners called synchronously for every line (the log collector's parser), so no
+line is queued or dropped on the way; a listener must be fast, because a child that blocks on a
+full stdout pipe stops serving.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import asyncio
 import os
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -18,7 +19,7 @@ from typing import TextIO
 from sentinel.log import get_logger
 from sentinel.redact import redact
 
-__all__ = ["LineListener", "LineSubscription", "LogBus", "LogLine", "RotatingFile", "pump_lines"]
+__all__ = ["LineListener", "LogBus", "LogLine", "RotatingFile", "pump_lines"]
 
 _log = get_logger(__name__)
 
@@ -31,48 +32,6 @@ class LogLine:
 
 
 LineListener = Callable[[LogLine], None]
-
-
-class LineSubscription:
-    """An async iterator over new lines. Close it (or use ``async with``) when done."""
-
-    def __init__(self, bus: LogBus, maxsize: int) -> None:
-        self._bus = bus
-        self._queue: asyncio.Queue[LogLine | None] = asyncio.Queue(maxsize)
-        self.dropped = 0
-
-    def _offer(self, line: LogLine) -> None:
-        try:
-            self._queue.put_nowait(line)
-        except asyncio.QueueFull:
-            self.dropped += 1
-            self._bus.dropped_total += 1
-
-    def close(self) -> None:
-        self._bus._unsubscribe(self)
-        # Wake a pending reader even when the queue is full.
-        while True:
-            try:
-                self._queue.put_nowait(None)
-                return
-            except asyncio.QueueFull:
-                self._queue.get_nowait()
-                self.dropped += 1
-
-    def __aiter__(self) -> AsyncIterator[LogLine]:
-        return self
-
-    async def __anext__(self) -> LogLine:
-        item = await self._queue.get()
-        if item is None:
-            raise StopAsyncIteration
-        return item
-
-    async def __aenter__(self) -> LineSubscription:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _open_private(path: Path) -> TextIO:
@@ -140,28 +99,23 @@ class LogBus:
         flush_interval: float = 0.5,
     ) -> None:
         self._tail: deque[str] = deque(maxlen=tail_lines)
-        self._subs: list[LineSubscription] = []
         self._listeners: list[LineListener] = []
         self.lines_total = 0
         self.write_errors_total = 0
         self.listener_errors_total = 0
-        # Lines not delivered to a subscriber whose queue was full (cumulative, all subscribers).
-        self.dropped_total = 0
         self._file: RotatingFile | None = None
         self._flush_interval = flush_interval
         self._flush_pending: asyncio.TimerHandle | None = None
-        self._closed = False
         self.log_file = log_file
         if log_file is not None:
             try:
                 self._file = RotatingFile(log_file, max_bytes, backups)
             except OSError as exc:
-                # Losing the file copy must not stop supervision: lines still reach the tail/subscribers.
-                _log.error("cannot open server log file", path=str(log_file), error=str(exc))
+                # Losing the file copy must not stop supervision: lines still reach the tail/listeners.
+                _log.error("server_log_open_failed", path=str(log_file), error=str(exc))
 
     def close(self) -> None:
-        """Flush and close the file; every subscription ends (now and any made later)."""
-        self._closed = True
+        """Flush and close the file."""
         if self._flush_pending is not None:
             self._flush_pending.cancel()
             self._flush_pending = None
@@ -171,8 +125,6 @@ class LogBus:
             except OSError:
                 self.write_errors_total += 1
             self._file = None
-        for sub in list(self._subs):
-            sub.close()
 
     def flush(self) -> None:
         self._flush_pending = None
@@ -199,7 +151,7 @@ class LogBus:
             self._flush_pending = loop.call_later(self._flush_interval, self.flush)
 
     def publish(self, text: str, source: str) -> None:
-        # Redacted once here, so server.log, the crash tail, listeners and subscribers all get the
+        # Redacted once here, so server.log, the crash tail and the listeners all get the
         # masked line: SGLang's start-up line prints server_args with api_key='...'.
         text = redact(text)
         line = LogLine(text, time.time(), source)
@@ -215,10 +167,8 @@ class LogBus:
                 # A broken listener fails on every line: log the first error and then every 1000th.
                 if self.listener_errors_total % 1000 == 1:
                     _log.exception(
-                        "log line listener failed", listener=repr(listener), errors=self.listener_errors_total
+                        "log_line_listener_failed", listener=repr(listener), errors=self.listener_errors_total
                     )
-        for sub in list(self._subs):
-            sub._offer(line)
 
     def tail(self, n: int | None = None) -> list[str]:
         lines = list(self._tail)
@@ -227,18 +177,6 @@ class LogBus:
     def clear_tail(self) -> None:
         """Forget the previous run's lines so a new crash is classified by its own tail."""
         self._tail.clear()
-
-    def subscribe(self, maxsize: int = 10000) -> LineSubscription:
-        sub = LineSubscription(self, maxsize)
-        if self._closed:
-            sub.close()  # nothing more will come: iterating it ends at once instead of hanging
-        else:
-            self._subs.append(sub)
-        return sub
-
-    def _unsubscribe(self, sub: LineSubscription) -> None:
-        if sub in self._subs:
-            self._subs.remove(sub)
 
     def add_listener(self, listener: LineListener) -> Callable[[], None]:
         """Call ``listener`` synchronously for every line (keep it fast). Returns a remover."""

@@ -144,8 +144,3 @@ class SupervisorCollector(Collector):
         yield CounterMetricFamily(
             "sentinel_server_log_lines", "Log lines read from the server.", value=sup.log_lines_total
         )
-        yield CounterMetricFamily(
-            "sentinel_server_log_lines_dropped",
-            "Log lines a slow subscriber did not receive (its queue was full).",
-            value=sup.log_lines_dropped,
-        )

@@ -130,7 +130,7 @@ class ChildRunner:
             raise LaunchError(f"cannot start {self.command.argv[0]}: {exc.strerror or exc}") from exc
         assert self._proc.stdout is not None
         self._pump = asyncio.create_task(pump_lines(self._proc.stdout, self._bus, "child"))
-        _log.info("server process started", pid=self._proc.pid, argv=self.command.redacted_argv())
+        _log.info("server_process_started", pid=self._proc.pid, argv=self.command.redacted_argv())
 
     def _killpg(self, sig: int) -> None:
         if self._proc is None:
@@ -187,7 +187,7 @@ class ChildRunner:
                 await self._exited()
         except TimeoutError:
             # SGLang's drain has no upper bound (it waits for every in-flight request).
-            _log.warning("server did not stop in time; killing its process group", timeout=timeout_s)
+            _log.warning("server_stop_timeout_killing_group", timeout=timeout_s)
             self._killpg(signal.SIGKILL)
         return await self.wait()
 
@@ -300,7 +300,7 @@ class SystemdRunner:
                     limit=_LINE_LIMIT,
                 )
             except OSError as exc:
-                _log.error("cannot follow the journal", argv=argv, error=exc.strerror or str(exc))
+                _log.error("journal_follow_failed", argv=argv, error=exc.strerror or str(exc))
             else:
                 self._follower_proc = proc
                 assert proc.stdout is not None
@@ -310,7 +310,7 @@ class SystemdRunner:
                 finally:
                     # Also on cancellation: reap the follower (no zombie, no transport left open).
                     await _reap(proc)
-                _log.warning("journal follower ended; restarting it", returncode=proc.returncode)
+                _log.warning("journal_follower_restarted", returncode=proc.returncode)
             self.journal_restarts_total += 1
             await asyncio.sleep(5.0)
 
@@ -320,12 +320,12 @@ class SystemdRunner:
         if props.get("ActiveState") == "active":
             # Already serving (sentinel itself restarted): attach, never bounce a healthy server.
             self._main_pid = int(props.get("MainPID", "0") or 0) or None
-            _log.info("attached to running unit", unit=self._s.unit, pid=self._main_pid)
+            _log.info("unit_attached", unit=self._s.unit, pid=self._main_pid)
             return
         rc, out = await _run(self._systemctl("start", "--no-block", self._s.unit), self._timeout)
         if rc != 0:
             raise LaunchError(f"systemctl start {self._s.unit} failed ({rc}): {out[:300]}")
-        _log.info("unit start requested", unit=self._s.unit)
+        _log.info("unit_start_requested", unit=self._s.unit)
 
     async def wait(self) -> ExitInfo:
         seen_running = False
@@ -338,7 +338,7 @@ class SystemdRunner:
             except LaunchError as exc:
                 failures += 1
                 if failures == 3:
-                    _log.error("cannot read the unit's state", error=str(exc))
+                    _log.error("unit_state_unreadable", error=str(exc))
                 await asyncio.sleep(self._s.poll_interval)
                 continue
             state = props.get("ActiveState", "")
@@ -411,7 +411,7 @@ class SystemdRunner:
         # systemd applies the unit's own KillMode/TimeoutStopSec; we bound the wait for the command.
         rc, out = await _run(self._systemctl("stop", self._s.unit), timeout_s + self._timeout)
         if rc != 0:
-            _log.error("systemctl stop failed", unit=self._s.unit, returncode=rc, output=out[:300])
+            _log.error("systemctl_stop_failed", unit=self._s.unit, returncode=rc, output=out[:300])
         self._main_pid = None
         try:
             return self._exit_info(await self.show())

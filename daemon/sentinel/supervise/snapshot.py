@@ -56,7 +56,6 @@ class SupervisorSnapshot:
     probe_failures: Mapping[tuple[str, str], int]  # (probe, reason)
     preflight: tuple[PreflightResult, ...]
     log_lines_total: int
-    log_lines_dropped: int
 
     @property
     def ready_epoch(self) -> float | None:

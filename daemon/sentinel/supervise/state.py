@@ -80,7 +80,7 @@ class StateMachine:
             try:
                 listener(change)
             except Exception:
-                _log.exception("state listener failed", listener=repr(listener))
+                _log.exception("state_listener_failed", listener=repr(listener))
         for states, fut in list(self._waiters):
             if new in states and not fut.done():
                 fut.set_result(new)

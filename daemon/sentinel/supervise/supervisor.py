@@ -40,7 +40,7 @@ from sentinel.supervise.launch import (
     render_command,
     resolve_profile,
 )
-from sentinel.supervise.logbus import LineListener, LineSubscription, LogBus, LogLine
+from sentinel.supervise.logbus import LineListener, LogBus, LogLine
 from sentinel.supervise.metrics import SupervisorCollector
 from sentinel.supervise.preflight import GpuReader, PreflightResult, run_preflight
 from sentinel.supervise.probes import ProbeResult, probe_health
@@ -79,7 +79,7 @@ class Supervisor:
     """Keeps one SGLang server up. Create, ``await start()``, ``await stop()``.
 
     Public surface for the daemon: :meth:`snapshot` (everything other components read, from
-    any thread), :meth:`subscribe_state`, :meth:`subscribe_lines` / :meth:`add_line_listener`,
+    any thread), :meth:`subscribe_state`, :meth:`add_line_listener`,
     :meth:`add_before_stop_hook`, :meth:`restart`, :meth:`reset`, :meth:`wait_for_state`, and
     :meth:`collector` for the ``sentinel_server_*`` / ``sentinel_probe_*`` series. The other
     attributes belong to the event loop.
@@ -169,11 +169,8 @@ class Supervisor:
     def subscribe_state(self, listener: StateListener) -> Callable[[], None]:
         return self.machine.subscribe(listener)
 
-    def subscribe_lines(self, maxsize: int = 10000) -> LineSubscription:
-        """Every server log line from now on, as an async iterator (bounded; overflow is counted)."""
-        return self.bus.subscribe(maxsize)
-
     def add_line_listener(self, listener: LineListener) -> Callable[[], None]:
+        """``listener(line)`` for every server log line from now on, on the loop (keep it fast)."""
         return self.bus.add_listener(listener)
 
     def add_before_stop_hook(self, hook: BeforeStopHook) -> None:
@@ -215,7 +212,7 @@ class Supervisor:
             limits=httpx.Limits(max_connections=8, max_keepalive_connections=4),
         )
         self._history.restore(self.config_hash)
-        _log.info("supervisor starting", mode=s.mode, profile=s.profile, config_hash=self.config_hash)
+        _log.info("supervisor_starting", mode=s.mode, profile=s.profile, config_hash=self.config_hash)
         main = self._run_external() if s.mode == "external" else self._run_managed()
         self._task = asyncio.create_task(main, name="sentinel-supervisor")
 
@@ -232,13 +229,13 @@ class Supervisor:
                         await self._run_hooks()
                     exit_info = await runner.terminate(self.settings.stop_timeout)
                     if exit_info is not None:
-                        _log.info("server stopped", exit=exit_info.description)
+                        _log.info("server_stopped", exit=exit_info.description)
                 await runner.close()
             if self._client is not None:
                 await self._client.aclose()
                 self._client = None
         finally:
-            # Whatever failed above: subscribers (an operator's log follower) must see the end.
+            # Whatever failed above: state listeners must see STOPPED, server.log must be flushed.
             self.up = False
             self.epoch = None
             self.machine.set(ServerState.STOPPED, "supervisor stopped")
@@ -253,7 +250,7 @@ class Supervisor:
         if reason not in RESTART_REASONS:
             raise ValueError(f"unknown restart reason {reason!r}")
         if self.settings.mode == "external":
-            _log.warning("restart ignored: in external mode someone else runs the server", reason=reason)
+            _log.warning("restart_ignored_external_mode", reason=reason)
             return
         if self.state is ServerState.FAILED:
             # An operator asking for a restart of a failed server means "try again now".
@@ -265,7 +262,7 @@ class Supervisor:
         """Manual reset: forget the restart history; leave the failed state and start again."""
         self.policy.reset()
         self._history.save(self.config_hash)
-        _log.info("supervisor reset", state=self.state.value)
+        _log.info("supervisor_reset", state=self.state.value)
         self._reset_event.set()
 
     # ------------------------------------------------------------------ internals
@@ -291,7 +288,6 @@ class Supervisor:
             probe_failures=frozen(self.checks.failures),
             preflight=tuple(self.preflight),
             log_lines_total=self.bus.lines_total,
-            log_lines_dropped=self.bus.dropped_total,
         )
 
     def _publish(self) -> None:
@@ -331,10 +327,10 @@ class Supervisor:
                     await hook()
             except TimeoutError:
                 _log.error(
-                    "before-stop hook timed out", hook=repr(hook), timeout=self.settings.before_stop_timeout
+                    "before_stop_hook_timeout", hook=repr(hook), timeout=self.settings.before_stop_timeout
                 )
             except Exception:
-                _log.exception("before-stop hook failed", hook=repr(hook))
+                _log.exception("before_stop_hook_failed", hook=repr(hook))
 
     async def _run_managed(self) -> None:
         assert self._runner is not None
@@ -350,7 +346,7 @@ class Supervisor:
             except Exception as exc:
                 # Never a dead supervisor: log it, make sure nothing of this life survives, and
                 # let the restart policy (and its crash-loop limit) decide what comes next.
-                _log.exception("supervisor error during a server life")
+                _log.exception("supervisor_error")
                 if self.settings.mode == "child":  # never bounce a unit over our own bug
                     with contextlib.suppress(Exception):
                         await self._runner.terminate(self.settings.stop_timeout)
@@ -371,7 +367,7 @@ class Supervisor:
             self._publish()
             if delay is None:
                 _log.error(
-                    "crash loop: not restarting until a manual reset",
+                    "crash_loop_waiting_for_reset",
                     reason=outcome.reason,
                     detail=outcome.detail,
                     max_restarts=self.settings.restart.max_restarts,
@@ -383,7 +379,7 @@ class Supervisor:
             self.machine.set(ServerState.RESTARTING, outcome.reason)
             self._publish()
             _log.warning(
-                "restarting server", reason=outcome.reason, detail=outcome.detail, delay=round(delay, 3)
+                "server_restarting", reason=outcome.reason, detail=outcome.detail, delay=round(delay, 3)
             )
             # A reset during the backoff skips the rest of the wait.
             with contextlib.suppress(TimeoutError):
@@ -403,7 +399,7 @@ class Supervisor:
         try:
             await runner.launch()
         except LaunchError as exc:
-            _log.error("launch failed", error=str(exc))
+            _log.error("launch_failed", error=str(exc))
             return _Outcome("preflight", str(exc), Crash("preflight", None, str(exc), time.time()))
         self._launch_t0 = time.monotonic()
         self.machine.set(ServerState.STARTING, "launched")
@@ -434,7 +430,7 @@ class Supervisor:
             if not cmd.profile.sglang_version and detected[0] not in (None, cmd.sglang_version):
                 # SGLang was upgraded under us: flags (--nsa-* / --dsa-*) must follow.
                 cmd = render_command(s, detected_version=detected[0])
-                _log.warning("sglang version changed; launch command re-rendered", version=detected[0])
+                _log.warning("sglang_version_changed_rerendered", version=detected[0])
                 self.command = cmd
                 if isinstance(self._runner, ChildRunner):
                     self._runner.command = cmd
@@ -449,26 +445,26 @@ class Supervisor:
             failed = [r for r in relevant if r.status == "fail"]
             if not failed or not all(r.transient for r in failed) or time.monotonic() >= deadline:
                 break
-            _log.info("waiting for GPU memory to be released", detail=failed[0].message)
+            _log.info("waiting_for_gpu_memory", detail=failed[0].message)
             await asyncio.sleep(min(_GPU_RELEASE_POLL, max(0.0, deadline - time.monotonic())))
         for r in relevant:
             if r.status == "warn":
-                _log.warning("preflight warning", check=r.name, message=r.message)
+                _log.warning("preflight_warning", check=r.name, message=r.message)
         if not failed:
             return None
         first = failed[0]
         detail = "; ".join(f"{r.name}: {r.message}" for r in failed)
-        _log.error("preflight failed", detail=detail)
+        _log.error("preflight_failed", detail=detail)
         return _Outcome(first.reason, detail, Crash(first.reason, None, detail, time.time()))
 
     async def _crash_outcome(self, exit_task: asyncio.Task[ExitInfo]) -> _Outcome:
         exit_info = exit_task.result()
         if exit_info.external:
             # An operator's restart is not a crash: no error line, no crash count, no backoff.
-            _log.warning("server stopped or restarted outside sentinel", detail=exit_info.description)
+            _log.warning("server_stopped_externally", detail=exit_info.description)
             return _Outcome("external", exit_info.description, None)
         crash = classify_exit(exit_info, self.bus.tail(), time.time())
-        _log.error("server exited", reason=crash.reason, detail=crash.detail, state=self.state.value)
+        _log.error("server_exited", reason=crash.reason, detail=crash.detail, state=self.state.value)
         return _Outcome(crash.reason, crash.detail, crash)
 
     async def _deliberate_stop(self, runner: Runner, reason: str, detail: str) -> _Outcome:
@@ -511,7 +507,7 @@ class Supervisor:
             now = time.monotonic()
             if now >= deadline:
                 detail = f"not ready after {s.start_timeout:g} s (last /health: {result.reason})"
-                _log.error("startup timeout", detail=detail)
+                _log.error("startup_timeout", detail=detail)
                 return await self._deliberate_stop(runner, "startup_timeout", detail)
             wait = min(s.startup_poll_interval, deadline - now)
             done, _ = await asyncio.wait(

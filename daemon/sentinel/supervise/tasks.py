@@ -33,7 +33,7 @@ async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
         task.cancel()
         await asyncio.wait([task], timeout=_RECANCEL_AFTER)
     if not task.cancelled() and (exc := task.exception()) is not None:
-        _log.error("task failed while being cancelled", task=task.get_name(), error=repr(exc))
+        _log.error("task_failed_while_cancelled", task=task.get_name(), error=repr(exc))
 
 
 def either(a: asyncio.Future[Any], b: asyncio.Future[Any]) -> list[asyncio.Future[Any]]:

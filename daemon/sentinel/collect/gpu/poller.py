@@ -142,7 +142,7 @@ class GpuPoller:
             try:
                 self._run_init_job(self._shutdown_nvml, max(0.0, deadline - time.monotonic()))
             except NvmlLifecycleError as exc:  # a wedged driver: abandon the shutdown, exit anyway
-                _log.warning("nvml shutdown abandoned", reason=exc.reason)
+                _log.warning("nvml_shutdown_abandoned", reason=exc.reason)
         for worker in self._workers.values():
             worker.stop(max(0.0, min(0.1, deadline - time.monotonic())))
         self._workers.clear()
@@ -160,7 +160,7 @@ class GpuPoller:
             try:
                 self.run_cycle()
             except Exception:  # a bug here must not end GPU monitoring for the daemon's lifetime
-                _log.exception("gpu cycle crashed")
+                _log.exception("gpu_cycle_crashed")
             self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
 
     # ---- one cycle ------------------------------------------------------------------------------
@@ -183,7 +183,7 @@ class GpuPoller:
             try:
                 self.on_publish()
             except Exception:
-                _log.exception("gpu publish hook failed")
+                _log.exception("gpu_publish_hook_failed")
         return self.snapshot
 
     def _run_init_job(self, fn: Callable[[], Any], timeout: float) -> Any:
@@ -204,7 +204,7 @@ class GpuPoller:
             try:
                 nvml.nvmlShutdown()
             except Exception as exc:
-                _log.debug("nvml shutdown failed", error=error_name(exc))
+                _log.debug("nvml_shutdown_failed", error=error_name(exc))
 
     def _init_nvml(self) -> tuple[list[_Device], str, str]:
         if self._nvml is None:
@@ -241,7 +241,7 @@ class GpuPoller:
             with self._lock:
                 self._init_failures += 1
             if reason != self._status:
-                _log.warning("nvml unavailable", reason=reason, detail=str(exc))
+                _log.warning("nvml_unavailable", reason=reason, detail=str(exc))
             self._status, self._detail = reason, str(exc)
             self._devices = []
             return
@@ -265,7 +265,7 @@ class GpuPoller:
             self._status, self._detail = "no_devices", "NVML initialised but reports no GPU"
             return
         if self._status != "ok":
-            _log.info("nvml initialised", gpus=len(devices), driver=driver)
+            _log.info("nvml_initialised", gpus=len(devices), driver=driver)
         self._status, self._detail = "ok", ""
         if self._xid_enabled:
             self._xid = XidWatcher(
@@ -333,7 +333,7 @@ class GpuPoller:
                     key2 = (identity.uuid, error or "unknown")
                     self._read_failures[key2] = self._read_failures.get(key2, 0) + 1
             if error is not None and (previous is None or previous.error != error):
-                _log.warning("gpu read failed", gpu=identity.index, uuid=identity.uuid, reason=error)
+                _log.warning("gpu_read_failed", gpu=identity.index, uuid=identity.uuid, reason=error)
             self._states[identity.index] = GpuState(
                 identity, reading is not None, reading if reading is not None else last_good, error
             )

@@ -62,7 +62,7 @@ class XidWatcher:
         try:
             event_set = nvml.nvmlEventSetCreate()
         except Exception as exc:
-            _log.warning("gpu xid events unavailable", error=error_name(exc))
+            _log.warning("gpu_xid_events_unavailable", error=error_name(exc))
             return
         try:
             registered = []
@@ -76,7 +76,7 @@ class XidWatcher:
                     if classify(exc) is ErrorClass.LIFECYCLE:
                         self._lifecycle(exc)
                         return
-                    _log.info("gpu xid events not supported", uuid=uuid, error=error_name(exc))
+                    _log.info("gpu_xid_events_unsupported", uuid=uuid, error=error_name(exc))
             self.registered = tuple(registered)
             if not registered:
                 return
@@ -89,7 +89,7 @@ class XidWatcher:
                     if classify(exc) is ErrorClass.LIFECYCLE:
                         self._lifecycle(exc)
                         return
-                    _log.warning("gpu xid wait failed", error=error_name(exc))
+                    _log.warning("gpu_xid_wait_failed", error=error_name(exc))
                     # Do not spin on a persistent error; the poller restarts us after a re-init.
                     self._stop.wait(_WAIT_MS / 1000)
                     continue
@@ -100,7 +100,7 @@ class XidWatcher:
                 except Exception:
                     uuid = "unknown"
                 xid = int(data.eventData)
-                _log.error("gpu xid error", uuid=uuid, xid=xid)
+                _log.error("gpu_xid_error", uuid=uuid, xid=xid)
                 self._on_xid(uuid, xid, time.time())
         finally:
             with contextlib.suppress(Exception):
