@@ -104,6 +104,11 @@ class PoliteSettings(Section):
     tolerance: int = Field(default=1, ge=0)
     check_interval_seconds: float = Field(default=2.0, gt=0)
     request_timeout_seconds: float = Field(default=2.0, gt=0)
+    # How old a sampled /metrics gauge may be: SGLang writes them on its log events only (every
+    # decode_log_interval steps, every 30 s when idle). Such a figure is compared with sentinel's
+    # highest own in-flight count of this window, so our own earlier requests never count as
+    # foreign. (/v1/loads is live: compared with the own count now.)
+    gauge_max_age_seconds: float = Field(default=30.0, ge=0)
     # When the load cannot be read: "run" trusts the server is idle, "skip" does not load blind.
     on_unknown: Literal["run", "skip"] = "run"
 

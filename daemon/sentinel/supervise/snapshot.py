@@ -55,6 +55,7 @@ class SupervisorSnapshot:
     preflight: tuple[PreflightResult, ...]
     log_lines_total: int
     log_lines_dropped: int
+    next_retry_at: float | None = None  # wall clock of the next start while RESTARTING
 
     @property
     def ready_epoch(self) -> float | None:
