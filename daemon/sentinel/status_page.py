@@ -48,8 +48,7 @@ th{font-weight:600;color:#56606b}td.num{text-align:right;font-variant-numeric:ta
 .why pre{background:#1d232b;color:#e6e6e6;padding:8px;border-radius:4px;white-space:pre-wrap;
 word-break:break-all;font-size:12px;margin:6px 0}.action{font-size:15px}
 code{background:#eef0f3;padding:0 4px;border-radius:3px}
-.detail{display:inline-block;max-width:420px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap;
-vertical-align:bottom}
+.detail{overflow-wrap:anywhere}section{min-width:0;overflow-x:auto}td.num{white-space:nowrap}
 """
 
 
@@ -164,7 +163,7 @@ def _server(server: Mapping[str, Any], now: float) -> str:
             + f' <span class="muted">since {_e(_ts(server.get("since"), now))}</span>',
         ),
         ("Ready since", _e(_ts(server.get("ready_at"), now))),
-        ("Last time to ready", _e(_num(server.get("start_duration_seconds"), 1) + " s")),
+        ("Last time to ready", _e(_seconds(server.get("start_duration_seconds")))),
         ("Launch config", f"<code>{_e(server.get('launch_hash') or '—')}</code>"),
         ("Mode", _e(server.get("mode"))),
         ("Address", _e(server.get("url"))),
@@ -178,6 +177,18 @@ def _server(server: Mapping[str, Any], now: float) -> str:
     ]
     body = "".join(f"<tr><th>{_e(k)}</th><td>{v}</td></tr>" for k, v in rows)
     return f"<section><h2>Server</h2><table>{body}</table></section>"
+
+
+def _seconds(value: Any) -> str:
+    text = _num(value, 1)
+    return text if text == "—" else f"{text} s"
+
+
+def _detail(text: Any, n: int = 90) -> str:
+    """A cell's detail, cut to fit the card; the whole text (as the status document has it) on hover."""
+    full = "" if text is None else str(text)
+    shown = full if len(full) <= n else full[: n - 1] + "…"
+    return f'<span class="detail" title="{_e(full)}">{_e(shown)}</span>'
 
 
 def _outcome_badge(ok: object, stale: bool = False) -> str:
@@ -198,7 +209,7 @@ def _probes(probes: Sequence[Mapping[str, Any]], state: str, now: float) -> str:
                 _td(_outcome_badge(p.get("success"), stale and p.get("success") is not None)),
                 _td(_e(relative(p.get("at"), now)), num=True),
                 _td(_e(_ms(p.get("duration_seconds"))), num=True),
-                _td(f'<span class="detail">{_e(p.get("detail") or "")}</span>'),
+                _td(_detail(p.get("detail") or "")),
             ]
         )
     note = ""
@@ -339,15 +350,15 @@ def _capacity(capacity: Mapping[str, Any], report_url: str | None, calibrating: 
     return f"<section><h2>Capacity</h2>{body}{link}</section>"
 
 
-def _collectors(collectors: Sequence[Mapping[str, Any]]) -> str:
-    rows = [
-        [
-            _td(_e(c.get("name"))),
-            _td(_outcome_badge(c.get("success"))),
-            _td(f'<span class="detail">{_e(c.get("detail") or "")}</span>'),
-        ]
-        for c in collectors
-    ]
+def _collectors(collectors: Sequence[Mapping[str, Any]], state: str) -> str:
+    serving = state in ("ready", "unhealthy")
+    rows = []
+    for c in collectors:
+        badge = _outcome_badge(c.get("success"))
+        if c.get("name") == "sglang" and c.get("success") is False and not serving:
+            # Expected while there is no server to scrape: the server state says why.
+            badge = _badge("no server", "warn")
+        rows.append([_td(_e(c.get("name"))), _td(badge), _td(_detail(c.get("detail") or ""))])
     table = _table(["Collector", "Status", "Detail"], rows, "None enabled.")
     return f"<section><h2>Collectors</h2>{table}</section>"
 
@@ -377,6 +388,6 @@ def render_status_page(snapshot: Mapping[str, Any]) -> str:
         + _budget(sched.get("budget") or {}, sched.get("next_runs") or {}, now)
         + _capacity(snapshot.get("capacity") or {}, report_url, bool(snapshot.get("calibrating")), now)
         + _restarts(sched.get("restarts") or [], now)
-        + _collectors(snapshot.get("collectors") or [])
+        + _collectors(snapshot.get("collectors") or [], state)
         + "</main></body></html>"
     )

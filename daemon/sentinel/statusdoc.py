@@ -103,17 +103,22 @@ def probe_rows(snap: SupervisorSnapshot, now: float) -> list[dict[str, Any]]:
     serving = snap.state in _SERVING
     rows = []
     for name, r in sorted(snap.probes.items()):
-        # /health outside serving states: the server is not up, whatever the last check said.
-        success: bool | None = r.ok if serving else (False if name == "health" and not snap.up else None)
+        # /health outside serving states: the server is not up, whatever the last check said;
+        # that is a verdict about now (not stale). The other results are about a server that is gone.
+        live = serving or name == "health"
+        success: bool | None = r.ok if serving else (False if name == "health" else None)
+        detail = r.detail or r.reason
+        if not serving and name == "health" and r.ok:
+            detail = f"server {snap.state.value}"
         rows.append(
             {
                 "name": name,
                 "success": success,
-                "stale": not serving,
+                "stale": not live,
                 "at": r.at,
                 "age_seconds": max(0.0, now - r.at),
                 "duration_seconds": r.duration,
-                "detail": _cut(r.detail or r.reason),
+                "detail": _cut(detail),
             }
         )
     return rows

@@ -61,7 +61,14 @@ _USAGE = "sglang:token_usage"
 
 
 class LoadReadError(Exception):
-    """The server's load could not be read; the message says why in a few words."""
+    """The server's load could not be read; the message says why in a few words.
+
+    ``no_endpoint``: the server has no such endpoint (404/405, or a reply that is no loads
+    document), as opposed to a failure of this one read."""
+
+    def __init__(self, message: str, *, no_endpoint: bool = False) -> None:
+        super().__init__(message)
+        self.no_endpoint = no_endpoint
 
 
 @dataclass(frozen=True)
@@ -112,7 +119,7 @@ class ServerLoadReader:
     def __init__(
         self,
         base_url: str,
-        source: Literal["metrics", "loads"],
+        source: Literal["auto", "metrics", "loads"],
         timeout: float,
         api_key: str = "",
         transport: httpx.AsyncBaseTransport | None = None,
@@ -120,6 +127,9 @@ class ServerLoadReader:
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.source = source
+        # auto: /v1/loads until the server shows it has none (404 or not a loads document),
+        # then the /metrics gauges for the rest of this reader's life.
+        self._loads_missing = False
         self._timeout = timeout
         self.max_bytes = max_bytes
         self._client = httpx.AsyncClient(
@@ -127,7 +137,16 @@ class ServerLoadReader:
         )
 
     async def read(self) -> ServerLoad:
-        path = "/metrics" if self.source == "metrics" else "/v1/loads"
+        if self.source == "auto" and not self._loads_missing:
+            try:
+                return await self._read("/v1/loads")
+            except LoadReadError as exc:
+                if not exc.no_endpoint:
+                    raise  # a timeout, a refused port or a 503 says nothing about the endpoint
+                self._loads_missing = True
+        return await self._read("/metrics" if self.source != "loads" else "/v1/loads")
+
+    async def _read(self, path: str) -> ServerLoad:
         try:
             # One deadline over the whole reply and a byte cap (httpread): a trickling or endless
             # /metrics must not hold a scheduled run past its timeout, nor fill memory.
@@ -135,16 +154,19 @@ class ServerLoadReader:
                 self._client, "GET", path, deadline_s=self._timeout, max_bytes=self.max_bytes, expect_ok=True
             )
         except HttpReadError as exc:
-            raise LoadReadError(f"GET {path}: {exc}") from None
+            raise LoadReadError(f"GET {path}: {exc}", no_endpoint=exc.status_code in (404, 405)) from None
         big = len(response.content) > _PARSE_INLINE
-        if self.source == "metrics":
+        if path == "/metrics":
             text = response.text
             return await asyncio.to_thread(parse_metrics_text, text) if big else parse_metrics_text(text)
         try:
             document = await asyncio.to_thread(response.json) if big else response.json()
         except ValueError:
-            raise LoadReadError("/v1/loads: not JSON") from None
-        return parse_loads_json(document)
+            raise LoadReadError("/v1/loads: not JSON", no_endpoint=True) from None
+        try:
+            return parse_loads_json(document)
+        except LoadReadError as exc:
+            raise LoadReadError(str(exc), no_endpoint=True) from None
 
     async def aclose(self) -> None:
         await self._client.aclose()

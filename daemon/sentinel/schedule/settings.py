@@ -90,9 +90,11 @@ class PoliteSettings(Section):
     """Coexisting with real traffic: foreign = server's running + queued requests - our in-flight."""
 
     enabled: bool = True
-    # metrics: sglang:num_running_reqs + sglang:num_queue_reqs from /metrics (needs --enable-metrics);
-    # loads: /v1/loads (newer SGLang, computed live on request).
-    source: Literal["metrics", "loads"] = "metrics"
+    # auto: /v1/loads (computed live on request) while the server has it, else the /metrics gauges;
+    # metrics: sglang:num_running_reqs + sglang:num_queue_reqs from /metrics (needs --enable-metrics;
+    # sampled: written on SGLang's log events only, see gauge_max_age_seconds);
+    # loads: /v1/loads only.
+    source: Literal["auto", "metrics", "loads"] = "auto"
     # Foreign requests at or above which a run is scaled down (by the share the foreign traffic
     # takes of shrink_capacity_requests), and at or above which it is skipped (or aborted mid-run).
     shrink_above: int = Field(default=1, ge=1)
