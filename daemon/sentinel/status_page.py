@@ -41,7 +41,8 @@ h2{font-size:15px;margin:0 0 8px}
 table{border-collapse:collapse;width:100%}
 th,td{text-align:left;padding:3px 8px 3px 0;border-bottom:1px solid #eef0f3}
 th{font-weight:600;color:#56606b}td.num{text-align:right;font-variant-numeric:tabular-nums}
-.badge{display:inline-block;padding:1px 8px;border-radius:10px;font-weight:600;font-size:13px}
+.badge{display:inline-block;white-space:nowrap;padding:1px 8px;border-radius:10px;font-weight:600;
+font-size:13px}
 .ok{background:#d7f5dd;color:#135c24}.warn{background:#fff1c9;color:#6b4d00}.bad{background:#fddcdc;color:#8a1111}
 .muted{color:#7a838c}.big{font-size:22px;font-weight:600}
 .why h2{font-size:17px}.badbox{border-left:5px solid #c62828}.warnbox{border-left:5px solid #e0a800}

@@ -44,8 +44,8 @@ def _action(snap: SupervisorSnapshot, settings: ServerSettings, url: str) -> str
     if state is ServerState.RESTARTING:
         return (
             "Nothing yet: sentinel starts the server again at the retry time. After "
-            f"{restart.max_restarts} restarts within {restart.window:g} s it stops at failed and "
-            f"waits for `{RESET_COMMAND}`."
+            f"{restart.max_restarts} restart{'' if restart.max_restarts == 1 else 's'} within "
+            f"{restart.window:g} s it stops at failed and waits for `{RESET_COMMAND}`."
         )
     if state in (ServerState.STARTING, ServerState.WARMING):
         what = "loading weights" if state is ServerState.STARTING else "warming up (/health answers 503)"
