@@ -324,7 +324,11 @@ def overview() -> dict[str, Any]:
         "short",
         [
             (f"sentinel_load_output_throughput_tokens_per_second{{{PROF}}}", "{{instance}} {{profile}}"),
-            (f"sentinel_capacity_output_throughput_tokens_per_second{{{INST}}}", "{{instance}} capacity"),
+            # bound="lower": the sweep did not saturate, the capacity is at least this.
+            (
+                f"sentinel_capacity_output_throughput_tokens_per_second{{{INST}}}",
+                "{{instance}} capacity ({{bound}})",
+            ),
         ],
         defaults={"custom": {"drawStyle": "line", "lineInterpolation": "stepAfter"}},
     )
@@ -473,23 +477,24 @@ def overview() -> dict[str, Any]:
     b.panel(
         "stat",
         "Saturation output throughput",
-        "Output tokens/s at saturation, from the last calibration sweep.",
+        "Output tokens/s at saturation, from the last calibration sweep. bound=lower: the sweep "
+        "reached max_concurrency without saturating, the capacity is at least this.",
         "short",
-        [(f"sentinel_capacity_output_throughput_tokens_per_second{{{INST}}}", "{{instance}}")],
+        [(f"sentinel_capacity_output_throughput_tokens_per_second{{{INST}}}", "{{instance}} {{bound}}")],
         w=6,
     )
     b.panel(
         "stat",
         "Knee concurrency",
-        "Concurrency past which latency grows faster than throughput.",
+        "Concurrency past which latency grows faster than throughput (bound=lower: not saturated).",
         "short",
-        [(f"sentinel_capacity_knee_concurrency{{{INST}}}", "{{instance}}")],
+        [(f"sentinel_capacity_knee_concurrency{{{INST}}}", "{{instance}} {{bound}}")],
         w=6,
     )
     b.panel(
         "stat",
         "Max concurrency within SLO",
-        "Highest concurrency that met the latency SLO at the last calibration.",
+        "Highest concurrency that met the latency SLO at the last calibration (only with an SLO set).",
         "short",
         [(f"sentinel_capacity_slo_concurrency{{{INST}}}", "{{instance}}")],
         w=6,

@@ -39,6 +39,7 @@ from sentinel.schedule.polite import ServerLoadReader
 from sentinel.schedule.scheduler import LoadScheduler
 from sentinel.statedir import StateDir, StateError
 from sentinel.status_page import render_status_page
+from sentinel.statusdoc import probe_rows, server_section
 from sentinel.systemd import Notifier, run_watchdog, watchdog_interval
 from sentinel.verdict import verdict
 
@@ -377,33 +378,13 @@ class Daemon:
 
     def status(self) -> dict[str, Any]:
         """The snapshot behind ``/``, ``/status.json`` and ``sentinel status``."""
+        now = time.time()
         snap = self.supervisor.snapshot() if self.supervisor is not None else None
         server: dict[str, Any] = {"mode": self.settings.server.mode, "url": self.server_url}
         probes: list[dict[str, Any]] = []
         if snap is not None:
-            server.update(
-                state=snap.state.value,
-                since=snap.since,
-                ready_at=snap.epoch,
-                start_duration_seconds=snap.start_duration,
-                launch_hash=snap.config_hash,
-                restarts=sum(snap.restarts.values()),
-                last_crash=str(snap.last_crash.reason) if snap.last_crash is not None else None,
-            )
-            confirmed = snap.confirmed
-            probes = [
-                {
-                    "name": name,
-                    "success": r.ok,
-                    "reason": r.reason,
-                    "duration_seconds": r.duration,
-                    "detail": r.detail or r.reason,
-                    # Failed `failures` times in a row on this server: what /verdict acts on.
-                    "confirmed": name in confirmed,
-                    "consecutive_failures": confirmed.get(name, 0),
-                }
-                for name, r in sorted(snap.probes.items())
-            ]
+            server.update(server_section(snap, self.settings.server, self.server_url, now))
+            probes = probe_rows(snap, now)
         collectors: list[dict[str, Any]] = []
         if self.collectors is not None:
             failing = self.collectors.failing
@@ -414,7 +395,7 @@ class Daemon:
         capacity = self.calibration.capacity
         report = self.calibration.report_dir / "index.html"
         return {
-            "generated_at": time.time(),
+            "generated_at": now,
             "version": sentinel.__version__,
             "daemon": {"pid": os.getpid(), "started_at": self.started_at, "state_dir": str(self.state_dir)},
             "server": server,
@@ -431,7 +412,17 @@ class Daemon:
             return False, "scheduler stalled"
         return True, f"ok; {self._status_line()}"
 
+    async def _fresh_collectors(self) -> None:
+        """Collect first when the latest collection predates the server's last state change: the
+        collectors' status must not show "ok" for a server that crashed after the last scrape."""
+        if self.collectors is None or self.supervisor is None:
+            return
+        since_change = max(0.0, time.time() - self.supervisor.snapshot().since)
+        if self.collectors.is_stale(min(_COLLECT_STALE_SECONDS, since_change)):
+            await asyncio.to_thread(self.collectors.refresh)
+
     async def _index(self, request: web.Request) -> web.StreamResponse:
+        await self._fresh_collectors()
         return web.Response(text=render_status_page(self.status()), content_type="text/html")
 
     async def _verdict(self, request: web.Request) -> web.StreamResponse:
@@ -439,16 +430,17 @@ class Daemon:
         return web.Response(status=code, text=text + "\n")
 
     async def _status_json(self, request: web.Request) -> web.StreamResponse:
+        await self._fresh_collectors()
         return web.json_response(self.status(), dumps=_dumps)
 
     async def _calibration_json(self, request: web.Request) -> web.StreamResponse:
         from sentinel.calibrate import store_for
 
         latest = await asyncio.to_thread(
-            lambda: store_for(self.state_dir, self.settings.calibration).latest()
+            lambda: store_for(self.state_dir, self.settings.calibration).latest(conclusive=True)
         )
         if latest is None:
-            return web.json_response({"error": "no calibration yet"}, status=404)
+            return web.json_response({"error": "no conclusive calibration yet"}, status=404)
         return web.Response(text=latest.model_dump_json(indent=1), content_type="application/json")
 
     async def _calibration_report(self, request: web.Request) -> web.StreamResponse:

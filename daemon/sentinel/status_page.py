@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import math
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -40,9 +41,15 @@ h2{font-size:15px;margin:0 0 8px}
 table{border-collapse:collapse;width:100%}
 th,td{text-align:left;padding:3px 8px 3px 0;border-bottom:1px solid #eef0f3}
 th{font-weight:600;color:#56606b}td.num{text-align:right;font-variant-numeric:tabular-nums}
-.badge{display:inline-block;padding:1px 8px;border-radius:10px;font-weight:600;font-size:13px}
+.badge{display:inline-block;white-space:nowrap;padding:1px 8px;border-radius:10px;font-weight:600;
+font-size:13px}
 .ok{background:#d7f5dd;color:#135c24}.warn{background:#fff1c9;color:#6b4d00}.bad{background:#fddcdc;color:#8a1111}
 .muted{color:#7a838c}.big{font-size:22px;font-weight:600}
+.why h2{font-size:17px}.badbox{border-left:5px solid #c62828}.warnbox{border-left:5px solid #e0a800}
+.why pre{background:#1d232b;color:#e6e6e6;padding:8px;border-radius:4px;white-space:pre-wrap;
+word-break:break-all;font-size:12px;margin:6px 0}.action{font-size:15px}
+code{background:#eef0f3;padding:0 4px;border-radius:3px}
+.detail{overflow-wrap:anywhere}section{min-width:0;overflow-x:auto}td.num{white-space:nowrap}
 """
 
 
@@ -50,10 +57,39 @@ def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def _ts(value: Any) -> str:
-    if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+def _valid_ts(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value) and value > 0
+
+
+def _abs(value: Any) -> str:
+    if not _valid_ts(value):
         return "—"
     return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def relative(value: Any, now: float) -> str:
+    """'12 s ago', 'in 4 s', '3.2 h ago': what someone woken at 3 a.m. reads first."""
+    if not _valid_ts(value):
+        return "never"
+    delta = now - value
+    seconds = abs(delta)
+    text = f"{seconds:.0f} s"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            text = f"{seconds / size:.1f} {unit}"
+            break
+    return f"{text} ago" if delta >= 0 else f"in {text}"
+
+
+def _ts(value: Any, now: float | None = None) -> str:
+    """Absolute and relative: '2026-12-01 03:12:09 UTC (12 s ago)'."""
+    if not _valid_ts(value):
+        return "—"
+    if now is None:
+        return _abs(value)
+    return f"{_abs(value)} ({relative(value, now)})"
 
 
 def _num(value: Any, digits: int = 1) -> str:
@@ -84,63 +120,127 @@ def _td(value: str, num: bool = False) -> str:
     return f'<td class="num">{value}</td>' if num else f"<td>{value}</td>"
 
 
-def _server(server: Mapping[str, Any]) -> str:
+_WHY_STATES = ("failed", "restarting", "stopped", "starting", "warming", "unhealthy")
+
+
+def _why(server: Mapping[str, Any], now: float) -> str:
+    """The box at the top when the server is not ready: what happened, when it retries, what to do."""
     state = str(server.get("state", "unknown"))
+    if state not in _WHY_STATES:
+        return ""
+    cls = "bad" if state in ("failed", "stopped", "unhealthy") else "warn"
+    parts = [f"<h2>Server {_e(state)} since {_e(_ts(server.get('since'), now))}</h2>"]
+    crash = server.get("last_crash")
+    if isinstance(crash, Mapping):
+        parts.append(
+            f"<p><b>Last crash / failed start:</b> {_badge(str(crash.get('reason')), 'bad')} "
+            f"{_e(_ts(crash.get('at'), now))}<br>{_e(crash.get('detail'))}</p>"
+        )
+        lines = [str(line) for line in crash.get("lines") or []]
+        if lines:
+            parts.append("<pre>" + _e("\n".join(lines)) + "</pre>")
+    if server.get("retry") == "waiting for reset":
+        parts.append("<p><b>Next retry:</b> none, waiting for reset</p>")
+    elif server.get("next_retry_at"):
+        parts.append(f"<p><b>Next retry:</b> {_e(_ts(server.get('next_retry_at'), now))}</p>")
+    if server.get("action"):
+        parts.append(f'<p class="action"><b>What to do:</b> {_code(str(server["action"]))}</p>')
+    return f'<section class="wide why {cls}box">{"".join(parts)}</section>'
+
+
+def _code(text: str) -> str:
+    """Escaped text with `backticked` spans as <code>."""
+    pieces = _e(text).split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(pieces))
+
+
+def _server(server: Mapping[str, Any], now: float) -> str:
+    state = str(server.get("state", "unknown"))
+    crash = server.get("last_crash")
     rows = [
         (
             "State",
             _badge(state, _STATE_CLASS.get(state, "warn"))
-            + f' <span class="muted">since {_ts(server.get("since"))}</span>',
+            + f' <span class="muted">since {_e(_ts(server.get("since"), now))}</span>',
         ),
-        ("Ready since (epoch)", _e(_ts(server.get("ready_at")))),
-        ("Last time to ready", _e(_num(server.get("start_duration_seconds"), 1) + " s")),
+        ("Ready since", _e(_ts(server.get("ready_at"), now))),
+        ("Last time to ready", _e(_seconds(server.get("start_duration_seconds")))),
         ("Launch config", f"<code>{_e(server.get('launch_hash') or '—')}</code>"),
         ("Mode", _e(server.get("mode"))),
         ("Address", _e(server.get("url"))),
         ("Restarts", _e(server.get("restarts", "—"))),
+        (
+            "Last crash",
+            _e(f"{crash.get('reason')}, {_ts(crash.get('at'), now)}")
+            if isinstance(crash, Mapping)
+            else "none",
+        ),
     ]
     body = "".join(f"<tr><th>{_e(k)}</th><td>{v}</td></tr>" for k, v in rows)
     return f"<section><h2>Server</h2><table>{body}</table></section>"
 
 
-def _outcome_badge(ok: object) -> str:
-    """ok / failing, or a dash when there is no outcome yet (not run, not collected)."""
+def _seconds(value: Any) -> str:
+    text = _num(value, 1)
+    return text if text == "—" else f"{text} s"
+
+
+def _detail(text: Any, n: int = 90) -> str:
+    """A cell's detail, cut to fit the card; the whole text (as the status document has it) on hover."""
+    full = "" if text is None else str(text)
+    shown = full if len(full) <= n else full[: n - 1] + "…"
+    return f'<span class="detail" title="{_e(full)}">{_e(shown)}</span>'
+
+
+def _outcome_badge(ok: object, stale: bool = False) -> str:
+    """ok / failing, or "unknown" when there is no outcome (not run, not collected, server down)."""
     if ok is None:
-        return _badge("—", "warn")
-    return _badge("ok", "ok") if ok else _badge("failing", "bad")
+        return _badge("unknown", "warn")
+    badge = _badge("ok", "ok") if ok else _badge("failing", "bad")
+    return badge + (' <span class="muted">(stale)</span>' if stale else "")
 
 
-def _probes(probes: Sequence[Mapping[str, Any]]) -> str:
+def _probes(probes: Sequence[Mapping[str, Any]], state: str, now: float) -> str:
     rows = []
     for p in probes:
-        badge = _outcome_badge(p.get("success"))
+        stale = bool(p.get("stale"))
         rows.append(
             [
                 _td(_e(p.get("name"))),
-                _td(badge),
+                _td(_outcome_badge(p.get("success"), stale and p.get("success") is not None)),
+                _td(_e(relative(p.get("at"), now)), num=True),
                 _td(_e(_ms(p.get("duration_seconds"))), num=True),
-                _td(_e(p.get("detail") or "")),
+                _td(_detail(p.get("detail") or "")),
             ]
         )
-    table = _table(["Probe", "Result", "Duration", "Detail"], rows, "No probe has run yet.")
-    return f"<section><h2>Probes and canaries</h2>{table}</section>"
+    note = ""
+    if any(p.get("stale") for p in probes):
+        note = (
+            f'<p class="muted">The server is {_e(state)}: these are the last results of the previous '
+            "life, no verdict on the server now (unknown until it serves again).</p>"
+        )
+    table = _table(["Probe", "Result", "Age", "Duration", "Detail"], rows, "No probe has run yet.")
+    return f"<section><h2>Probes and canaries</h2>{note}{table}</section>"
 
 
-def _restarts(restarts: Sequence[Mapping[str, Any]]) -> str:
+def _restarts(restarts: Sequence[Mapping[str, Any]], now: float) -> str:
     rows = [
-        [_td(_e(_ts(r.get("ready_at")))), _td(f"<code>{_e(r.get('launch_hash') or '—')}</code>")]
+        [
+            _td(_e(_ts(r.get("ready_at"), now))),
+            _td(f"<code>{_e(r.get('launch_hash') or '—')}</code>"),
+        ]
         for r in reversed(list(restarts)[-10:])
     ]
     table = _table(["Ready at", "Launch config"], rows, "No server start seen yet.")
     return f"<section><h2>Server lives (newest first)</h2>{table}</section>"
 
 
-def _runs(recent: Sequence[Mapping[str, Any]], current: Mapping[str, Any] | None) -> str:
-    now = ""
+def _runs(recent: Sequence[Mapping[str, Any]], current: Mapping[str, Any] | None, now: float) -> str:
+    head = ""
     if current:
-        now = (
+        head = (
             f"<p>Running now: <b>{_e(current.get('profile'))}</b> "
-            f"since {_e(_ts(current.get('started_at')))} — "
+            f"since {_e(_ts(current.get('started_at'), now))} — "
             f"{_e(current.get('completed'))} done, {_e(current.get('failed'))} failed, "
             f"{_e(current.get('in_flight'))} in flight</p>"
         )
@@ -154,24 +254,27 @@ def _runs(recent: Sequence[Mapping[str, Any]], current: Mapping[str, Any] | None
             o = str(r.get("outcome"))
             cls = "ok" if o == "completed" else "warn" if o == "cancelled" else "bad"
             outcome = _badge(o, cls) + (f" {_e(r.get('abort_reason'))}" if r.get("abort_reason") else "")
+        if summary.get("client_bound"):
+            why = "; ".join(str(x) for x in summary.get("client_bound_reasons") or [])
+            outcome += " " + f'<span class="badge warn" title="{_e(why)}">client-bound</span>'
         ref = "yes" if r.get("reference") else ("no" if r.get("kind") == "run" else "")
         requests = r.get("requests") if isinstance(r.get("requests"), Mapping) else {}
         assert isinstance(requests, Mapping)
         failed = sum(v for k, v in requests.items() if k != "success" and isinstance(v, int))
         rows.append(
             [
-                _td(_e(_ts(r.get("started_at", r.get("at"))))),
+                _td(_e(_ts(r.get("started_at", r.get("at")), now))),
                 _td(_e(r.get("profile"))),
                 _td(outcome),
                 _td(_e(ref)),
                 _td(_e(r.get("num_prompts", "")), num=True),
                 _td(_e(f"{requests.get('success', '')}/{failed}" if requests else ""), num=True),
-                _td(_e(_num(summary.get("output_throughput")))),
-                _td(_e(_num(summary.get("total_throughput")))),
-                _td(_e(_ms(summary.get("ttft_p50")))),
-                _td(_e(_ms(summary.get("ttft_p99")))),
-                _td(_e(_ms(summary.get("tpot_p50")))),
-                _td(_e(_num(summary.get("concurrency_mean")))),
+                _td(_e(_num(summary.get("output_throughput"))), num=True),
+                _td(_e(_num(summary.get("total_throughput"))), num=True),
+                _td(_e(_ms(summary.get("ttft_p50"))), num=True),
+                _td(_e(_ms(summary.get("ttft_p99"))), num=True),
+                _td(_e(_ms(summary.get("tpot_p50"))), num=True),
+                _td(_e(_num(summary.get("concurrency_mean"))), num=True),
             ]
         )
     table = _table(
@@ -192,17 +295,23 @@ def _runs(recent: Sequence[Mapping[str, Any]], current: Mapping[str, Any] | None
         rows,
         "No load run yet.",
     )
-    return f'<section class="wide"><h2>Load runs (newest first)</h2>{now}{table}</section>'
+    note = (
+        '<p class="muted">client-bound: the load generator, not the server, limited the run '
+        "(its latencies include the client's own delay); such runs do not feed the throughput alert.</p>"
+        if any(isinstance(r.get("summary"), Mapping) and r["summary"].get("client_bound") for r in recent)
+        else ""
+    )
+    return f'<section class="wide"><h2>Load runs (newest first)</h2>{head}{table}{note}</section>'
 
 
-def _budget(budget: Mapping[str, Any], next_runs: Mapping[str, Any]) -> str:
+def _budget(budget: Mapping[str, Any], next_runs: Mapping[str, Any], now: float) -> str:
     limit = budget.get("tokens_per_hour")
     spent = budget.get("spent")
     share = (
         spent / limit if isinstance(spent, int | float) and isinstance(limit, int | float) and limit else None
     )
     rows = "".join(
-        f"<tr><th>{_e(job)}</th><td>{_e(_ts(ts))}</td></tr>"
+        f"<tr><th>{_e(job)}</th><td>{_e(_ts(ts, now))}</td></tr>"
         for job, ts in sorted(next_runs.items(), key=lambda kv: kv[1])
         if not str(job).startswith("server_watch")
     )
@@ -215,30 +324,42 @@ def _budget(budget: Mapping[str, Any], next_runs: Mapping[str, Any]) -> str:
     )
 
 
-def _capacity(capacity: Mapping[str, Any], report_url: str | None) -> str:
+def capacity_text(capacity: Mapping[str, Any]) -> str:
+    """The throughput as it should be read: "≥ X tok/s (lower bound: ...)" when it did not saturate."""
+    figure = _num(capacity.get("output_throughput")) + " tok/s"
+    if capacity.get("bound") == "lower":
+        up_to = capacity.get("max_concurrency")
+        return f"≥ {figure} (lower bound: did not saturate up to concurrency {up_to})"
+    return figure
+
+
+def _capacity(capacity: Mapping[str, Any], report_url: str | None, calibrating: bool, now: float) -> str:
     if not capacity:
-        body = '<p class="muted">No calibration yet.</p>'
+        now_text = " (calibrating now)." if calibrating else "."
+        body = f'<p class="muted">No conclusive calibration yet{now_text}</p>'
     else:
+        lower = capacity.get("bound") == "lower"
         rows = [
-            ("Saturation output throughput", _num(capacity.get("output_throughput")) + " tok/s"),
-            ("Knee concurrency", _num(capacity.get("knee_concurrency"), 0)),
-            ("Max concurrency within SLO", _num(capacity.get("slo_concurrency"), 0)),
-            ("Calibrated", _ts(capacity.get("finished_at"))),
+            ("Output throughput" if lower else "Saturation output throughput", capacity_text(capacity)),
+            ("Knee concurrency", ("≥ " if lower else "") + _num(capacity.get("knee_concurrency"), 0)),
         ]
+        if capacity.get("slo_concurrency") is not None:
+            rows.append(("Max concurrency within SLO", _num(capacity.get("slo_concurrency"), 0)))
+        rows.append(("Calibrated", _ts(capacity.get("finished_at"), now)))
         body = "<table>" + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows) + "</table>"
     link = f'<p><a href="{_e(report_url)}">Latest calibration report</a></p>' if report_url else ""
     return f"<section><h2>Capacity</h2>{body}{link}</section>"
 
 
-def _collectors(collectors: Sequence[Mapping[str, Any]]) -> str:
-    rows = [
-        [
-            _td(_e(c.get("name"))),
-            _td(_outcome_badge(c.get("success"))),
-            _td(_e(c.get("detail") or "")),
-        ]
-        for c in collectors
-    ]
+def _collectors(collectors: Sequence[Mapping[str, Any]], state: str) -> str:
+    serving = state in ("ready", "unhealthy")
+    rows = []
+    for c in collectors:
+        badge = _outcome_badge(c.get("success"))
+        if c.get("name") == "sglang" and c.get("success") is False and not serving:
+            # Expected while there is no server to scrape: the server state says why.
+            badge = _badge("no server", "warn")
+        rows.append([_td(_e(c.get("name"))), _td(badge), _td(_detail(c.get("detail") or ""))])
     table = _table(["Collector", "Status", "Detail"], rows, "None enabled.")
     return f"<section><h2>Collectors</h2>{table}</section>"
 
@@ -249,22 +370,25 @@ def render_status_page(snapshot: Mapping[str, Any]) -> str:
     sched = snapshot.get("schedule") or {}
     state = str(server.get("state", "unknown"))
     report_url = snapshot.get("calibration_report_url")
+    generated = snapshot.get("generated_at")
+    now = float(generated) if isinstance(generated, int | float) and _valid_ts(generated) else time.time()
     return (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         '<meta http-equiv="refresh" content="15">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f"<title>sentinel — {_e(state)}</title><style>{_CSS}</style></head><body>"
         f"<header><h1>sglang-sentinel</h1><span>{_badge(state, _STATE_CLASS.get(state, 'warn'))}</span>"
-        f'<span class="muted">{_e(_ts(snapshot.get("generated_at")))} · v{_e(snapshot.get("version"))}</span>'
+        f'<span class="muted">{_e(_abs(generated))} · v{_e(snapshot.get("version"))}</span>'
         '<a href="/metrics">/metrics</a><a href="/status.json">/status.json</a>'
         + (f'<a href="{_e(report_url)}">calibration report</a>' if report_url else "")
         + "</header><main>"
-        + _server(server)
-        + _probes(snapshot.get("probes") or [])
-        + _runs(sched.get("recent") or [], sched.get("current"))
-        + _budget(sched.get("budget") or {}, sched.get("next_runs") or {})
-        + _capacity(snapshot.get("capacity") or {}, report_url)
-        + _restarts(sched.get("restarts") or [])
-        + _collectors(snapshot.get("collectors") or [])
+        + _why(server, now)
+        + _server(server, now)
+        + _probes(snapshot.get("probes") or [], state, now)
+        + _runs(sched.get("recent") or [], sched.get("current"), now)
+        + _budget(sched.get("budget") or {}, sched.get("next_runs") or {}, now)
+        + _capacity(snapshot.get("capacity") or {}, report_url, bool(snapshot.get("calibrating")), now)
+        + _restarts(sched.get("restarts") or [], now)
+        + _collectors(snapshot.get("collectors") or [], state)
         + "</main></body></html>"
     )

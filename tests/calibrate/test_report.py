@@ -99,3 +99,45 @@ async def test_report_renders_in_headless_chromium(tmp_path: Path, synthetic: An
     assert non_white > 0.05, f"page looks blank ({non_white:.1%} non-white pixels)"
     keep = Path("/tmp/sentinel-calibrate-report-screenshot.png")
     shutil.copy(shot, keep)
+
+
+async def test_lower_bound_is_labelled_and_no_slo_means_no_slo_rows(tmp_path: Path, synthetic: Any) -> None:
+    # The synthetic server saturates far above 4: a sweep capped there only bounds the capacity.
+    result = await run_search(synthetic(), CalibrationSettings(max_concurrency=4), WORKLOAD)
+    assert result.stop_reason == "max-concurrency"
+    assert result.lower_bound
+    text = write_report(result, tmp_path / "report").read_text()
+    assert "lower bound: did not saturate up to concurrency 4" in text
+    assert re.search(r"<td class=num>≥ [\d,]+ tok/s</td>", text)
+    assert "within SLO" not in text
+    assert "Goodput" not in text
+
+
+def test_report_without_data_leaves_empty_plots_out(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from sentinel.calibrate.model import CalibrationResult, Figure
+
+    nothing = Figure(value=None)
+    result = CalibrationResult(
+        mode="full",
+        started_at=datetime.now(UTC),
+        finished_at=datetime.now(UTC),
+        workload=WORKLOAD,
+        slo={},
+        steps=(),
+        stop_reason="errors",
+        saturation_output_throughput=nothing,
+        saturation_total_throughput=nothing,
+        knee_concurrency=nothing,
+        max_concurrency_within_slo=nothing,
+        max_rate_within_slo=nothing,
+        goodput=nothing,
+        requests_spent=0,
+        full_sweep_requests=0,
+    )
+    page = write_report(result, tmp_path / "report")
+    assert not list(page.parent.glob("*.png"))
+    text = page.read_text()
+    assert "data:image/png" not in text
+    assert "Not plotted, no data" in text

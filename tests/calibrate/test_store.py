@@ -90,3 +90,24 @@ async def test_recalibrate_runs_incremental_from_the_store(tmp_path: Path, synth
     assert second.comparison is not None
     assert second.comparison.regressed
     assert len(store.results()) == 2
+
+
+async def test_a_cancelled_or_inconclusive_result_is_never_the_latest_shown(
+    tmp_path: Path, synthetic: Any
+) -> None:
+    store = ResultStore(tmp_path)
+    good = await _result(synthetic())
+    assert good.conclusive
+    store.save(good)
+    for i, reason in enumerate(("cancelled", "client-bound", "budget-time"), start=1):
+        store.save(
+            good.model_copy(
+                update={"started_at": good.started_at + timedelta(minutes=i), "stop_reason": reason}
+            )
+        )
+    newest = store.latest()
+    assert newest is not None
+    assert newest.stop_reason == "budget-time"
+    shown = store.latest(conclusive=True)
+    assert shown is not None
+    assert shown.started_at == good.started_at

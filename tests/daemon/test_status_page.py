@@ -84,7 +84,7 @@ def snapshot(**overrides: Any) -> dict[str, Any]:
         "calibration_report_url": "/calibration/report",
         "collectors": [
             {"name": "sglang", "success": True, "detail": ""},
-            {"name": "gpu", "success": False, "detail": "nvml library_not_found"},
+            {"name": "gpu", "success": True, "detail": ""},
         ],
     }
     snap.update(overrides)
@@ -103,7 +103,6 @@ def test_page_shows_everything_and_escapes() -> None:
         "208.0",
         "/metrics",
         "/calibration/report",
-        "nvml library_not_found",
         "Running now",
     ):
         assert needle in page, needle
@@ -114,7 +113,7 @@ def test_page_shows_everything_and_escapes() -> None:
 def test_page_copes_with_an_empty_snapshot() -> None:
     page = render_status_page({})
     assert "No load run yet" in page
-    assert "No calibration yet" in page
+    assert "No conclusive calibration yet" in page
     bad = snapshot(server={"state": "failed", "ready_at": float("nan")}, probes=[{"name": "x"}])
     assert "failed" in render_status_page(bad)
 
@@ -125,7 +124,11 @@ def test_summary_and_exit_codes() -> None:
     text = summarize(good)
     assert text.startswith("sentinel: healthy")
     assert "reference completed" in text
-    assert "collector   FAIL gpu" in text
+    # A GPU host that lost NVML is not healthy, even with the server ready.
+    lost = snapshot(collectors=[{"name": "gpu", "success": False, "detail": "nvml library_not_found"}])
+    assert health_code(lost) == 1
+    assert "collector   FAIL gpu: nvml library_not_found" in summarize(lost)
+    assert "nvml library_not_found" in render_status_page(lost)
     bad = snapshot(probes=[{"name": "canary_arithmetic", "success": False, "detail": "wrong_answer"}])
     assert health_code(bad) == 1
     assert "FAIL canary_arithmetic" in summarize(bad)
@@ -136,7 +139,7 @@ def test_summary_and_exit_codes() -> None:
     assert "FAIL gpu" not in summarize(pending)
     page = render_status_page(pending)
     row = page[page.index("<td>gpu</td>") :]
-    assert row.index(">—<") < row.index("</tr>")
+    assert row.index(">unknown<") < row.index("</tr>")
     assert "failing" not in row[: row.index("</tr>")]
 
 
@@ -211,3 +214,66 @@ def test_page_renders_in_headless_chromium(tmp_path: Path) -> None:
     shot = screenshot(page, tmp_path / "shot.png", profile=profile, virtual_time_ms=3000, window="1280,1400")
     assert _png_is_not_blank(shot) > 0.02
     shutil.copy(shot, "/tmp/sentinel-status-page-screenshot.png")
+
+
+def test_page_and_summary_mark_client_bound_runs_lower_bounds_and_long_answers() -> None:
+    doc = snapshot()
+    run = dict(doc["schedule"]["recent"][0])
+    run["summary"] = dict(run["summary"], client_bound=True, client_bound_reasons=["p99 schedule lag 40 ms"])
+    doc["schedule"]["recent"] = [run]
+    doc["capacity"] = {
+        "output_throughput": 1234.5,
+        "knee_concurrency": 16,
+        "slo_concurrency": None,
+        "finished_at": doc["generated_at"] - 60,
+        "bound": "lower",
+        "max_concurrency": 64,
+    }
+    long_answer = "garbage " * 100
+    doc["probes"] = [
+        {"name": "canary_x", "success": False, "at": doc["generated_at"] - 12, "detail": long_answer[:160]}
+    ]
+    page = render_status_page(doc)
+    assert "client-bound" in page
+    assert "≥ 1,234.5 tok/s (lower bound: did not saturate up to concurrency 64)" in page
+    assert "within SLO" not in page
+    assert "12 s ago" in page
+    # The cell shows the start of a long answer; the whole (already bounded) text is on hover.
+    cell = page[page.index("canary_x") :]
+    assert "…" in cell[: cell.index("</tr>")]
+    text = summarize(doc, now=doc["generated_at"])
+    assert "CLIENT-BOUND (p99 schedule lag 40 ms)" in text
+    assert "capacity    ≥ 1,234.5 tok/s (lower bound" in text
+    assert "12 s ago" in text
+
+
+def test_status_document_cuts_long_canary_answers_and_knows_staleness() -> None:
+    from sentinel.statusdoc import probe_rows
+    from sentinel.supervise.probes import ProbeResult
+    from sentinel.supervise.snapshot import SupervisorSnapshot
+    from sentinel.supervise.state import ServerState
+
+    now = time.time()
+    probes = {
+        "canary_x": ProbeResult("canary_x", False, 0.1, "garbage_repeated", "! " * 500, at=now - 5),
+        "health": ProbeResult("health", True, 0.01, "ok", at=now - 1),
+        "stall": ProbeResult("stall", True, 0.01, "ok", "running from loads_aggregate", at=now - 2),
+    }
+
+    def snap(state: ServerState) -> SupervisorSnapshot:
+        return SupervisorSnapshot(
+            "child", "sim", "hash", None, state, now, state is ServerState.READY, None, None, None,
+            None, {}, {}, {}, probes, {}, {}, (), 0,
+        )  # fmt: skip
+
+    rows = {r["name"]: r for r in probe_rows(snap(ServerState.READY), now)}
+    assert len(rows["canary_x"]["detail"]) <= 160
+    assert rows["canary_x"]["age_seconds"] == pytest.approx(5, abs=0.5)
+    assert rows["stall"]["success"] is True
+    assert rows["stall"]["stale"] is False
+    down = {r["name"]: r for r in probe_rows(snap(ServerState.RESTARTING), now)}
+    # Not serving: /health fails (whatever its last result said), the others are unknown and stale.
+    assert down["health"]["success"] is False
+    assert down["health"]["detail"] == "server restarting"
+    assert down["stall"]["success"] is None
+    assert down["stall"]["stale"] is True

@@ -157,9 +157,10 @@ def test_parse_loads_json() -> None:
         ],
         "aggregate": {"total_running_reqs": 7, "total_waiting_reqs": 1},
     }
-    assert parse_loads_json(doc) == ServerLoad(7, 1, 0.7)
+    # /v1/loads is computed on request: live, compared with the own count now.
+    assert parse_loads_json(doc) == ServerLoad(7, 1, 0.7, live=True)
     del doc["aggregate"]
-    assert parse_loads_json(doc) == ServerLoad(7, 1, 0.7)
+    assert parse_loads_json(doc) == ServerLoad(7, 1, 0.7, live=True)
     bad: object
     for bad in ([], {"loads": [{"num_running_reqs": "x"}]}, {"aggregate": {"total_running_reqs": True}}, {}):
         with pytest.raises(LoadReadError):
@@ -183,8 +184,38 @@ async def test_reader_over_http() -> None:
         await metrics.read()
     await metrics.aclose()
 
+    # auto: /v1/loads while the server has it; a server without it falls back to the gauges.
+    auto = ServerLoadReader("http://sim", "auto", 1.0, "k", transport=httpx.MockTransport(handler))
+    load = await auto.read()
+    assert (load.running, load.live) == (2, True)
+    await auto.aclose()
+
+    def old_server(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/loads":
+            return httpx.Response(404, json={"detail": "Not Found"})
+        return httpx.Response(200, text="sglang:num_running_reqs 3\nsglang:num_queue_reqs 1\n")
+
+    seen: list[str] = []
+
+    def counting(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        return old_server(request)
+
+    auto = ServerLoadReader("http://sim", "auto", 1.0, transport=httpx.MockTransport(counting))
+    for _ in range(2):
+        load = await auto.read()
+        assert (load.running, load.queued, load.live) == (3, 1, False)
+    await auto.aclose()
+    assert seen == ["/v1/loads", "/metrics", "/metrics"]  # asked once, then remembered
+
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("refused")
+
+    # A refused port says nothing about the endpoint: an error, not a fallback.
+    down = ServerLoadReader("http://sim", "auto", 1.0, transport=httpx.MockTransport(refuse))
+    with pytest.raises(LoadReadError, match="GET /v1/loads: connect"):
+        await down.read()
+    await down.aclose()
 
     down = ServerLoadReader("http://sim", "metrics", 1.0, transport=httpx.MockTransport(refuse))
     with pytest.raises(LoadReadError, match="GET /metrics: connect"):
@@ -285,6 +316,27 @@ def test_exposition_passes_promtool_lint() -> None:
     text = generate_latest(registry)
     # Unknown capacity figures are absent, not 0.
     assert b"sentinel_capacity_slo_concurrency" not in text
-    assert b"sentinel_capacity_knee_concurrency 16.0" in text
+    assert b'sentinel_capacity_knee_concurrency{bound="measured"} 16.0' in text
     result = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=30)
     assert result.returncode == 0, (result.stdout + result.stderr).decode()
+
+
+def test_own_traffic_matches_a_sampled_gauge_with_the_window_peak() -> None:
+    from sentinel.schedule.polite import OwnTraffic, assess
+
+    now = [1000.0]
+    own = OwnTraffic(clock=lambda: now[0])
+    for t, n in ((0, 0), (1, 20), (2, 30), (3, 12), (4, 0)):
+        now[0] = 1000.0 + t
+        own.note(n)
+    s = PoliteSettings(gauge_max_age_seconds=30)
+    # The gauge still shows 28 of our requests from a moment ago; we have none in flight now.
+    stale = assess(ServerLoad(28, 0), own, s)
+    assert (stale.foreign, stale.own, stale.source, stale.own_window_seconds) == (0, 30, "metrics", 30)
+    # A live figure is compared with the own count now: 28 foreign requests are 28 - tolerance.
+    live = assess(ServerLoad(28, 0, live=True), own, s)
+    assert (live.foreign, live.own, live.source) == (27, 0, "loads")
+    assert live.fields()["server_running"] == 28
+    # Past the window the old peak no longer covers a gauge: foreign again.
+    now[0] += 31
+    assert assess(ServerLoad(28, 0), own, s).foreign == 27

@@ -100,7 +100,7 @@ async def recalibrate(
     with ``full``), compared with that baseline, saved. A result that cannot be saved is still
     returned, with a warning saying so: losing the file must not lose the measurement.
     """
-    previous = None if full else store.latest()
+    previous = None if full else store.latest(conclusive=True)
     result = await calibrate(
         settings,
         base_url=base_url,
@@ -112,7 +112,7 @@ async def recalibrate(
         cancel=cancel,
         runner=runner,
     )
-    baseline = previous if previous is not None else store.latest()
+    baseline = previous if previous is not None else store.latest(conclusive=True)
     if baseline is not None:
         comparison = compare(result, baseline, settings.regression_threshold)
         if comparison is not None:

@@ -42,6 +42,10 @@ StopReason = Literal[
 ]
 
 
+#: Stop reasons after which the result is a statement about capacity (see ``conclusive``).
+CONCLUSIVE_STOPS: frozenset[str] = frozenset({"saturated", "slo", "max-concurrency"})
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -222,3 +226,25 @@ class CalibrationResult(_Frozen):
     @property
     def client_bound(self) -> bool:
         return self.stop_reason == "client-bound"
+
+    @property
+    def conclusive(self) -> bool:
+        """Says something about capacity: a ceiling, an SLO limit, or at least "more than
+        max_concurrency". Cancelled, client-bound, failing or budget-cut sweeps do not."""
+        return self.stop_reason in CONCLUSIVE_STOPS
+
+    @property
+    def lower_bound(self) -> bool:
+        """The sweep reached its max concurrency without saturating the server: the throughput
+        figure is what it got to, the real capacity is higher."""
+        return self.stop_reason == "max-concurrency"
+
+    @property
+    def highest_concurrency(self) -> int | None:
+        """The highest concurrency a step ran at (the "up to N" of a lower bound)."""
+        return max((s.concurrency for s in self.steps), default=None)
+
+    @property
+    def slo_configured(self) -> bool:
+        """A latency SLO was set: only then do "within SLO" figures mean anything."""
+        return any(self.slo.get(f"{k}_seconds") is not None for k in ("ttft", "tpot", "e2e"))

@@ -193,21 +193,38 @@ def _fmt(fig: Figure, unit: str, digits: int = 0) -> str:
     return f"{fig.value:,.{digits}f} {unit}".strip()
 
 
+def lower_bound_note(result: CalibrationResult) -> str:
+    """Why a throughput figure is only "at least" (empty when the sweep saturated)."""
+    if not result.lower_bound:
+        return ""
+    return f"lower bound: did not saturate up to concurrency {result.highest_concurrency}"
+
+
 def _headline(result: CalibrationResult) -> str:
     rows = [
         ("Saturation output throughput", result.saturation_output_throughput, "tok/s", 0),
         ("Saturation total throughput", result.saturation_total_throughput, "tok/s", 0),
         ("Knee concurrency", result.knee_concurrency, "", 0),
-        ("Max concurrency within SLO", result.max_concurrency_within_slo, "", 0),
-        ("Max request rate within SLO", result.max_rate_within_slo, "req/s", 2),
-        ("Goodput", result.goodput, "req/s", 2),
     ]
+    if result.slo_configured:
+        # Without a latency SLO every step "meets" it: "within SLO" would claim what nobody asked.
+        rows += [
+            ("Max concurrency within SLO", result.max_concurrency_within_slo, "", 0),
+            ("Max request rate within SLO", result.max_rate_within_slo, "req/s", 2),
+            ("Goodput", result.goodput, "req/s", 2),
+        ]
+    bound = lower_bound_note(result)
     out = []
     for label, fig, unit, digits in rows:
         steps = ", ".join(f"#{i}" for i in fig.steps) or "—"
+        value = _fmt(fig, unit, digits)
+        note = fig.note
+        if bound and unit == "tok/s" and fig.value is not None:
+            value = "≥ " + value
+            note = f"{bound}; {note}" if note else bound
         out.append(
-            f"<tr><th>{html.escape(label)}</th><td class=num>{html.escape(_fmt(fig, unit, digits))}</td>"
-            f"<td>{html.escape(steps)}</td><td>{html.escape(fig.note)}</td></tr>"
+            f"<tr><th>{html.escape(label)}</th><td class=num>{html.escape(value)}</td>"
+            f"<td>{html.escape(steps)}</td><td>{html.escape(note)}</td></tr>"
         )
     return "\n".join(out)
 
@@ -286,6 +303,18 @@ def render_html(result: CalibrationResult, images: dict[str, bytes]) -> str:
             )
     for warning in result.warnings:
         blocks.append(f"<div class=warn>{html.escape(warning)}</div>")
+    if result.lower_bound:
+        blocks.append(
+            f"<div class=warn>Capacity is a {html.escape(lower_bound_note(result))}: raise "
+            "max_concurrency to find the ceiling.</div>"
+        )
+    missing = [n for n in ("throughput.png", "latency.png", "server.png") if n not in images]
+    if missing:
+        blocks.append(
+            "<div class=warn>Not plotted, no data: "
+            + html.escape(", ".join(missing))
+            + " (no trusted step, or no server gauges).</div>"
+        )
     imgs = []
     for name, data in images.items():
         b64 = base64.b64encode(data).decode()
@@ -323,13 +352,18 @@ The raw result: <a href="result.json">result.json</a>.</p>
 def write_report(result: CalibrationResult, directory: Path) -> Path:
     """Write index.html, the PNGs and result.json into ``directory``; returns the HTML's path."""
     plt = _mpl()
+    trusted = bool(_sorted_trusted(result))
+    has_server = any(s.measurement.server is not None and s.measurement.server.samples for s in result.steps)
+    # A plot with nothing to draw is an empty frame that looks like "zero": left out instead
+    # (the page says so).
+    plots = {
+        "throughput.png": (_plot_throughput, bool(result.steps)),
+        "latency.png": (_plot_latency, trusted),
+        "latency_vs_throughput.png": (_plot_latency_throughput, trusted),
+        "server.png": (_plot_server, has_server),
+    }
     try:
-        images = {
-            "throughput.png": _plot_throughput(plt, result),
-            "latency.png": _plot_latency(plt, result),
-            "latency_vs_throughput.png": _plot_latency_throughput(plt, result),
-            "server.png": _plot_server(plt, result),
-        }
+        images = {name: draw(plt, result) for name, (draw, wanted) in plots.items() if wanted}
     except Exception as exc:
         # matplotlib raises assorted errors on degenerate data; the result itself is already safe
         # (stored and printed), so the report fails with one line instead of a traceback.

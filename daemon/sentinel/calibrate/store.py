@@ -100,13 +100,18 @@ class ResultStore:
                 _log.warning("calibration_result_unreadable", reason=str(exc))
         return out
 
-    def latest(self) -> CalibrationResult | None:
-        """The newest readable result (what an incremental run is seeded from)."""
+    def latest(self, *, conclusive: bool = False) -> CalibrationResult | None:
+        """The newest readable result (what an incremental run is seeded from); with
+        ``conclusive``, the newest that says something about capacity (what is shown and served as
+        "the latest": a cancelled or inconclusive sweep never is)."""
         for path in reversed(self._files()):
             try:
-                return load_result(path)
+                result = load_result(path)
             except ValueError as exc:
                 _log.warning("calibration_result_unreadable", reason=str(exc))
+                continue
+            if not conclusive or result.conclusive:
+                return result
         return None
 
 

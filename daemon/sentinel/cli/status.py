@@ -4,8 +4,9 @@ It asks the daemon's exporter for ``/status.json`` (the snapshot behind the stat
 shows what the daemon knows, not a second opinion. Exit codes (monitoring-plugin style, with 2
 kept for configuration errors as everywhere in the CLI):
 
-- 0: the server is ready and every probe and canary passes;
-- 1: degraded: the server is not ready, or a probe or canary fails;
+- 0: the server is ready, every probe and canary passes and every collector collects;
+- 1: degraded: the server is not ready, a probe or canary fails, or a collector fails (a GPU
+  host that lost NVML is not healthy);
 - 3: the daemon cannot be reached (not running, wrong address) or answered nonsense.
 """
 
@@ -18,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sentinel.cli.common import CliError, add_common_options
+from sentinel.status_page import capacity_text, relative
 
 __all__ = ["health_code", "register", "summarize"]
 
@@ -41,13 +43,11 @@ def register(sub: Any) -> None:
 
 
 def _ago(ts: Any, now: float) -> str:
-    if not isinstance(ts, int | float) or not math.isfinite(ts) or ts <= 0:
+    """Relative and absolute: "12 s ago (03:12:09 UTC)"."""
+    if not isinstance(ts, int | float) or isinstance(ts, bool) or not math.isfinite(ts) or ts <= 0:
         return "never"
-    seconds = max(0.0, now - ts)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f}{unit} ago"
-    return f"{seconds:.0f}s ago"
+    clock = datetime.fromtimestamp(ts, UTC).strftime("%H:%M:%S UTC")
+    return f"{relative(ts, now)} ({clock})"
 
 
 def _num(value: Any, digits: int = 1) -> str:
@@ -62,6 +62,8 @@ def health_code(status: dict[str, Any]) -> int:
         return EXIT_DEGRADED
     if any(p.get("success") is False for p in status.get("probes") or []):
         return EXIT_DEGRADED
+    if any(c.get("success") is False for c in status.get("collectors") or []):
+        return EXIT_DEGRADED
     return EXIT_OK
 
 
@@ -70,16 +72,28 @@ def summarize(status: dict[str, Any], now: float | None = None) -> str:
     server = status.get("server") or {}
     lines = [
         f"server      {server.get('state', 'unknown')} ({server.get('mode')}, {server.get('url')}), "
-        f"ready {_ago(server.get('ready_at'), now)}, restarts {server.get('restarts', 0)}",
+        f"since {_ago(server.get('since'), now)}, restarts {server.get('restarts', 0)}",
     ]
-    if server.get("last_crash"):
-        lines.append(f"last crash  {server['last_crash']}")
+    crash = server.get("last_crash")
+    if isinstance(crash, dict):
+        lines.append(f"last crash  {crash.get('reason')} {_ago(crash.get('at'), now)}: {crash.get('detail')}")
+        for line in crash.get("lines") or []:
+            lines.append(f"  log       {line}")
+    if server.get("retry") == "waiting for reset":
+        lines.append("next retry  none: waiting for reset")
+    elif server.get("next_retry_at"):
+        lines.append(f"next retry  {_ago(server.get('next_retry_at'), now)}")
+    if server.get("action"):
+        lines.append(f"do          {server['action']}")
     for probe in status.get("probes") or []:
-        mark = "ok  " if probe.get("success") else "FAIL"
+        ok = probe.get("success")
+        mark = "?   " if ok is None else "ok  " if ok else "FAIL"
+        stale = " (stale: server not serving)" if probe.get("stale") else ""
         lines.append(
             f"probe       {mark} {probe.get('name')}  "
-            f"{_num((probe.get('duration_seconds') or 0) * 1000, 0)} ms"
-            + ("" if probe.get("success") else f"  ({probe.get('detail')})")
+            f"{_num((probe.get('duration_seconds') or 0) * 1000, 0)} ms, {_ago(probe.get('at'), now)}"
+            + stale
+            + ("" if ok else f"  ({probe.get('detail')})")
         )
     sched = status.get("schedule") or {}
     current = sched.get("current")
@@ -94,6 +108,8 @@ def summarize(status: dict[str, Any], now: float | None = None) -> str:
         summary = record.get("summary") or {}
         reason = f" ({record['abort_reason']})" if record.get("abort_reason") else ""
         ref = "" if record.get("reference") else ", not reference"
+        if summary.get("client_bound"):
+            ref += ", CLIENT-BOUND (" + "; ".join(summary.get("client_bound_reasons") or []) + ")"
         lines.append(
             f"run         {record.get('profile')} {record.get('outcome')}{reason} "
             f"{_ago(record.get('started_at'), now)}: "
@@ -110,14 +126,18 @@ def summarize(status: dict[str, Any], now: float | None = None) -> str:
         )
     capacity = status.get("capacity") or {}
     if capacity:
+        at = "" if capacity.get("bound") == "lower" else " at saturation"
+        slo = capacity.get("slo_concurrency")
         lines.append(
-            f"capacity    {_num(capacity.get('output_throughput'))} out tok/s at saturation, knee "
-            f"{_num(capacity.get('knee_concurrency'), 0)}, "
-            f"calibrated {_ago(capacity.get('finished_at'), now)}"
+            f"capacity    {capacity_text(capacity)} output{at}, knee "
+            f"{_num(capacity.get('knee_concurrency'), 0)}"
+            + (f", {_num(slo, 0)} within SLO" if slo is not None else "")
+            + f", calibrated {_ago(capacity.get('finished_at'), now)}"
         )
     else:
         lines.append(
-            "capacity    not calibrated yet" + (" (calibrating now)" if status.get("calibrating") else "")
+            "capacity    no conclusive calibration yet"
+            + (" (calibrating now)" if status.get("calibrating") else "")
         )
     failing = [c for c in status.get("collectors") or [] if c.get("success") is False]
     for c in failing:

@@ -16,6 +16,7 @@ from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sentinel.calibrate.model import CONCLUSIVE_STOPS
 from sentinel.log import get_logger
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ _log = get_logger(__name__)
 
 # Calibration results that say something about capacity (a ceiling, an SLO limit, or at least
 # "more than max_concurrency"); the others leave the capacity as it was.
-CONCLUSIVE = frozenset({"saturated", "slo", "max-concurrency"})
+CONCLUSIVE = CONCLUSIVE_STOPS
 # Past the sweep's own limit: time to stop its steps and write the result.
 _SLOT_MARGIN_SECONDS = 60.0
 # After the first reference run, before the initial calibration (the run's own report first).
@@ -42,12 +43,18 @@ _INITIAL_RETRY_SECONDS = 15.0
 
 @dataclass(frozen=True, slots=True)
 class Capacity:
-    """The last conclusive calibration's figures; a figure nothing supported is None (absent)."""
+    """The last conclusive calibration's figures; a figure nothing supported is None (absent).
+
+    ``bound`` "lower": the sweep reached its max concurrency (``max_concurrency``) without
+    saturating, so the throughput is "at least". ``slo_concurrency`` only with a latency SLO.
+    """
 
     output_throughput: float | None
     knee_concurrency: float | None
     slo_concurrency: float | None
     finished_at: float  # wall clock
+    bound: str = "measured"  # "measured" | "lower"
+    max_concurrency: int | None = None  # the highest concurrency a step ran at
 
     @classmethod
     def from_result(cls, result: CalibrationResult) -> Capacity:
@@ -55,17 +62,30 @@ class Capacity:
         return cls(
             result.saturation_output_throughput.value,
             result.knee_concurrency.value,
-            result.max_concurrency_within_slo.value,
+            result.max_concurrency_within_slo.value if result.slo_configured else None,
             finished.timestamp(),
+            "lower" if result.lower_bound else "measured",
+            result.highest_concurrency,
         )
 
-    def as_status(self) -> dict[str, float | None]:
+    def as_status(self) -> dict[str, float | str | None]:
         return {
             "output_throughput": self.output_throughput,
             "knee_concurrency": self.knee_concurrency,
             "slo_concurrency": self.slo_concurrency,
             "finished_at": self.finished_at,
+            "bound": self.bound,
+            "max_concurrency": self.max_concurrency,
         }
+
+    def describe(self) -> str:
+        """The throughput as an operator should read it ("≥ X tok/s (lower bound ...)")."""
+        if self.output_throughput is None:
+            return "unknown"
+        figure = f"{self.output_throughput:,.1f} tok/s"
+        if self.bound == "lower":
+            return f"≥ {figure} (lower bound: did not saturate up to concurrency {self.max_concurrency})"
+        return figure
 
 
 class CalibrationJob:
@@ -124,6 +144,7 @@ class CalibrationJob:
             capacity.knee_concurrency,
             capacity.slo_concurrency,
             capacity.finished_at,
+            capacity.bound,
         )
 
     @property
@@ -207,7 +228,12 @@ class CalibrationJob:
                 # last conclusive result; the result itself is in the store and the report.
                 inconclusive = True
                 _log.warning("calibration_inconclusive", stop_reason=str(result.stop_reason))
-            await asyncio.to_thread(self._write_report, result)
+            if result.stop_reason in CONCLUSIVE:
+                # Only a conclusive sweep becomes "the latest" report; an inconclusive one goes
+                # beside it (its JSON is in the store) so the page never shows a cancelled sweep.
+                await asyncio.to_thread(self._write_report, result, self.report_dir)
+            else:
+                await asyncio.to_thread(self._write_report, result, self.report_dir / "inconclusive")
             _log.info(
                 "calibration_done",
                 mode=result.mode,
@@ -225,11 +251,11 @@ class CalibrationJob:
             self._metrics.calibrations.labels("inconclusive" if inconclusive else outcome).inc()
         return outcome
 
-    def _write_report(self, result: CalibrationResult) -> None:
+    def _write_report(self, result: CalibrationResult, directory: Path) -> None:
         try:
             from sentinel.calibrate.report import write_report
 
-            write_report(result, self.report_dir)
+            write_report(result, directory)
         except Exception as exc:  # matplotlib is an optional extra; the JSON is always there
             _log.info(
                 "calibration_report_not_written", reason=str(exc).splitlines()[0] if str(exc) else repr(exc)

@@ -60,12 +60,17 @@ _TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 8
 _ITL_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5)
 _CAPACITY_HELP = {
     "sentinel_capacity_output_throughput_tokens_per_second": "Saturation output throughput found by the last "
-    "calibration.",
+    "calibration (bound=lower: it did not saturate, the capacity is at least this).",
     "sentinel_capacity_knee_concurrency": "Concurrency past which latency grows faster than throughput (last "
-    "calibration).",
+    "calibration; bound=lower: it did not saturate).",
+    # sentinel_capacity_slo_concurrency exists only when a latency SLO is configured.
     "sentinel_capacity_slo_concurrency": "Highest concurrency that met the latency SLO (last calibration).",
     "sentinel_capacity_last_calibration_timestamp_seconds": "When the last calibration finished.",
 }
+# The figures a sweep that did not saturate only bounds from below: labelled bound="lower"|"measured".
+_BOUND_LABELLED = frozenset(
+    {"sentinel_capacity_output_throughput_tokens_per_second", "sentinel_capacity_knee_concurrency"}
+)
 _E2E_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0)
 
 
@@ -246,6 +251,7 @@ class ScheduleMetrics(Collector):
         )
         # name -> value; an unknown figure is absent, not 0 (a 0 capacity would page someone).
         self._capacity: dict[str, float] = {}
+        self._capacity_bound = "measured"
         self.calibrations = Counter(
             "sentinel_calibration_runs",
             "Calibration sweeps by how they ended (inconclusive: finished without a capacity finding, "
@@ -263,8 +269,12 @@ class ScheduleMetrics(Collector):
         for metric in self._all:
             yield from metric.collect()
         for name, value in sorted(self._capacity.items()):
-            family = GaugeMetricFamily(name, _CAPACITY_HELP[name])
-            family.add_metric([], value)
+            if name in _BOUND_LABELLED:
+                family = GaugeMetricFamily(name, _CAPACITY_HELP[name], labels=["bound"])
+                family.add_metric([self._capacity_bound], value)
+            else:
+                family = GaugeMetricFamily(name, _CAPACITY_HELP[name])
+                family.add_metric([], value)
             yield family
 
     def declare_profiles(self, profiles: Iterable[str]) -> None:
@@ -313,7 +323,11 @@ class ScheduleMetrics(Collector):
         knee_concurrency: float | None,
         slo_concurrency: float | None,
         finished_at: float | None,
+        bound: str = "measured",
     ) -> None:
+        """``bound``: "measured" (the sweep saturated the server, or stopped at its SLO) or "lower"
+        (it reached max_concurrency first: the real figures are higher)."""
+        self._capacity_bound = bound
         values = dict(
             zip(
                 _CAPACITY_HELP,

@@ -19,12 +19,15 @@ from sentinel.load.records import LoadCounters
 from sentinel.log import get_logger
 from sentinel.schedule.breaker import BreakerSignals, trip_reason
 from sentinel.schedule.metrics import ScheduleMetrics
-from sentinel.schedule.polite import LoadReadError, ServerLoad, too_busy_now
+from sentinel.schedule.polite import Assessment, LoadReadError, OwnTraffic, ServerLoad, assess
 from sentinel.schedule.settings import ScheduleSettings
 
 __all__ = ["GpuHealthView", "LoadReader", "RunMonitor", "ServerView"]
 
 _log = get_logger(__name__)
+# How often the own in-flight count is sampled beside a run (no I/O: a read of the counters).
+# Fine enough that the window peak a sampled gauge is compared with misses no real peak.
+_OWN_SAMPLE_SECONDS = 0.2
 
 
 class ServerView(Protocol):
@@ -72,6 +75,17 @@ class RunMonitor:
         self.metrics = metrics
         self.load_reader = load_reader
         self.gpu = gpu
+        #: sentinel's own requests in flight, across runs (a gauge may still show the last run's).
+        self.own = OwnTraffic()
+        #: The numbers of the latest polite check (status, tests); None before the first.
+        self.last_assessment: Assessment | None = None
+
+    def assess(self, load: ServerLoad) -> Assessment:
+        """Foreign traffic in ``load``, against an own count as fresh as the figure; exported."""
+        a = assess(load, self.own, self.settings.polite)
+        self.last_assessment = a
+        self.metrics.foreign.set(a.foreign)
+        return a
 
     async def read_load(self) -> ServerLoad | None:
         """The server's load now; None when there is no reader or it cannot be read (logged)."""
@@ -91,19 +105,36 @@ class RunMonitor:
         ``watch_kv=False`` for a calibration sweep: a full KV cache is the saturation it looks for
         (and stops at by itself), not harm to stop it for.
         """
+        try:
+            return await self._watch(counters, epoch, limit_seconds, watch_kv)
+        finally:
+            self.own.note(counters.in_flight)
+
+    async def _sleep_sampling(self, counters: LoadCounters, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while True:
+            self.own.note(counters.in_flight)
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            await asyncio.sleep(min(_OWN_SAMPLE_SECONDS, left))
+
+    async def _watch(self, counters: LoadCounters, epoch: float, limit_seconds: float, watch_kv: bool) -> str:
         s = self.settings
         interval = min(s.breaker.check_interval_seconds, s.polite.check_interval_seconds)
         deadline = time.monotonic() + limit_seconds
         while True:
-            await asyncio.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+            await self._sleep_sampling(counters, min(interval, max(0.0, deadline - time.monotonic())))
             if time.monotonic() >= deadline:
                 return "timeout"
             if self.server.ready_epoch() != epoch:
                 return "server_restart"
             load = await self.read_load() if self.load_reader is not None else None
-            if load is not None:
-                self.metrics.foreign.set(load.foreign(counters.in_flight))
-                if too_busy_now(load, counters.in_flight, self.settings.polite) is not None:
+            self.own.note(counters.in_flight)
+            if load is not None and self.settings.polite.enabled:
+                a = self.assess(load)
+                if a.foreign >= self.settings.polite.skip_above:
+                    _log.warning("polite_abort", skip_above=self.settings.polite.skip_above, **a.fields())
                     return "foreign_traffic"
             gpu = self.gpu() if self.gpu is not None else None
             signals = BreakerSignals(

@@ -11,12 +11,24 @@ the same scheduler figures, and with ``--enable-priority-scheduling`` (0.5.23) t
 written as a total plus once per priority: :func:`sentinel.sglang.series.server_total` takes each
 figure once (otherwise an 8-GPU server would report 8x, or a prioritised one 2x, its real load).
 ``/v1/loads`` carries an ``aggregate`` up to 0.5.9 only; 0.5.23 sends per-DP-rank ``loads`` alone.
+
+Freshness: ``/v1/loads`` is computed on request (live), but the ``/metrics`` gauges are written
+only when the scheduler logs (every ``decode_log_interval`` decode steps, every 30 s when idle).
+Compared with sentinel's own in-flight count *now*, a stale gauge at the tail of a run (our own
+count falling, the gauge still showing our earlier peak) reads as foreign traffic: in a real
+Prometheus run (64 prompts at 16 req/s every 30 s, no other client) 32 of 37 runs were aborted
+that way. So a sampled figure is compared with the highest own count of the window it may date
+from (:class:`OwnTraffic`, ``gauge_max_age_seconds``), a live one with the own count now; and
+every skip, shrink and abort logs the numbers it decided on (:class:`Assessment`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -28,10 +40,13 @@ from sentinel.schedule.settings import PoliteSettings
 from sentinel.sglang.series import loads_totals, server_total
 
 __all__ = [
+    "Assessment",
     "Decision",
     "LoadReadError",
+    "OwnTraffic",
     "ServerLoad",
     "ServerLoadReader",
+    "assess",
     "decide",
     "parse_loads_json",
     "parse_metrics_text",
@@ -46,7 +61,14 @@ _USAGE = "sglang:token_usage"
 
 
 class LoadReadError(Exception):
-    """The server's load could not be read; the message says why in a few words."""
+    """The server's load could not be read; the message says why in a few words.
+
+    ``no_endpoint``: the server has no such endpoint (404/405, or a reply that is no loads
+    document), as opposed to a failure of this one read."""
+
+    def __init__(self, message: str, *, no_endpoint: bool = False) -> None:
+        super().__init__(message)
+        self.no_endpoint = no_endpoint
 
 
 @dataclass(frozen=True)
@@ -55,6 +77,8 @@ class ServerLoad:
     queued: float
     # KV-cache fill 0..1; None when the server does not report it.
     token_usage: float | None = None
+    # True: computed on request (/v1/loads); False: sampled gauges of unknown age (/metrics).
+    live: bool = False
 
     def foreign(self, own_in_flight: int) -> int:
         """Requests that are not ours (never negative: our just-sent ones may not be counted yet)."""
@@ -86,7 +110,7 @@ def parse_loads_json(document: Any) -> ServerLoad:
         totals = loads_totals(document)
     except ValueError as exc:
         raise LoadReadError(str(exc)) from None
-    return ServerLoad(totals.running, totals.waiting, totals.token_usage)
+    return ServerLoad(totals.running, totals.waiting, totals.token_usage, live=True)
 
 
 class ServerLoadReader:
@@ -95,7 +119,7 @@ class ServerLoadReader:
     def __init__(
         self,
         base_url: str,
-        source: Literal["metrics", "loads"],
+        source: Literal["auto", "metrics", "loads"],
         timeout: float,
         api_key: str = "",
         transport: httpx.AsyncBaseTransport | None = None,
@@ -103,6 +127,9 @@ class ServerLoadReader:
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.source = source
+        # auto: /v1/loads until the server shows it has none (404 or not a loads document),
+        # then the /metrics gauges for the rest of this reader's life.
+        self._loads_missing = False
         self._timeout = timeout
         self.max_bytes = max_bytes
         self._client = httpx.AsyncClient(
@@ -110,7 +137,16 @@ class ServerLoadReader:
         )
 
     async def read(self) -> ServerLoad:
-        path = "/metrics" if self.source == "metrics" else "/v1/loads"
+        if self.source == "auto" and not self._loads_missing:
+            try:
+                return await self._read("/v1/loads")
+            except LoadReadError as exc:
+                if not exc.no_endpoint:
+                    raise  # a timeout, a refused port or a 503 says nothing about the endpoint
+                self._loads_missing = True
+        return await self._read("/metrics" if self.source != "loads" else "/v1/loads")
+
+    async def _read(self, path: str) -> ServerLoad:
         try:
             # One deadline over the whole reply and a byte cap (httpread): a trickling or endless
             # /metrics must not hold a scheduled run past its timeout, nor fill memory.
@@ -118,16 +154,19 @@ class ServerLoadReader:
                 self._client, "GET", path, deadline_s=self._timeout, max_bytes=self.max_bytes, expect_ok=True
             )
         except HttpReadError as exc:
-            raise LoadReadError(f"GET {path}: {exc}") from None
+            raise LoadReadError(f"GET {path}: {exc}", no_endpoint=exc.status_code in (404, 405)) from None
         big = len(response.content) > _PARSE_INLINE
-        if self.source == "metrics":
+        if path == "/metrics":
             text = response.text
             return await asyncio.to_thread(parse_metrics_text, text) if big else parse_metrics_text(text)
         try:
             document = await asyncio.to_thread(response.json) if big else response.json()
         except ValueError:
-            raise LoadReadError("/v1/loads: not JSON") from None
-        return parse_loads_json(document)
+            raise LoadReadError("/v1/loads: not JSON", no_endpoint=True) from None
+        try:
+            return parse_loads_json(document)
+        except LoadReadError as exc:
+            raise LoadReadError(str(exc), no_endpoint=True) from None
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -140,6 +179,75 @@ class Decision:
     scale: float
     foreign: int | None
     reason: str = ""
+
+
+class OwnTraffic:
+    """sentinel's own requests in flight over the last minutes, to match a sampled gauge.
+
+    The scheduler notes the own count as it changes (several times a second during a run, 0 at
+    its end); :meth:`for_load` answers the count a server figure is to be compared with.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._samples: deque[tuple[float, int]] = deque()
+        self._now = 0
+
+    def note(self, in_flight: int) -> None:
+        now = self._clock()
+        self._now = in_flight
+        self._samples.append((now, in_flight))
+        while len(self._samples) > 1 and now - self._samples[1][0] > 600:
+            self._samples.popleft()
+
+    def peak(self, window_seconds: float) -> int:
+        """The highest own count of the last ``window_seconds`` (and now)."""
+        since = self._clock() - window_seconds
+        # The sample just before the window still held at its start.
+        peak = self._now
+        before: int | None = None
+        for t, n in self._samples:
+            if t < since:
+                before = n
+            else:
+                peak = max(peak, n)
+        return max(peak, before or 0)
+
+    def for_load(self, load: ServerLoad, window_seconds: float) -> tuple[int, float]:
+        """(own count, the window it covers): now for a live figure, the window's peak for a gauge."""
+        if load.live:
+            return self._now, 0.0
+        return self.peak(window_seconds), window_seconds
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """The numbers a polite decision rests on (logged with every skip, shrink and abort)."""
+
+    foreign: int  # after the tolerance
+    running: float
+    queued: float
+    own: int
+    source: str  # "loads" (live) or "metrics" (sampled)
+    own_window_seconds: float  # 0 for a live figure: the own count now
+
+    def fields(self) -> dict[str, float | int | str]:
+        return {
+            "foreign": self.foreign,
+            "server_running": self.running,
+            "server_queued": self.queued,
+            "own_in_flight": self.own,
+            "source": self.source,
+            "own_window_seconds": self.own_window_seconds,
+        }
+
+
+def assess(load: ServerLoad, own: OwnTraffic, settings: PoliteSettings) -> Assessment:
+    own_count, window = own.for_load(load, settings.gauge_max_age_seconds)
+    foreign = max(0, load.foreign(own_count) - settings.tolerance)
+    return Assessment(
+        foreign, load.running, load.queued, own_count, "loads" if load.live else "metrics", window
+    )
 
 
 def decide(load: ServerLoad | None, own_in_flight: int, settings: PoliteSettings) -> Decision:

@@ -97,6 +97,10 @@ def account_run(
         reference=is_reference,
         seconds=round(ctx.finished - ctx.started, 3),
         output_throughput=(report.summary.get("output_throughput") if report else None),
+        # The load generator, not the server, limited the run: its figures stay off the
+        # throughput-drop alert (sentinel_load_client_bound), and the reasons say why.
+        client_bound=bool(report.summary.get("client_bound")) if report else False,
+        client_bound_reasons=(report.summary.get("client_bound_reasons") or []) if report else [],
     )
     return record
 

@@ -331,14 +331,28 @@ class LoadScheduler:
         if not warm and now < epoch + self.settings.warmup_seconds:
             return self._skip(profile, "warmup", ready_at=epoch)
         load = await self.monitor.read_load() if self.settings.polite.enabled else None
+        polite: dict[str, Any] = {}
+        own = 0
         if load is not None:
-            self.metrics.foreign.set(load.foreign(0))
-        decision = decide(load, 0, self.settings.polite)
+            # Against the own count the figure may date from: a sampled gauge can still show the
+            # tail of our previous run (SGLang refreshes it every 30 s when idle).
+            assessed = self.monitor.assess(load)
+            own, polite = assessed.own, assessed.fields()
+            polite.pop("foreign")
+        decision = decide(load, own, self.settings.polite)
         if decision.action == "skip":
-            return self._skip(profile, decision.reason, foreign=decision.foreign)
+            return self._skip(profile, decision.reason, foreign=decision.foreign, **polite)
         plan = plan_run(profile, settings, decision.scale)
         if decision.action == "shrink":
             self.metrics.shrunk.labels(profile, "foreign_traffic").inc()
+            _log.info(
+                "load_shrunk",
+                profile=profile,
+                reason="foreign_traffic",
+                scale=round(decision.scale, 3),
+                foreign=decision.foreign,
+                **polite,
+            )
         remaining = self.budget.remaining()
         if plan.max_tokens > remaining:
             per_request = settings.input_len + settings.output_len

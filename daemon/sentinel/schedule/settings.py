@@ -90,9 +90,11 @@ class PoliteSettings(Section):
     """Coexisting with real traffic: foreign = server's running + queued requests - our in-flight."""
 
     enabled: bool = True
-    # metrics: sglang:num_running_reqs + sglang:num_queue_reqs from /metrics (needs --enable-metrics);
-    # loads: /v1/loads (newer SGLang, computed live on request).
-    source: Literal["metrics", "loads"] = "metrics"
+    # auto: /v1/loads (computed live on request) while the server has it, else the /metrics gauges;
+    # metrics: sglang:num_running_reqs + sglang:num_queue_reqs from /metrics (needs --enable-metrics;
+    # sampled: written on SGLang's log events only, see gauge_max_age_seconds);
+    # loads: /v1/loads only.
+    source: Literal["auto", "metrics", "loads"] = "auto"
     # Foreign requests at or above which a run is scaled down (by the share the foreign traffic
     # takes of shrink_capacity_requests), and at or above which it is skipped (or aborted mid-run).
     shrink_above: int = Field(default=1, ge=1)
@@ -104,6 +106,11 @@ class PoliteSettings(Section):
     tolerance: int = Field(default=1, ge=0)
     check_interval_seconds: float = Field(default=2.0, gt=0)
     request_timeout_seconds: float = Field(default=2.0, gt=0)
+    # How old a sampled /metrics gauge may be: SGLang writes them on its log events only (every
+    # decode_log_interval steps, every 30 s when idle). Such a figure is compared with sentinel's
+    # highest own in-flight count of this window, so our own earlier requests never count as
+    # foreign. (/v1/loads is live: compared with the own count now.)
+    gauge_max_age_seconds: float = Field(default=30.0, ge=0)
     # When the load cannot be read: "run" trusts the server is idle, "skip" does not load blind.
     on_unknown: Literal["run", "skip"] = "run"
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from sentinel.sglang.logparse import CrashKind, CrashSignature, classify_crash, parse_line
 from sentinel.supervise.runners import ExitInfo
 
-__all__ = ["CRASH_REASONS", "RESTART_REASONS", "Crash", "classify_exit"]
+__all__ = ["CRASH_REASONS", "RESTART_REASONS", "Crash", "classify_exit", "decisive_lines"]
 
 # Restart reasons for a server that died (label values of sentinel_server_restarts_total).
 CRASH_REASONS: tuple[str, ...] = (
@@ -71,6 +71,8 @@ class Crash:
     timestamp: float
     #: A child's exit status as SGLang logged it (negative = killed by that signal), if it did.
     child_exit_code: int | None = None
+    #: The log lines the verdict rests on (crash signatures, else the last lines), for the screens.
+    lines: tuple[str, ...] = ()
 
 
 def _child_exit_code(tail: Sequence[str]) -> int | None:
@@ -119,3 +121,14 @@ def classify_exit(exit_info: ExitInfo, tail: Sequence[str], timestamp: float) ->
     if exit_info.returncode == 0:
         return Crash("exited", exit_info, f"{exit_info.description} (clean exit, not requested)", timestamp)
     return Crash("unknown", exit_info, f"{exit_info.description}; no crash signature in the log", timestamp)
+
+
+_MAX_LINE = 300
+
+
+def decisive_lines(tail: Sequence[str], keep: int = 3) -> tuple[str, ...]:
+    """The lines an operator needs to see: the crash signatures in the tail (the last ``keep``),
+    else the last ``keep`` non-empty lines; each cut to a screen's width."""
+    signatures = [line for line in tail if isinstance(parse_line(line), CrashSignature)]
+    chosen = signatures or [line for line in tail if line.strip()]
+    return tuple(line.strip()[:_MAX_LINE] for line in chosen[-keep:])

@@ -11,7 +11,9 @@ dashboards rely on:
 - ``sentinel_server_start_duration_seconds``: launch → /health 200 of the last start.
 - ``sentinel_server_ready_timestamp_seconds``: when the current (or last) server became ready.
 - ``sentinel_probe_success{probe}`` / ``sentinel_probe_duration_seconds{probe}``: the last result
-  of health, health_generate, stall and each canary (``canary_<name>``).
+  of health, health_generate, stall and each canary (``canary_<name>``). While the server is not
+  serving (starting, warming, restarting, failed, stopped) only ``health`` is exported, at 0:
+  the other results are about a server that is not there, so they are absent (unknown).
 """
 
 from __future__ import annotations
@@ -118,8 +120,16 @@ class SupervisorCollector(Collector):
         duration = GaugeMetricFamily(
             "sentinel_probe_duration_seconds", "How long the last run of the probe took.", labels=["probe"]
         )
+        serving = state in (ServerState.READY, ServerState.UNHEALTHY)
         for name, r in sorted(probes.items()):
-            success.add_metric([name], int(r.ok))
+            if not serving and name != "health":
+                # A result about a server that is gone (or not up yet) is not a verdict on this
+                # one: absent ("unknown") until the checks run again, so stall/canary alerts stay
+                # silent and no dashboard shows a stale pass.
+                continue
+            # /health while not serving: the port refuses or answers 503, whatever the last
+            # check of the previous life said.
+            success.add_metric([name], int(r.ok and (serving or sup.up)))
             duration.add_metric([name], r.duration)
         yield success
         yield duration

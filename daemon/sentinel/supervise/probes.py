@@ -11,7 +11,7 @@ import json
 import re
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -43,6 +43,8 @@ class ProbeResult:
     # False: the probe could not tell (e.g. /metrics unreachable for the stall check); recorded,
     # but never counted towards a restart.
     conclusive: bool = True
+    #: Wall clock of the result: the status page and ``sentinel status`` show its age.
+    at: float = field(default_factory=time.time)
 
 
 # Bodies the probes accept (sentinel.httpread: over this, "too_large"). /health answers a few bytes,

@@ -56,6 +56,7 @@ class SupervisorSnapshot:
     probe_failures: Mapping[tuple[str, str], int]  # (probe, reason)
     preflight: tuple[PreflightResult, ...]
     log_lines_total: int
+    next_retry_at: float | None = None  # wall clock of the next start while RESTARTING
 
     @property
     def ready_epoch(self) -> float | None:

@@ -19,7 +19,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
@@ -28,7 +28,7 @@ from sentinel.log import get_logger
 from sentinel.netloc import url_host
 from sentinel.supervise.backoff import RestartPolicy
 from sentinel.supervise.checks import Checks
-from sentinel.supervise.classify import RESTART_REASONS, Crash, classify_exit
+from sentinel.supervise.classify import RESTART_REASONS, Crash, classify_exit, decisive_lines
 from sentinel.supervise.history import HISTORY_FILE, RestartHistory
 from sentinel.supervise.launch import (
     LaunchCommand,
@@ -138,6 +138,8 @@ class Supervisor:
         self.ready_timestamp: float | None = None
         self.epoch: float | None = None
         self.last_crash: Crash | None = None
+        # Wall clock of the next start while waiting out the backoff (RESTARTING), else None.
+        self.next_retry_at: float | None = None
         self.preflight: list[PreflightResult] = []
         self._launch_t0: float | None = None
         self._ready_t0: float | None = None
@@ -288,6 +290,7 @@ class Supervisor:
             probe_failures=frozen(self.checks.failures),
             preflight=tuple(self.preflight),
             log_lines_total=self.bus.lines_total,
+            next_retry_at=self.next_retry_at,
         )
 
     def _publish(self) -> None:
@@ -376,6 +379,7 @@ class Supervisor:
                 self.machine.set(ServerState.FAILED, f"crash loop ({outcome.reason})")
                 continue
             self.restarts[outcome.reason] += 1
+            self.next_retry_at = time.time() + delay
             self.machine.set(ServerState.RESTARTING, outcome.reason)
             self._publish()
             _log.warning(
@@ -387,6 +391,7 @@ class Supervisor:
                     await self._reset_event.wait()
 
     async def _one_life(self, runner: Runner) -> _Outcome:
+        self.next_retry_at = None
         self.bus.clear_tail()
         self.checks.reset()
         self.machine.set(ServerState.STARTING, "preflight")
@@ -463,7 +468,8 @@ class Supervisor:
             # An operator's restart is not a crash: no error line, no crash count, no backoff.
             _log.warning("server_stopped_externally", detail=exit_info.description)
             return _Outcome("external", exit_info.description, None)
-        crash = classify_exit(exit_info, self.bus.tail(), time.time())
+        tail = self.bus.tail()
+        crash = replace(classify_exit(exit_info, tail, time.time()), lines=decisive_lines(tail))
         _log.error("server_exited", reason=crash.reason, detail=crash.detail, state=self.state.value)
         return _Outcome(crash.reason, crash.detail, crash)
 

@@ -1,0 +1,348 @@
+"""What the operator sees, through a real daemon on the simulator: status page, `sentinel status`, /metrics.
+
+A sim crash fault drives the server from starting through ready and restarting into failed; at
+each state the page is captured (and rendered in headless Chromium), and the screens must say
+why (the classified crash cause and its log lines), when (the next retry, or "waiting for
+reset"), and what to do (``sentinel reset``); probe results must not pretend a server that is
+gone still passes. A second daemon runs a calibration that cannot saturate the simulator: every
+screen must call its figure a lower bound.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from sentinel.cli.status import health_code, summarize
+from support.headless_chromium import CHROMIUM, dump_dom, screenshot
+
+pytestmark = pytest.mark.slow
+
+# Where to keep the screenshots for a human to look at (optional).
+_SCREENS = os.environ.get("SENTINEL_SCREENS_DIR")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("SENTINEL_")}
+
+
+class _Daemon:
+    def __init__(self, tmp_path: Path, config: str) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cfg = tmp_path / "sentinel.toml"
+        cfg.write_text(config.replace("@EXPORTER_PORT@", str(self.port)))
+        self.cfg = cfg
+        self.log = tmp_path / "daemon.log"
+        self._out = self.log.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sentinel", "run", "--config", str(cfg)],
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            env=_env(),
+            start_new_session=True,
+        )
+
+    def status(self) -> dict[str, Any]:
+        doc: dict[str, Any] = httpx.get(self.url + "/status.json", timeout=5).json()
+        return doc
+
+    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        text = httpx.get(self.url + "/metrics", timeout=5).text
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+    def wait(self, what: str, check: Callable[[], bool], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"daemon exited waiting for {what}:\n{self.tail()}"
+            try:
+                if check():
+                    return
+            except (httpx.HTTPError, KeyError, TypeError, ValueError):
+                pass
+            time.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}:\n{self.tail()}")
+
+    def cli_status(self) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "sentinel", "status", "--url", self.url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=_env(),
+        )
+
+    def tail(self) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self._out.close()
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[_Daemon]]:
+    started: list[_Daemon] = []
+    yield started
+    for d in started:
+        d.kill()
+
+
+_CRASH_LOOP = """
+state_dir = "@STATE@"
+
+[log]
+format = "json"
+
+[server]
+profile = "fastsim"
+port = @SERVER_PORT@
+stop_timeout = 5
+startup_poll_interval = 0.1
+
+[server.checks.health]
+interval = 0.3
+
+[server.checks.stall]
+interval = 0.3
+
+[server.restart]
+backoff_initial = 3.0
+jitter = 0
+max_restarts = 1
+window = 600
+
+[server.profiles.fastsim]
+kind = "sim"
+sim_speed = 10
+# Port refused 2 s, 503 for 1 s, ready; 3 s after ready a scheduler exception kills it.
+sim_faults = ["slow_start:refuse=20,warmup=10", "crash:after=30"]
+
+[exporter]
+port = @EXPORTER_PORT@
+
+[schedule]
+calibrate_when_missing = false
+recalibrate_cron = ""
+"""
+
+
+def _shoot(html: str, name: str, tmp_path: Path) -> tuple[str, Path | None]:
+    """The page's DOM as Chromium parsed it, and a screenshot (when Chromium is there)."""
+    page = tmp_path / f"{name}.html"
+    page.write_text(html, encoding="utf-8")
+    if CHROMIUM is None:
+        return html, None
+    profile = tmp_path / f"profile-{name}"
+    dom = dump_dom(page, profile=profile, virtual_time_ms=500)
+    shot = tmp_path / f"{name}.png"
+    screenshot(page, shot, profile=profile, virtual_time_ms=500, window="1280,1500")
+    if _SCREENS:
+        Path(_SCREENS).mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, Path(_SCREENS) / f"status-{name}.png")
+    return dom, shot
+
+
+def _text(dom: str) -> str:
+    """What a reader sees: tags dropped, entities left (they are asserted escaped)."""
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom))
+
+
+def test_crash_loop_screens(tmp_path: Path, daemons: list[_Daemon]) -> None:
+    config = _CRASH_LOOP.replace("@STATE@", str(tmp_path / "state")).replace(
+        "@SERVER_PORT@", str(_free_port())
+    )
+    d = _Daemon(tmp_path, config)
+    daemons.append(d)
+    pages: dict[str, tuple[str, dict[str, Any]]] = {}
+
+    def capture(state: str) -> Callable[[], bool]:
+        def check() -> bool:
+            doc = d.status()
+            if doc["server"].get("state") != state:
+                return False
+            names = {p["name"] for p in doc["probes"]}
+            if state == "ready" and not {"health", "stall", "canary_arithmetic"} <= names:
+                return False  # wait for the first results, so there is something to go stale
+            html = httpx.get(d.url + "/", timeout=5).text
+            pages[state] = (html, d.status())
+            return True
+
+        return check
+
+    d.wait("starting", capture("starting"), 60)
+    d.wait("ready", capture("ready"), 60)
+    ready_metrics = d.metrics()
+    d.wait("restarting", capture("restarting"), 60)
+    restarting_metrics = d.metrics()
+    d.wait("failed", capture("failed"), 90)
+
+    # --- starting: what is going on and how long sentinel waits
+    html, doc = pages["starting"]
+    text = _text(_shoot(html, "starting", tmp_path)[0])
+    assert "Wait: the server is loading weights" in text
+    assert doc["server"]["last_crash"] is None
+
+    # --- ready: probes with their age, no "why" box
+    html, doc = pages["ready"]
+    text = _text(_shoot(html, "ready", tmp_path)[0])
+    assert "What to do" not in text
+    assert re.search(r"health ok \d+ s ago", text), text
+    assert ready_metrics[("sentinel_probe_success", (("probe", "stall"),))] == 1
+
+    # --- restarting: the cause, its log lines, the retry time; nothing pretends to pass
+    html, doc = pages["restarting"]
+    server = doc["server"]
+    crash = server["last_crash"]
+    # The sim's scheduler exception is a NaN in the sampler: classified, with the lines it rests on.
+    assert crash["reason"] == "nan_in_sampler", crash
+    assert crash["lines"], crash
+    assert any("Scheduler hit an exception" in line for line in crash["lines"]), crash
+    assert server["next_retry_at"] > doc["generated_at"] - 1
+    text = _text(_shoot(html, "restarting", tmp_path)[0])
+    assert "Scheduler hit an exception" in text
+    assert re.search(r"Next retry: \S+ \S+ UTC \(in \d+ s\)", text), text
+    assert re.search(r"stall unknown \d+ s ago", text), text
+    probes = {p["name"]: p for p in doc["probes"]}
+    assert probes["health"]["success"] is False
+    assert probes["stall"]["success"] is None
+    assert probes["stall"]["stale"]
+    # /metrics: /health 0 while the port refuses, stall absent (unknown), its alert silent.
+    assert restarting_metrics[("sentinel_probe_success", (("probe", "health"),))] == 0
+    assert ("sentinel_probe_success", (("probe", "stall"),)) not in restarting_metrics
+    assert health_code(doc) == 1
+    summary = summarize(doc, now=doc["generated_at"])
+    assert "next retry  in" in summary
+    assert "(stale: server not serving)" in summary
+
+    # --- failed: waiting for reset, and the command that gets out of it
+    html, doc = pages["failed"]
+    assert doc["server"]["retry"] == "waiting for reset"
+    dom, shot = _shoot(html, "failed", tmp_path)
+    text = _text(dom)
+    assert "Next retry: none, waiting for reset" in text
+    assert "sentinel reset" in text
+    assert "Scheduler hit an exception" in text
+    if shot is not None:
+        assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
+    cli = d.cli_status()
+    assert cli.returncode == 1, cli.stdout + cli.stderr
+    out = cli.stdout
+    assert out.startswith("sentinel: DEGRADED")
+    assert "server      failed" in out
+    assert "last crash  nan_in_sampler" in out
+    assert "Scheduler hit an exception" in out
+    assert "next retry  none: waiting for reset" in out
+    assert "`sentinel reset`" in out
+    m = d.metrics()
+    assert m[("sentinel_server_state", (("state", "failed"),))] == 1
+    assert m[("sentinel_probe_success", (("probe", "health"),))] == 0
+    assert ("sentinel_probe_success", (("probe", "stall"),)) not in m
+    # Collectors are current with the server state: the SGLang scrape fails, it does not say ok.
+    collectors = {c["name"]: c for c in d.status()["collectors"]}
+    assert collectors["sglang"]["success"] is False
+
+
+_LOWER_BOUND = """
+state_dir = "@STATE@"
+
+[log]
+format = "json"
+
+[server]
+profile = "fastsim"
+port = @SERVER_PORT@
+stop_timeout = 5
+startup_poll_interval = 0.2
+
+[server.profiles.fastsim]
+kind = "sim"
+sim_speed = 20
+
+[exporter]
+port = @EXPORTER_PORT@
+
+[schedule]
+warmup_seconds = 0.2
+calibrate_when_missing = true
+recalibrate_cron = ""
+
+[schedule.profiles.reference]
+num_prompts = 8
+request_rate = 16
+input_len = 16
+output_len = 16
+interval_seconds = 600
+run_on_ready = true
+
+[calibration]
+input_len = 16
+output_len = 16
+start_concurrency = 1
+max_concurrency = 2
+step_min_requests = 4
+"""
+
+
+def test_lower_bound_calibration_screens(tmp_path: Path, daemons: list[_Daemon]) -> None:
+    config = _LOWER_BOUND.replace("@STATE@", str(tmp_path / "state")).replace(
+        "@SERVER_PORT@", str(_free_port())
+    )
+    d = _Daemon(tmp_path, config)
+    daemons.append(d)
+    d.wait("a calibration", lambda: bool(d.status()["capacity"]), 120)
+    doc = d.status()
+    capacity = doc["capacity"]
+    assert capacity["bound"] == "lower", capacity
+    assert capacity["max_concurrency"] == 2
+    # No SLO configured: nothing claims "within SLO".
+    assert capacity["slo_concurrency"] is None
+    html = httpx.get(d.url + "/", timeout=5).text
+    text = _text(_shoot(html, "lower-bound", tmp_path)[0])
+    assert "≥" in text
+    assert "lower bound: did not saturate up to concurrency 2" in text
+    assert "within SLO" not in text
+    out = summarize(doc)
+    assert "capacity    ≥" in out
+    assert "lower bound" in out
+    m = d.metrics()
+    series = [k for k in m if k[0] == "sentinel_capacity_output_throughput_tokens_per_second"]
+    assert series == [("sentinel_capacity_output_throughput_tokens_per_second", (("bound", "lower"),))]
+    assert not [k for k in m if k[0] == "sentinel_capacity_slo_concurrency"]
+    latest = httpx.get(d.url + "/calibration/latest.json", timeout=5).json()
+    assert latest["stop_reason"] == "max-concurrency"
+    report = httpx.get(d.url + "/calibration/report", timeout=5)
+    if report.status_code == 200:  # matplotlib installed
+        assert "lower bound: did not saturate up to concurrency 2" in report.text
+        assert "within SLO" not in report.text
+    json.dumps(doc)  # the document stays plain JSON
