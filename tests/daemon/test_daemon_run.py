@@ -317,7 +317,8 @@ def test_busy_exporter_port_is_one_clean_line(
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        assert main(["run", "--listen", f"127.0.0.1:{port}"]) == 1
+        assert main(["run", "--listen", f"127.0.0.1:{port}"]) == 2
     err = capsys.readouterr().err
     assert "cannot listen" in err
+    assert "--listen" in err  # the way out, named
     assert "Traceback" not in err

@@ -195,9 +195,8 @@ def _sweep_command(args: argparse.Namespace) -> int:
     if args.report is not None and importlib.util.find_spec("matplotlib") is None:
         # Before any load is sent: finding out after an hour-long sweep would waste it.
         raise CliError("--report needs matplotlib: pip install 'sglang-sentinel[report]'", 2)
-    if args.no_save and (args.save or args.state_dir is not None):
-        raise CliError("--no-save contradicts --save/--state-dir", 2)
-    save = args.save or args.state_dir is not None
+    # --state-dir DIR --no-save: compare with (or seed from) DIR's results, store nothing.
+    save = (args.save or args.state_dir is not None) and not args.no_save
     state_dir = args.state_dir or resolve_state_dir(settings, os.environ)
     # The URL only: a sweep knows neither the daemon's launch hash nor (reliably) the served model.
     store = store_for(state_dir, cal, Target(url=base_url))
