@@ -284,8 +284,10 @@ class ServerSettings(Section):
     @model_validator(mode="before")
     @classmethod
     def _read_key_file(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or not data.get("api_key_file"):
+        if not isinstance(data, dict) or "api_key_file" not in data:
             return data
+        if data["api_key_file"] in ("", None):
+            return {**data, "api_key_file": None}  # "" = unset, as for api_key (not the cwd)
         path = Path(data["api_key_file"])
         if data.get("api_key"):
             raise ValueError("api_key and api_key_file are both set; keep one")
