@@ -8,16 +8,18 @@ listening, then systemd READY=1, collectors' background reads, supervision (the 
 scheduler. Everything ``sentinel config`` checks is checked here before the exporter binds.
 A SIGTERM at any point of this exits 0 (cleanly stopping whatever had started).
 
-Manual reset (a server in the failed state after a crash loop): ``sentinel reset`` (POST
-``/reset`` on the exporter, authenticated like every other path when basic auth is on) or
-SIGUSR1. Both clear the crash-loop window and start the server again. Stop order (SIGTERM/SIGINT, exit 0):
-STOPPING=1, cancel the load run in progress, stop the scheduler, stop the server (child mode;
-the supervisor's own sequence: hooks, SIGTERM, drain, SIGKILL of the group), collectors, exporter.
+Stop order (SIGTERM/SIGINT, exit 0): STOPPING=1, cancel the load run in progress, stop the
+scheduler, stop the server (child mode; the supervisor's own sequence: hooks, SIGTERM, drain,
+SIGKILL of the group), collectors, exporter.
 
 SIGHUP re-reads the config. What can change live: ``[schedule]`` (jobs, budget, polite and breaker
 thresholds), ``[calibration]`` (next sweep) and ``[log]``. What cannot (``[server]``,
 ``[exporter]``, ``[collectors]``, ``state_dir``) is kept and a warning names it: changing those
 means restarting the server or re-binding a port, which an operator should do on purpose.
+
+Manual reset (a server in the failed state after a crash loop): ``sentinel reset`` (``POST
+/reset`` on the exporter: basic auth when that is configured, else loopback clients only; see
+export/server.py) or SIGUSR1. Both clear the crash-loop window and start the server again.
 """
 
 from __future__ import annotations
@@ -276,8 +278,8 @@ class Daemon:
                 web.get("/status.json", self._status_json),
                 web.get("/calibration/latest.json", self._calibration_json),
                 web.get("/calibration/report", self._calibration_report),
-                web.post("/reset", self._reset),
             ],
+            reset=self._reset,
         )
         self._checkpoint()
         try:
@@ -495,8 +497,7 @@ class Daemon:
         return web.json_response(self.status(), dumps=_dumps)
 
     async def _reset(self, request: web.Request) -> web.StreamResponse:
-        # POST only (a GET from a crawler or a prefetching browser must not restart anything);
-        # behind the exporter's basic auth like every path but /healthz (export/server.py).
+        # Who may call it (POST, authenticated or loopback) is the exporter's business (server.py).
         before = self.supervisor.snapshot().state.value if self.supervisor is not None else "starting"
         if not self.reset("http"):
             return web.json_response({"reset": False, "server_state": before}, status=503)
