@@ -359,7 +359,11 @@ def test_config_shows_the_state_dir_run_uses_and_prints_loadable_toml(
     key = tmp_path / "key"
     key.write_text("  sk-secret-from-a-file-123  \n")
     cfg = tmp_path / "c.toml"
-    cfg.write_text(f"[server]\napi_key_file = '{key}'\n[schedule.budget]\ntokens_per_hour = 4242\n")
+    cfg.write_text(
+        f"[server]\napi_key_file = '{key}'\nprofile = 'fast'\n"
+        "[server.profiles.fast]\nkind = 'sim'\nsim_speed = 50\n"  # inherits the rest from "sim"
+        "[schedule.budget]\ntokens_per_hour = 4242\n"
+    )
     monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "systemd-state"))
     assert main(["config", "--config", str(cfg)]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -377,6 +381,7 @@ def test_config_shows_the_state_dir_run_uses_and_prints_loadable_toml(
     assert main(["config", "--config", str(again)]) == 0
     doc2 = json.loads(capsys.readouterr().out)
     assert doc2["schedule"] == doc["schedule"]
+    assert doc2["server"]["profiles"] == doc["server"]["profiles"]
     assert doc2["server"]["api_key"] == "<set>"  # read again from the same api_key_file
 
 

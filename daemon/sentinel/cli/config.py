@@ -129,6 +129,12 @@ def _handle(args: argparse.Namespace) -> int:
     document = settings.model_dump(mode="json")
     document["state_dir"] = str(resolve_state_dir(settings, os.environ))
     if args.toml:
+        # A profile's fields as written, not all of them: a profile with a base inherits every
+        # field it leaves out, and writing the defaults out would override the base's values.
+        document["server"]["profiles"] = {
+            name: profile.model_dump(mode="json", exclude_unset=True)
+            for name, profile in settings.server.profiles.items()
+        }
         print(to_toml(document), end="")
     else:
         print(json.dumps(_mask(document), indent=2, sort_keys=True))
