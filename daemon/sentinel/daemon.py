@@ -150,6 +150,17 @@ class Daemon:
 
     # -- URLs -----------------------------------------------------------------------------------
 
+    def _served_model(self) -> str:
+        """What the server serves, as far as sentinel decides it (child mode's profile)."""
+        from sentinel.supervise.launch import ProfileError, resolve_profile
+
+        if self.settings.server.mode != "child":
+            return ""
+        try:
+            return resolve_profile(self.settings.server)[1].served_model_name
+        except ProfileError:
+            return ""  # validate() has refused such a config already
+
     def _target(self, supervisor: Supervisor) -> Target:
         from sentinel.calibrate import Target
 
@@ -264,6 +275,7 @@ class Daemon:
             load_reader=self._reader,
             gpu=gpu_source.health if isinstance(gpu_source, GpuCollector) else None,
             target_url=self.server_url,
+            served_model=self._served_model(),
         )
         scheduler = self.scheduler
         # Synthetic load stops before any deliberate stop or restart of the server.

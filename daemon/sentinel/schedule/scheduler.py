@@ -98,12 +98,15 @@ class LoadScheduler:
         gpu: Callable[[], GpuHealthView] | None = None,
         clock: Callable[[], float] = time.time,
         target_url: str | None = None,
+        served_model: str = "",
     ) -> None:
         """``gpu``: the GPUs' health now, for the breaker (None: no GPU figures). ``target_url``: the
         server this scheduler loads; written into every run record, and records of another server
-        (a state directory reused for another target) are ignored at restore."""
+        (a state directory reused for another target) are ignored at restore. ``served_model``
+        goes into the records too (what the server was serving, for whoever reads them)."""
         self.settings = settings
         self.target_url = target_url
+        self.served_model = served_model
         self.server = server
         self.executor = executor
         self.metrics = metrics
@@ -132,6 +135,7 @@ class LoadScheduler:
     def _write_run(self, record: dict[str, Any]) -> None:
         if self.target_url is not None:
             record["server_url"] = self.target_url
+            record["served_model"] = self.served_model
         self.state.append(RUNS_FILE, record, self.settings.history_runs)
 
     def _own_runs(self, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
