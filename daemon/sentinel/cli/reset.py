@@ -81,6 +81,9 @@ def _handle(args: argparse.Namespace) -> int:
         ) from None
     if response.status_code == 401:
         raise CliError("401: the exporter has basic auth: pass --user and --password-file", 1)
+    if response.status_code == 403:
+        # Not loopback and no basic auth on the exporter: run it on the daemon's host.
+        raise CliError(f"{url}/reset: refused: {response.text.strip()[:200]}", 1)
     if response.status_code == 404:
         raise CliError(f"{url}/reset: not found (not a sentinel daemon, or an older one)", EXIT_UNREACHABLE)
     try:
