@@ -157,3 +157,38 @@ def test_load_with_a_mapping_writes_nothing_to_os_environ(tmp_path: Path) -> Non
             load_settings(cfg, environ={"SENTINEL_SERVER__PORT": "x"})
     finally:
         os.environ = real  # noqa: B003
+
+
+def test_api_key_file_is_read_stripped_and_must_be_one_line(tmp_path: Path) -> None:
+    key = tmp_path / "key"
+    key.write_text("  sk-from-file-0000  \n")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f"[server]\napi_key_file = '{key}'\n")
+    assert load_settings(cfg, environ={}).server.api_key == "sk-from-file-0000"
+
+    key.write_text("sk-first\nsk-second\n")
+    with pytest.raises(ConfigError) as exc:
+        load_settings(cfg, environ={})
+    assert "api_key_file" in str(exc.value)
+    assert "several lines" in str(exc.value)
+    assert "sk-first" not in str(exc.value)
+
+    for content, why in (("", "empty"), (None, "No such file")):
+        if content is None:
+            key.unlink()
+        else:
+            key.write_text(content)
+        with pytest.raises(ConfigError, match=why):
+            load_settings(cfg, environ={})
+
+    key.write_text("sk-x-0000\n")
+    cfg.write_text(f"[server]\napi_key = 'sk-inline-0000'\napi_key_file = '{key}'\n")
+    with pytest.raises(ConfigError, match="both set"):
+        load_settings(cfg, environ={})
+
+
+def test_sentinel_api_key_is_not_an_unknown_setting() -> None:
+    settings = load_settings(environ={"SENTINEL_API_KEY": "sk-env-0000"})
+    assert settings.server.api_key == ""  # bench/sweep read it (cli/target.py); the daemon's key is its own
+    with pytest.raises(ConfigError, match="SENTINEL_APIKEY"):
+        load_settings(environ={"SENTINEL_APIKEY": "x"})

@@ -38,8 +38,9 @@ from sentinel.supervise.settings import ServerSettings
 __all__ = ["ENV_PREFIX", "ConfigError", "LogSettings", "Settings", "load_settings"]
 
 ENV_PREFIX = "SENTINEL_"
-# Read by the CLI itself, not a settings field.
-_ENV_NOT_FIELDS = frozenset({"SENTINEL_CONFIG"})
+# Read by the CLI itself, not settings fields: the config path, and the API key that `bench` and
+# `sweep` send (cli/target.py; the daemon's own key is [server] api_key or api_key_file).
+_ENV_NOT_FIELDS = frozenset({"SENTINEL_CONFIG", "SENTINEL_API_KEY"})
 
 
 class ConfigError(Exception):
@@ -172,7 +173,7 @@ def _format_validation(exc: ValidationError, origin: str) -> str:
     lines = [f"invalid configuration ({origin}):"]
     for err in exc.errors(include_url=False):
         loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        msg = err["msg"]
+        msg = str(err["msg"]).removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
         elif "input" in err and not isinstance(err["input"], dict | list):

@@ -1,15 +1,25 @@
 """``sentinel run``'s process: the supervisor, scheduled load, calibration, collectors and exporter, wired.
 
 Start order (each step's failure is a one-line error and a non-zero exit, never a traceback):
-state directory, collectors and supervisor objects, exporter listening, then systemd READY=1,
-collectors' background reads, supervision, the scheduler. Stop order (SIGTERM/SIGINT, exit 0):
-STOPPING=1, cancel the load run in progress, stop the scheduler, stop the server (child mode;
-the supervisor's own sequence: hooks, SIGTERM, drain, SIGKILL of the group), collectors, exporter.
+config (loaded by the CLI), files (exporter TLS/users; an api_key_file was read with the config),
+launch profile (rendered; a simulator profile's arguments checked), state directory (created,
+locked: one daemon per directory, pid written), collectors and supervisor objects, exporter
+listening, then systemd READY=1, collectors' background reads, supervision (the child), the
+scheduler. Everything ``sentinel config`` checks is checked here before the exporter binds.
+A SIGTERM at any point of this exits 0 (cleanly stopping whatever had started).
+
+Stop order (SIGTERM/SIGINT, exit 0): STOPPING=1, cancel the load run in progress, stop the
+scheduler, stop the server (child mode; the supervisor's own sequence: hooks, SIGTERM, drain,
+SIGKILL of the group), collectors, exporter.
 
 SIGHUP re-reads the config. What can change live: ``[schedule]`` (jobs, budget, polite and breaker
 thresholds), ``[calibration]`` (next sweep) and ``[log]``. What cannot (``[server]``,
 ``[exporter]``, ``[collectors]``, ``state_dir``) is kept and a warning names it: changing those
 means restarting the server or re-binding a port, which an operator should do on purpose.
+
+Manual reset (a server in the failed state after a crash loop): ``sentinel reset`` (``POST
+/reset`` on the exporter: basic auth when that is configured, else loopback clients only; see
+export/server.py) or SIGUSR1. Both clear the crash-loop window and start the server again.
 """
 
 from __future__ import annotations
@@ -37,18 +47,23 @@ from sentinel.schedule.executor import LoadEngineExecutor
 from sentinel.schedule.metrics import ScheduleMetrics
 from sentinel.schedule.polite import ServerLoadReader
 from sentinel.schedule.scheduler import LoadScheduler
-from sentinel.statedir import StateDir, StateError
+from sentinel.statedir import StateDir, StateError, StateLocked
 from sentinel.status_page import render_status_page
 from sentinel.statusdoc import probe_rows, server_section
 from sentinel.systemd import Notifier, run_watchdog, watchdog_interval
 from sentinel.verdict import verdict
 
 if TYPE_CHECKING:
+    from sentinel.calibrate import Target
     from sentinel.collect import CollectorSet
     from sentinel.supervise import Supervisor
     from sentinel.supervise.server_version import ServerVersionReader
+    from sentinel.supervise.state import StateChange
 
-__all__ = ["Daemon", "DaemonError", "resolve_state_dir"]
+__all__ = ["RESET_COMMAND", "Daemon", "DaemonError", "resolve_state_dir"]
+
+# What logs, alerts, the status page and the README tell an operator to run after a crash loop.
+RESET_COMMAND = "sentinel reset"
 
 _log = get_logger(__name__)
 
@@ -56,6 +71,10 @@ _log = get_logger(__name__)
 _STOP_GRACE_SECONDS = 5.0
 # Older than a typical scrape interval: while Prometheus scrapes, the status loop never collects.
 _COLLECT_STALE_SECONDS = 20.0
+
+
+class _Stopped(Exception):
+    """SIGTERM/SIGINT arrived during start-up: skip the remaining steps, stop what started."""
 
 
 class DaemonError(Exception):
@@ -135,6 +154,24 @@ class Daemon:
 
     # -- URLs -----------------------------------------------------------------------------------
 
+    def _served_model(self) -> str:
+        """What the server serves, as far as sentinel decides it (child mode's profile)."""
+        from sentinel.supervise.launch import ProfileError, resolve_profile
+
+        if self.settings.server.mode != "child":
+            return ""
+        try:
+            return resolve_profile(self.settings.server)[1].served_model_name
+        except ProfileError:
+            return ""  # validate() has refused such a config already
+
+    def _target(self, supervisor: Supervisor) -> Target:
+        from sentinel.calibrate import Target
+
+        command = supervisor.command
+        model = command.profile.served_model_name if command is not None else ""
+        return Target(url=self.server_url, served_model=model, launch_hash=supervisor.config_hash)
+
     @property
     def server_url(self) -> str:
         s = self.settings.server
@@ -150,16 +187,36 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop, sig.name)
         loop.add_signal_handler(signal.SIGHUP, self._on_sighup)
+        loop.add_signal_handler(signal.SIGUSR1, self.reset, "SIGUSR1")
         try:
-            await self._start()
+            # Stopped during start-up: what had started is stopped below, exit 0.
+            with contextlib.suppress(_Stopped):
+                await self._start()
             try:
                 await self._stop.wait()
             finally:
                 await self._shutdown()
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
                 loop.remove_signal_handler(sig)
+            self.state.unlock()
         return 0
+
+    def reset(self, why: str = "request") -> bool:
+        """Manual reset: clear the crash-loop window and start the server (it if failed).
+
+        False when there is nothing to reset yet (still starting, or not the daemon's server)."""
+        if self.supervisor is None:
+            _log.warning("reset_ignored", reason="still starting", source=why)
+            return False
+        state = self.supervisor.snapshot().state.value
+        _log.info("manual_reset", source=why, server_state=state)
+        self.supervisor.reset()
+        return True
+
+    def _checkpoint(self) -> None:
+        if self._stop.is_set():
+            raise _Stopped
 
     def request_stop(self, why: str = "request") -> None:
         if not self._stop.is_set():
@@ -179,8 +236,20 @@ class Daemon:
         # ~170k journal lines a day. Its warnings and errors still come through; coalesced and missed
         # firings are logged (and counted) by the scheduler's own listener.
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
+        from sentinel.validate import validate
+
+        try:
+            # In a thread: a simulator profile's argument check is a subprocess, and SIGTERM
+            # must still be handled while it runs.
+            await asyncio.to_thread(validate, self.settings)
+        except ConfigError as exc:
+            raise DaemonError(str(exc), 2) from None
+        self._checkpoint()
         try:
             self.state.ensure()
+            self.state.lock()
+        except StateLocked as exc:
+            raise DaemonError(f"{exc}; stop it first, or give this one its own state_dir", 2) from None
         except StateError as exc:
             raise DaemonError(f"{exc} (set state_dir or SENTINEL_STATE_DIR)", 2) from None
         s = self.settings
@@ -217,12 +286,13 @@ class Daemon:
             state=self.state,
             load_reader=self._reader,
             gpu=gpu_source.health if isinstance(gpu_source, GpuCollector) else None,
+            target_url=self.server_url,
+            served_model=self._served_model(),
         )
         scheduler = self.scheduler
         # Synthetic load stops before any deliberate stop or restart of the server.
         supervisor.add_before_stop_hook(lambda: scheduler.cancel_current("server_restart"))
-        supervisor.subscribe_state(lambda change: self._update_status())
-        self.calibration.restore()
+        supervisor.subscribe_state(self._on_state_change)
         self.exporter = Exporter(
             collectors.registry(),
             s.exporter,
@@ -234,15 +304,21 @@ class Daemon:
                 web.get("/calibration/latest.json", self._calibration_json),
                 web.get("/calibration/report", self._calibration_report),
             ],
+            reset=self._reset,
         )
+        self._checkpoint()
         try:
             await self.exporter.start()
         except ExporterConfigError as exc:
             self.exporter = None
             await self._shutdown()
-            # A busy port may free up (exit 1, systemd retries); bad TLS/auth files will not (exit 2).
-            raise DaemonError(str(exc), 2 if "cannot listen" not in str(exc) else 1) from None
+            # Exit 2 for a busy port too: another exporter (often a second sentinel) holds it, and
+            # systemd retrying every few seconds would not change that; --listen or [exporter] port.
+            hint = " (another process listens there: set [exporter] port or --listen)"
+            raise DaemonError(str(exc) + (hint if "cannot listen" in str(exc) else ""), 2) from None
+        self._checkpoint()
         await collectors.start()
+        self._checkpoint()
         try:
             await supervisor.start()
         except ProfileError as exc:
@@ -251,6 +327,9 @@ class Daemon:
         except Exception as exc:  # e.g. the server binary cannot be run: one line, nothing left behind
             await self._shutdown()
             raise DaemonError(f"cannot start supervising the server: {exc}") from None
+        # After supervisor.start(): the launch command (and so the launch hash) is rendered now.
+        self.calibration.set_target(self._target(supervisor))
+        self.calibration.restore()
         scheduler.restore()
         await scheduler.start()
         if s.schedule.recalibrate_cron:
@@ -353,7 +432,18 @@ class Daemon:
         state = sup.snapshot().state.value if sup is not None else "starting"
         current = self.scheduler.snapshot()["current"] if self.scheduler is not None else None
         load = f"; load {current['profile']} running" if current else ""
-        return f"server {state}{load}"
+        hint = f" (crash loop; `{RESET_COMMAND}` to retry)" if state == "failed" else ""
+        return f"server {state}{hint}{load}"
+
+    def _on_state_change(self, change: StateChange) -> None:
+        if change.new.value == "failed":
+            # The one place an operator looks first (journal): what to run, exactly.
+            _log.error(
+                "server_failed",
+                reason=change.reason,
+                action=f"fix the cause, then run `{RESET_COMMAND}` (or kill -USR1 {os.getpid()})",
+            )
+        self._update_status()
 
     def _update_status(self) -> None:
         text = self._status_line()
@@ -433,11 +523,20 @@ class Daemon:
         await self._fresh_collectors()
         return web.json_response(self.status(), dumps=_dumps)
 
+    async def _reset(self, request: web.Request) -> web.StreamResponse:
+        # Who may call it (POST, authenticated or loopback) is the exporter's business (server.py).
+        before = self.supervisor.snapshot().state.value if self.supervisor is not None else "starting"
+        if not self.reset("http"):
+            return web.json_response({"reset": False, "server_state": before}, status=503)
+        return web.json_response({"reset": True, "server_state": before})
+
     async def _calibration_json(self, request: web.Request) -> web.StreamResponse:
         from sentinel.calibrate import store_for
 
         latest = await asyncio.to_thread(
-            lambda: store_for(self.state_dir, self.settings.calibration).latest(conclusive=True)
+            lambda: store_for(self.state_dir, self.settings.calibration, self.calibration.target).latest(
+                conclusive=True
+            )
         )
         if latest is None:
             return web.json_response({"error": "no conclusive calibration yet"}, status=404)

@@ -14,6 +14,8 @@ Layout (all under ``state_dir``)::
     server.log         child mode: the server's rotated output (the supervisor's)
     supervisor-restarts.json  the supervisor's restart history (crash-loop limit across restarts)
     budget.jsonl       the token budget's reservations, fsync'd before a run sends (schedule/ledger.py)
+    sentinel.lock      flock(2)ed by the daemon for its whole life: one daemon per state directory
+    sentinel.pid       the daemon's pid (for `sentinel status`, `kill -HUP`, systemd's PIDFile=)
 
 Writes of whole documents are atomic (temporary file in the same directory, fsync, rename,
 fsync of the directory), so a power cut leaves the old or the new version, never half of one.
@@ -24,6 +26,8 @@ newest ``limit`` lines, so appends stay O(1) and the file stays bounded.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 from collections.abc import Mapping
@@ -33,13 +37,56 @@ from typing import Any
 from sentinel.atomic import atomic_write_bytes
 from sentinel.log import get_logger
 
-__all__ = ["StateDir", "StateError"]
+__all__ = ["LOCK_FILE", "PID_FILE", "StateDir", "StateError", "StateLocked", "lock_holder"]
 
 _log = get_logger(__name__)
 
 
+LOCK_FILE = "sentinel.lock"
+PID_FILE = "sentinel.pid"
+
+
 class StateError(Exception):
     """The state directory cannot be used (missing permission, read-only filesystem...)."""
+
+
+class StateLocked(StateError):
+    """Another live process holds the directory's lock (``pid`` when it wrote one, else None)."""
+
+    def __init__(self, path: Path, pid: int | None) -> None:
+        who = f"pid {pid}" if pid is not None else "another process"
+        super().__init__(f"state directory {path} is in use by a running sentinel daemon ({who})")
+        self.pid = pid
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        text = (path / LOCK_FILE).read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def lock_holder(path: Path) -> int | None:
+    """The pid of the daemon holding ``path``'s lock, or None when nobody holds it.
+
+    For the one-shot commands (sweep, bench) that want to warn before writing into a live
+    daemon's directory. Probes with a shared, non-blocking flock that is released at once, so it
+    never blocks the daemon; a holder that wrote no pid reads as 0.
+    """
+    try:
+        fd = os.open(path / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _read_pid(path) or 0
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return None
 
 
 class StateDir:
@@ -48,6 +95,47 @@ class StateDir:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.write_failures = 0
+        self._lock_fd: int | None = None
+
+    def lock(self) -> None:
+        """Take the directory for this process, for its whole life, or raise :class:`StateLocked`.
+
+        flock(2), not a pidfile check: the kernel drops the lock when the process dies however it
+        dies (SIGKILL, OOM), so a stale file never blocks a restart and two daemons can never both
+        pass. The holder's pid is written into the lock file (read by the refused one) and into
+        ``sentinel.pid`` (for ``sentinel status``, ``kill -HUP`` and systemd).
+        """
+        lock_path = self.path / LOCK_FILE
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise StateError(f"state directory {self.path}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StateLocked(self.path, _read_pid(self.path)) from None
+        except OSError as exc:
+            os.close(fd)
+            raise StateError(f"state directory {self.path}: cannot lock: {exc.strerror or exc}") from None
+        pid = f"{os.getpid()}\n".encode()
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, pid, 0)
+            atomic_write_bytes(self.path / PID_FILE, pid)
+        except OSError as exc:
+            os.close(fd)
+            raise StateError(f"state directory {self.path}: {exc.strerror or exc}") from None
+        self._lock_fd = fd
+
+    def unlock(self) -> None:
+        """Release the lock and remove the pidfile (clean stop); idempotent."""
+        if self._lock_fd is None:
+            return
+        with contextlib.suppress(OSError):
+            (self.path / PID_FILE).unlink(missing_ok=True)
+        os.close(self._lock_fd)
+        self._lock_fd = None
 
     def ensure(self) -> None:
         """Create the directory and prove it is writable, or raise :class:`StateError`."""

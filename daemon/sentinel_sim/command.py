@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from sentinel.cli.common import CliError, add_common_options
+from sentinel.cli.common import CliError, add_common_options, ignoring_sighup
 
 __all__ = ["main", "register"]
 
@@ -120,6 +120,11 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     s.add_argument("--seed", type=int, default=0)
     s.add_argument(
+        "--check-args",
+        action="store_true",
+        help="validate the arguments (faults included) and exit: 0 usable, 2 not (sentinel config uses it)",
+    )
+    s.add_argument(
         "--disable-access-log", action="store_true", help="no uvicorn-style access lines on stdout"
     )
     parser.set_defaults(handler=_handle)
@@ -177,7 +182,12 @@ def _handle(args: argparse.Namespace) -> int:
             check_fault_version(parse_fault_spec(spec), config.sglang_version)
     except (ValueError, FaultError) as exc:
         raise CliError(str(exc), 2) from None
-    return asyncio.run(_serve(config))
+    if args.check_args:
+        return 0
+    # A simulator started from a terminal (a demo, a test bed) keeps serving when that terminal
+    # closes; it stops on SIGTERM/SIGINT only.
+    with ignoring_sighup():
+        return asyncio.run(_serve(config))
 
 
 def _merge_config_file(args: argparse.Namespace) -> None:

@@ -111,3 +111,32 @@ async def test_a_cancelled_or_inconclusive_result_is_never_the_latest_shown(
     shown = store.latest(conclusive=True)
     assert shown is not None
     assert shown.started_at == good.started_at
+
+
+async def test_a_store_with_a_target_sees_only_that_targets_results(tmp_path: Path, synthetic: Any) -> None:
+    from sentinel.calibrate.model import Target
+
+    base = await _result(synthetic())
+    daemon = Target(url="http://127.0.0.1:30000", served_model="sim", launch_hash="aaaa")
+    other_launch = daemon.model_copy(update={"launch_hash": "bbbb"})
+    elsewhere = daemon.model_copy(update={"url": "http://10.0.0.9:30000"})
+    anyone = ResultStore(tmp_path)
+    for i, target in enumerate((daemon, other_launch, elsewhere, None)):
+        anyone.save(
+            base.model_copy(update={"started_at": base.started_at + timedelta(minutes=i), "target": target})
+        )
+
+    own = ResultStore(tmp_path, target=daemon)
+    assert [r.target for r in own.results()] == [daemon]
+    latest = own.latest()
+    assert latest is not None
+    assert latest.target == daemon  # not the newer foreign ones
+    assert own.foreign() == {"another launch_hash": 1, "another url": 1, "no target recorded": 1}
+    # A sweep knows only the URL: every result of that URL is comparable, whatever its launch.
+    sweep = ResultStore(tmp_path, target=Target(url=daemon.url))
+    assert {r.target for r in sweep.results()} == {daemon, other_launch}
+    # What a targeted store saves carries the target.
+    saved = load_result(
+        sweep.save(base.model_copy(update={"started_at": base.started_at + timedelta(hours=1)}))
+    )
+    assert saved.target == Target(url=daemon.url)

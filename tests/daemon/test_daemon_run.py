@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -263,6 +264,12 @@ def test_daemon_end_to_end(
     assert len(spans) >= 3
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
     assert all(r["launch_hash"] for r in runs if r.get("kind") == "run")
+    # Every record names its target: the restarted daemon below counts only its own server's.
+    server_port = re.search(r"^port = (\d+)$", cfg.read_text(), re.M)
+    assert server_port is not None
+    assert {(r.get("server_url"), r.get("served_model")) for r in runs} == {
+        (f"http://127.0.0.1:{server_port.group(1)}", "sim")
+    }
 
     # State survives a daemon restart: history on the status page, spending in the budget.
     d2 = Daemon(cfg, port, _env(), tmp_path / "daemon2.log")
@@ -317,7 +324,8 @@ def test_busy_exporter_port_is_one_clean_line(
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        assert main(["run", "--listen", f"127.0.0.1:{port}"]) == 1
+        assert main(["run", "--listen", f"127.0.0.1:{port}"]) == 2
     err = capsys.readouterr().err
     assert "cannot listen" in err
+    assert "--listen" in err  # the way out, named
     assert "Traceback" not in err

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         StepMeasurement,
         StepPlan,
         StopReason,
+        Target,
         Workload,
     )
     from sentinel.calibrate.runner import LoadStepRunner
@@ -68,6 +69,7 @@ __all__ = [
     "StepRunner",
     "StopReason",
     "StoreError",
+    "Target",
     "Workload",
     "base_spec",
     "calibrate",
@@ -89,6 +91,7 @@ __getattr__ = lazy_exports(
         "recalibrate": "sentinel.calibrate.api",
         "store_for": "sentinel.calibrate.api",
         "CalibrationResult": "sentinel.calibrate.model",
+        "Target": "sentinel.calibrate.model",
         "Comparison": "sentinel.calibrate.model",
         "Figure": "sentinel.calibrate.model",
         "Latency": "sentinel.calibrate.model",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from sentinel.calibrate.model import CalibrationResult, Workload
+from sentinel.calibrate.model import CalibrationResult, Target, Workload
 from sentinel.calibrate.runner import LoadStepRunner
 from sentinel.calibrate.search import PlanCallback, StepCallback, StepRunner, run_search
 from sentinel.calibrate.settings import CalibrationSettings
@@ -79,8 +79,8 @@ async def calibrate(
     )
 
 
-def store_for(state_dir: Path, settings: CalibrationSettings) -> ResultStore:
-    return ResultStore(state_dir / "calibration", history=settings.history)
+def store_for(state_dir: Path, settings: CalibrationSettings, target: Target | None = None) -> ResultStore:
+    return ResultStore(state_dir / "calibration", history=settings.history, target=target)
 
 
 async def recalibrate(

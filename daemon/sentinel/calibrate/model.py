@@ -24,6 +24,7 @@ __all__ = [
     "StepMeasurement",
     "StepPlan",
     "StopReason",
+    "Target",
     "Workload",
 ]
 
@@ -189,6 +190,20 @@ class Comparison(_Frozen):
         return bool(self.regressions)
 
 
+class Target(_Frozen):
+    """The server a result measured: capacity figures are only meaningful for that server."""
+
+    url: str
+    # What the server answers as its model (served_model_name); "" when unknown.
+    served_model: str = ""
+    # The supervisor's launch-config hash (daemon calibrations); "" when unknown (a sweep).
+    launch_hash: str = ""
+
+    def describe(self) -> str:
+        parts = [self.url, self.served_model or "?", self.launch_hash or "?"]
+        return " ".join(parts)
+
+
 class CalibrationResult(_Frozen):
     schema_version: int = SCHEMA_VERSION
     mode: Literal["full", "incremental"]
@@ -218,6 +233,8 @@ class CalibrationResult(_Frozen):
     seeded_from: datetime | None = None
     warnings: tuple[str, ...] = ()
     comparison: Comparison | None = None
+    # None: written before targets were recorded (or by a caller that did not say).
+    target: Target | None = None
 
     @property
     def duration(self) -> float:

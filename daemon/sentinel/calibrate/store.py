@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from sentinel.atomic import atomic_write_bytes
-from sentinel.calibrate.model import SCHEMA_VERSION, CalibrationResult, Comparison
+from sentinel.calibrate.model import SCHEMA_VERSION, CalibrationResult, Comparison, Target
 from sentinel.log import get_logger
 
 __all__ = ["REGRESSION_FIGURES", "ResultStore", "StoreError", "compare", "load_result"]
@@ -57,9 +57,39 @@ def load_result(path: Path) -> CalibrationResult:
 
 
 class ResultStore:
-    def __init__(self, directory: Path, history: int = 50) -> None:
+    """The results in ``directory``; with ``target``, only that server's (the others are skipped
+    by :meth:`results`/:meth:`latest` and counted by :meth:`foreign`), and saved results without
+    a target get it."""
+
+    def __init__(self, directory: Path, history: int = 50, target: Target | None = None) -> None:
         self.directory = directory
         self.history_limit = history
+        self.target = target
+
+    def _own(self, result: CalibrationResult) -> bool:
+        return self.ignored_reason(result) is None
+
+    def ignored_reason(self, result: CalibrationResult) -> str | None:
+        """Why ``result`` is not this store's target's, or None when it is. A field of the store's
+        target left "" matches any value (a sweep knows the URL, not the daemon's launch hash)."""
+        if self.target is None:
+            return None
+        if result.target is None:
+            return "no target recorded"
+        for field in ("url", "served_model", "launch_hash"):
+            wanted = getattr(self.target, field)
+            if wanted and getattr(result.target, field) != wanted:
+                return f"another {field}"
+        return None
+
+    def foreign(self) -> dict[str, int]:
+        """Readable results of other targets, counted by the reason they are not ours."""
+        counts: dict[str, int] = {}
+        for result in self._all():
+            reason = self.ignored_reason(result)
+            if reason is not None:
+                counts[reason] = counts.get(reason, 0) + 1
+        return counts
 
     def _files(self) -> list[Path]:
         if not self.directory.is_dir():
@@ -69,6 +99,8 @@ class ResultStore:
         )
 
     def save(self, result: CalibrationResult) -> Path:
+        if result.target is None and self.target is not None:
+            result = result.model_copy(update={"target": self.target})
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -90,8 +122,7 @@ class ResultStore:
             except OSError as exc:
                 _log.warning("calibration_prune_failed", path=str(old), error=str(exc))
 
-    def results(self) -> list[CalibrationResult]:
-        """Every readable result, oldest first."""
+    def _all(self) -> list[CalibrationResult]:
         out = []
         for path in self._files():
             try:
@@ -100,8 +131,12 @@ class ResultStore:
                 _log.warning("calibration_result_unreadable", reason=str(exc))
         return out
 
+    def results(self) -> list[CalibrationResult]:
+        """Every readable result of this store's target, oldest first."""
+        return [r for r in self._all() if self._own(r)]
+
     def latest(self, *, conclusive: bool = False) -> CalibrationResult | None:
-        """The newest readable result (what an incremental run is seeded from); with
+        """The newest readable result of this target (what an incremental run is seeded from); with
         ``conclusive``, the newest that says something about capacity (what is shown and served as
         "the latest": a cancelled or inconclusive sweep never is)."""
         for path in reversed(self._files()):
@@ -110,7 +145,7 @@ class ResultStore:
             except ValueError as exc:
                 _log.warning("calibration_result_unreadable", reason=str(exc))
                 continue
-            if not conclusive or result.conclusive:
+            if self._own(result) and (not conclusive or result.conclusive):
                 return result
         return None
 

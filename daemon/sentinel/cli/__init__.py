@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from sentinel import __version__
 from sentinel.cli.common import CliError, add_common_options
-from sentinel.config import ConfigError
 
 __all__ = ["COMMANDS", "ENTRY_POINT_GROUP", "CliError", "add_common_options", "build_parser", "main"]
 
@@ -33,6 +34,7 @@ COMMANDS: tuple[str, ...] = (
     "sentinel.cli.sweep",
     "sentinel.cli.run",
     "sentinel.cli.status",
+    "sentinel.cli.reset",
 )
 
 ENTRY_POINT_GROUP = "sentinel.commands"
@@ -75,7 +77,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _exit_cleanly(signum: int, frame: object) -> None:
+    # SIGTERM before the daemon's event loop installs its own handler (imports, config, parsing):
+    # nothing has started yet, so stopping is exiting, with status 0 like any requested stop.
+    raise SystemExit(0)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["run"] and threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _exit_cleanly)
+        try:
+            return _main(args_list)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    return _main(args_list)
+
+
+def _main(argv: Sequence[str]) -> int:
+    # Here, not at the top: importing the config (pydantic) takes a while, and `run` wants its
+    # SIGTERM handler installed first.
+    from sentinel.config import ConfigError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

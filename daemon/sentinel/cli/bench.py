@@ -24,7 +24,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sentinel.cli.common import CliError, add_common_options
+from sentinel.cli.common import CliError, add_common_options, ignoring_sighup
 from sentinel.cli.target import API_KEY_ENVS, add_target_options, read_api_key, target_base_url
 from sentinel.redact import redact_obj
 
@@ -182,6 +182,11 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
 
 
 def _handle(args: argparse.Namespace) -> int:
+    with ignoring_sighup():
+        return _bench_command(args)
+
+
+def _bench_command(args: argparse.Namespace) -> int:
     from sentinel.config import load_settings
     from sentinel.log import configure_logging
 

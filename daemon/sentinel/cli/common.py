@@ -8,8 +8,12 @@ importing the parser that imports it.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
 
-__all__ = ["CliError", "add_common_options"]
+__all__ = ["CliError", "add_common_options", "ignoring_sighup"]
 
 
 class CliError(Exception):
@@ -34,3 +38,17 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-format", choices=("auto", "json", "console"), default=None, help="override log.format"
     )
+
+
+@contextlib.contextmanager
+def ignoring_sighup() -> Iterator[None]:
+    """SIGHUP ignored for the block: a one-shot command (sim, bench, sweep) started from a terminal
+    or an ssh session keeps going when that closes; SIGINT/SIGTERM still stop it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, previous)

@@ -24,6 +24,13 @@ def register(sub: Any) -> None:
         default=None,
         help="exporter address, overriding [exporter] host/port (e.g. 127.0.0.1:9480, [::1]:9480)",
     )
+    p.add_argument(
+        "--server-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="the server's port, overriding [server] port (the child listens there; probes go there)",
+    )
     p.set_defaults(handler=_handle)
 
 
@@ -51,6 +58,11 @@ def _handle(args: argparse.Namespace) -> int:
     from sentinel.log import configure_logging
 
     settings = load_settings(args.config)
+    if args.server_port is not None:
+        if not 1 <= args.server_port <= 65535:
+            raise CliError(f"--server-port {args.server_port}: must be within 1..65535", 2)
+        server = settings.server.model_copy(update={"port": args.server_port})
+        settings = settings.model_copy(update={"server": server})
     if args.listen is not None:
         try:
             host, port = parse_listen(args.listen)

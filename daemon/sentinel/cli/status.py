@@ -21,7 +21,7 @@ from typing import Any
 from sentinel.cli.common import CliError, add_common_options
 from sentinel.status_page import capacity_text, relative
 
-__all__ = ["health_code", "register", "summarize"]
+__all__ = ["exporter_url", "health_code", "positive_seconds", "register", "summarize"]
 
 EXIT_OK, EXIT_DEGRADED, EXIT_UNREACHABLE = 0, 1, 3
 
@@ -37,9 +37,32 @@ def register(sub: Any) -> None:
         default=None,
         help="the daemon's exporter URL (default: from [exporter] host/port of the config)",
     )
-    p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the daemon (default 5)")
+    p.add_argument(
+        "--timeout", type=positive_seconds, default=5.0, help="seconds to wait for the daemon (default 5)"
+    )
     p.add_argument("--json", action="store_true", help="print the raw status document instead")
     p.set_defaults(handler=_handle)
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a finite number of seconds > 0 (a usage error, exit 2, otherwise)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a positive number of seconds")
+    return value
+
+
+def exporter_url(config: str | None) -> str:
+    """The running daemon's exporter URL, from the [exporter] section of ``config``."""
+    from sentinel.config import load_settings
+    from sentinel.netloc import url_host
+
+    exporter = load_settings(config).exporter
+    scheme = "https" if exporter.tls is not None else "http"
+    return f"{scheme}://{url_host(exporter.host)}:{exporter.port}"
 
 
 def _ago(ts: Any, now: float) -> str:
@@ -152,14 +175,7 @@ def _handle(args: argparse.Namespace) -> int:
 
     import httpx
 
-    from sentinel.config import load_settings
-    from sentinel.netloc import url_host
-
-    url = args.url
-    if url is None:
-        exporter = load_settings(args.config).exporter
-        scheme = "https" if exporter.tls is not None else "http"
-        url = f"{scheme}://{url_host(exporter.host)}:{exporter.port}"
+    url = args.url or exporter_url(args.config)
     target = url.rstrip("/") + "/status.json"
     try:
         # The daemon's own certificate is often self-signed; this reads local state only.

@@ -1,8 +1,12 @@
 """``sentinel sweep``: find the server's throughput ceiling, knee and SLO capacity.
 
 Defaults come from the ``[calibration]`` section; flags override them for one run. The target
-defaults to ``[server]`` host/port/api_key. Results go to ``<state_dir>/calibration/`` (unless
-``--no-save``) and are compared with the newest stored result on the same workload.
+defaults to ``[server]`` host/port/api_key. The result is printed (``--output-file`` for its JSON);
+it is stored in a state directory only when asked: ``--save`` (the state directory the daemon
+would use) or ``--state-dir DIR``. A state directory held by a running daemon gets a warning: the
+result is stored with its target (the URL), and the daemon loads only results of its own server
+and launch config. The result is compared with the newest stored result of the same URL, read
+from that directory (or the default one) when there is one; reading never writes.
 
 Exit status: 0 a ceiling was measured; 1 no step could be trusted (server unreachable, every
 request failed, client-bound from the first step); 2 bad usage; 3 a regression was flagged and
@@ -14,6 +18,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
+import os
 import signal
 import sys
 from pathlib import Path
@@ -23,7 +29,7 @@ if TYPE_CHECKING:
     from sentinel.calibrate.model import CalibrationResult
     from sentinel.calibrate.settings import CalibrationSettings
 
-from sentinel.cli.common import CliError, add_common_options
+from sentinel.cli.common import CliError, add_common_options, ignoring_sighup
 from sentinel.cli.target import add_target_options, read_api_key, target_base_url
 
 __all__ = ["format_summary", "register"]
@@ -68,8 +74,15 @@ def register(sub: Any) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--report", type=Path, default=None, metavar="DIR", help="write an HTML report with plots")
     o.add_argument("--output-file", type=Path, default=None, help="write the result JSON here")
-    o.add_argument("--state-dir", type=Path, default=None, help="override state_dir")
-    o.add_argument("--no-save", action="store_true", help="do not store the result in the state directory")
+    o.add_argument(
+        "--save", action="store_true", help="store the result in the state directory (state_dir or default)"
+    )
+    o.add_argument(
+        "--state-dir", type=Path, default=None, help="store the result in (and compare with) this directory"
+    )
+    o.add_argument(
+        "--no-save", action="store_true", help="do not store the result (the default; kept for scripts)"
+    )
     o.add_argument("--fail-on-regression", action="store_true", help="exit 3 when a regression is flagged")
     p.set_defaults(handler=_handle)
 
@@ -153,15 +166,23 @@ def format_summary(result: CalibrationResult) -> str:
 
 
 def _handle(args: argparse.Namespace) -> int:
+    with ignoring_sighup():
+        return _sweep_command(args)
+
+
+def _sweep_command(args: argparse.Namespace) -> int:
     from pydantic import SecretStr
 
     from sentinel.calibrate.api import base_spec, store_for
+    from sentinel.calibrate.model import Target
     from sentinel.calibrate.report import ReportError, write_report
     from sentinel.calibrate.runner import LoadStepRunner
     from sentinel.calibrate.store import StoreError, compare, load_result
     from sentinel.config import load_settings
+    from sentinel.daemon import resolve_state_dir
     from sentinel.load import SpecError
     from sentinel.log import configure_logging
+    from sentinel.statedir import lock_holder
 
     settings = load_settings(args.config)
     configure_logging(args.log_level or settings.log.level, args.log_format or settings.log.format)
@@ -171,7 +192,24 @@ def _handle(args: argparse.Namespace) -> int:
     if isinstance(configured, SecretStr):
         configured = configured.get_secret_value()
     api_key = read_api_key(args.api_key_file, configured)
-    store = store_for(args.state_dir or settings.state_dir, cal)
+    if args.report is not None and importlib.util.find_spec("matplotlib") is None:
+        # Before any load is sent: finding out after an hour-long sweep would waste it.
+        raise CliError("--report needs matplotlib: pip install 'sglang-sentinel[report]'", 2)
+    # --state-dir DIR --no-save: compare with (or seed from) DIR's results, store nothing.
+    save = (args.save or args.state_dir is not None) and not args.no_save
+    state_dir = args.state_dir or resolve_state_dir(settings, os.environ)
+    # The URL only: a sweep knows neither the daemon's launch hash nor (reliably) the served model.
+    store = store_for(state_dir, cal, Target(url=base_url))
+    if save:
+        holder = lock_holder(state_dir)
+        if holder is not None:
+            print(
+                f"sentinel sweep: warning: {state_dir} belongs to a running sentinel daemon"
+                + (f" (pid {holder})" if holder else "")
+                + f"; the result is stored there marked with its target {base_url}, and the daemon "
+                "uses only results of its own server and launch config",
+                file=sys.stderr,
+            )
     previous = None
     if args.seed_result is not None:
         if not args.incremental:
@@ -199,7 +237,7 @@ def _handle(args: argparse.Namespace) -> int:
         if comparison is not None:
             result = result.model_copy(update={"comparison": comparison})
     print(format_summary(result))
-    if not args.no_save:
+    if save:
         try:
             print(f"saved: {store.save(result)}")
         except StoreError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
@@ -24,6 +25,22 @@ class SGLangMetricsSettings(Section):
     timeout_seconds: float = Field(default=2.0, gt=0, le=30)
     # A runaway payload (or the wrong URL) must not eat the daemon's memory.
     max_bytes: int = Field(default=32 * 2**20, ge=1024)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        # Checked here, not at the first scrape: a typo would otherwise be a failing collector
+        # series discovered hours later.
+        if value is None:
+            return value
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL with a host: {value!r}")
+        try:
+            _ = parts.port
+        except ValueError as exc:
+            raise ValueError(f"{value!r}: {exc}") from None
+        return value
 
 
 class GpuSettings(Section):

@@ -39,6 +39,19 @@ HealthCheck = Callable[[], tuple[bool, str]]
 _UNAUTHENTICATED = frozenset({"/healthz", "/verdict"})
 
 
+def _loopback(remote: str | None) -> bool:
+    import ipaddress
+
+    if not remote:
+        return False
+    try:
+        address = ipaddress.ip_address(remote)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1 on a dual-stack socket
+    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
+
+
 class _Only:
     """``?name[]=`` filtering. CollectorRegistry.restricted_registry relies on describe(), which
     our collectors leave empty (describing would mean collecting, i.e. fetching from SGLang)."""
@@ -72,8 +85,10 @@ class Exporter:
         index: Handler | None = None,
         health: HealthCheck | None = None,
         routes: Iterable[web.RouteDef] = (),
+        reset: Handler | None = None,
     ) -> None:
         self.registry = registry
+        self._reset = reset
         self.settings = settings or ExporterSettings()
         self._index = index
         self._health = health
@@ -109,6 +124,8 @@ class Exporter:
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/", self._root)
         app.router.add_routes(self._routes)
+        if self._reset is not None:
+            app.router.add_post("/reset", self._reset_guarded)
         self._executor = ThreadPoolExecutor(
             max_workers=s.max_concurrent_scrapes, thread_name_prefix="sentinel-scrape"
         )
@@ -196,6 +213,22 @@ class Exporter:
         if gzipped:
             headers["Content-Encoding"] = "gzip"
         return web.Response(body=body, headers=headers)
+
+    async def _reset_guarded(self, request: web.Request) -> web.StreamResponse:
+        """``POST /reset``, the one path that changes something (the operator's reset).
+
+        POST only (aiohttp answers 405 to anything else): a crawler or a prefetching browser must
+        not restart a server. With basic auth configured the middleware has already required it
+        (it covers every path but /healthz). Without auth, only loopback clients may reset: the
+        read-only pages are harmless to expose, an action is not.
+        """
+        assert self._reset is not None
+        if self._auth is None and not _loopback(request.remote):
+            return web.Response(
+                status=403,
+                text="reset is allowed from loopback only unless [exporter] basic_auth_users_file is set\n",
+            )
+        return await self._reset(request)
 
     async def _healthz(self, request: web.Request) -> web.StreamResponse:
         if self._health is None:

@@ -20,7 +20,7 @@ from sentinel.calibrate.model import CONCLUSIVE_STOPS
 from sentinel.log import get_logger
 
 if TYPE_CHECKING:
-    from sentinel.calibrate import CalibrationResult, Progress, Step, StepPlan
+    from sentinel.calibrate import CalibrationResult, Progress, Step, StepPlan, Target
     from sentinel.calibrate.settings import CalibrationSettings
     from sentinel.schedule.metrics import ScheduleMetrics
     from sentinel.schedule.scheduler import ExclusiveRun, LoadScheduler
@@ -108,12 +108,17 @@ class CalibrationJob:
         self._api_key = api_key
         self._metrics = metrics
         self._capacity: Capacity | None = None
+        self._target: Target | None = None
         self._missing_checked = False
         self.calibrating = False
 
     @property
     def capacity(self) -> Capacity | None:
         return self._capacity
+
+    @property
+    def target(self) -> Target | None:
+        return self._target
 
     @property
     def report_dir(self) -> Path:
@@ -124,15 +129,34 @@ class CalibrationJob:
         self.settings = settings
         self.calibrate_when_missing = calibrate_when_missing
 
+    def set_target(self, target: Target) -> None:
+        """The server this daemon calibrates (known once the launch command is rendered): results
+        are stored with it, and only results of it are loaded, seeded from and compared with."""
+        self._target = target
+
     def restore(self) -> None:
-        """The capacity of the store's latest conclusive result (at start: gauges survive restarts)."""
+        """The capacity of the store's latest conclusive result (at start: gauges survive restarts).
+
+        Results of another target (another URL, served model or launch config: a state directory
+        reused, a sweep saved there) are not this server's capacity: ignored, and counted in a log
+        line saying why."""
         try:
             from sentinel.calibrate import store_for
 
-            results = store_for(self._state_dir, self.settings).results()
+            store = store_for(self._state_dir, self.settings, self._target)
+            results = store.results()
+            ignored = store.foreign()
         except Exception as exc:  # an unreadable store must not stop the daemon
             _log.warning("calibration_store_unreadable", error=repr(exc))
             return
+        if ignored:
+            _log.warning(
+                "calibration_results_ignored",
+                loaded=len(results),
+                ignored=sum(ignored.values()),
+                reasons=ignored,
+                target=self._target.describe() if self._target is not None else None,
+            )
         conclusive = [r for r in results if r.stop_reason in CONCLUSIVE]
         if conclusive:
             self._set_capacity(Capacity.from_result(conclusive[-1]))
@@ -185,7 +209,7 @@ class CalibrationJob:
         allowed = min(bound, scheduler.budget.remaining() - scheduler.hourly_profile_tokens())
         if allowed < minimum:
             allowed = bound  # reserve() refuses it: recorded as skipped(budget)
-        store = store_for(self._state_dir, cal)
+        store = store_for(self._state_dir, cal, self._target)
 
         inconclusive = False
 

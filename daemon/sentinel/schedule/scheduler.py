@@ -97,9 +97,16 @@ class LoadScheduler:
         load_reader: LoadReader | None,
         gpu: Callable[[], GpuHealthView] | None = None,
         clock: Callable[[], float] = time.time,
+        target_url: str | None = None,
+        served_model: str = "",
     ) -> None:
-        """``gpu``: the GPUs' health now, for the breaker (None: no GPU figures)."""
+        """``gpu``: the GPUs' health now, for the breaker (None: no GPU figures). ``target_url``: the
+        server this scheduler loads; written into every run record, and records of another server
+        (a state directory reused for another target) are ignored at restore. ``served_model``
+        goes into the records too (what the server was serving, for whoever reads them)."""
         self.settings = settings
+        self.target_url = target_url
+        self.served_model = served_model
         self.server = server
         self.executor = executor
         self.metrics = metrics
@@ -125,9 +132,32 @@ class LoadScheduler:
 
     # -- life cycle -----------------------------------------------------------------------------
 
+    def _write_run(self, record: dict[str, Any]) -> None:
+        if self.target_url is not None:
+            record["server_url"] = self.target_url
+            record["served_model"] = self.served_model
+        self.state.append(RUNS_FILE, record, self.settings.history_runs)
+
+    def _own_runs(self, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The records of this target. Only the URL is compared: a relaunch with another config is
+        still the same server's hour of budget. Records without one (written before targets were
+        recorded) are kept: the budget is a safety bound, and counting too much is the safe side."""
+        if self.target_url is None:
+            return runs
+        own = [r for r in runs if r.get("server_url") in (None, self.target_url)]
+        if len(own) != len(runs):
+            _log.warning(
+                "state_records_ignored",
+                file=RUNS_FILE,
+                kept=len(own),
+                ignored=len(runs) - len(own),
+                reason=f"recorded for another server than {self.target_url}",
+            )
+        return own
+
     def restore(self) -> None:
         """Reload the run and restart history: budget spending and the status page survive a restart."""
-        runs = self.state.history(RUNS_FILE, limit=self.settings.history_runs)
+        runs = self._own_runs(self.state.history(RUNS_FILE, limit=self.settings.history_runs))
         ledger_since = self.budget.restore_ledger()
         spent = []
         for record in runs:
@@ -303,7 +333,7 @@ class LoadScheduler:
         _log.info("load_skipped", profile=profile, reason=reason, **extra)
         record = {"kind": "skip", "profile": profile, "reason": reason, "at": self._clock(), **extra}
         self._recent.append(record)
-        self.state.append(RUNS_FILE, record, self.settings.history_runs)
+        self._write_run(record)
         return f"skipped:{reason}"
 
     async def fire(self, profile: str) -> str:
@@ -397,7 +427,7 @@ class LoadScheduler:
         if outcome == "completed":
             self.completed_runs += 1
         self._recent.append(record)
-        self.state.append(RUNS_FILE, record, self.settings.history_runs)
+        self._write_run(record)
         return outcome if abort_reason is None else f"{outcome}:{abort_reason}"
 
     async def _execute(
@@ -531,7 +561,7 @@ class LoadScheduler:
                 "budget_tokens": min(run.charged, max_tokens),
             }
             self._recent.append(record)
-            self.state.append(RUNS_FILE, record, self.settings.history_runs)
+            self._write_run(record)
             return outcome
         finally:
             self._current = None

@@ -6,10 +6,11 @@ deployment: ``sentinel sim`` as a managed child on loopback.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from sentinel.redact import register_secret
 from sentinel.section import Section
@@ -58,6 +59,16 @@ class CanarySettings(Section):
     # A case-insensitive regular expression the answer must match.
     expect: str = Field(min_length=1)
     max_tokens: int = Field(default=128, ge=1, le=4096)
+
+    @field_validator("expect")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        # Compiled at every canary run: a bad pattern would fail every run as a "wrong answer".
+        try:
+            re.compile(value, re.IGNORECASE)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from None
+        return value
 
 
 def _default_canaries() -> tuple[CanarySettings, ...]:
@@ -118,6 +129,15 @@ class RestartSettings(Section):
     window: float = Field(default=3600.0, gt=0)
     # Ready for this long → the backoff starts from `backoff_initial` again.
     stable_after: float = Field(default=600.0, ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RestartSettings:
+        if self.backoff_initial > self.backoff_max:
+            raise ValueError(
+                f"backoff_initial ({self.backoff_initial:g}) must not exceed "
+                f"backoff_max ({self.backoff_max:g})"
+            )
+        return self
 
 
 class SystemdSettings(Section):
@@ -264,6 +284,30 @@ class ServerSettings(Section):
     # Bearer key for the probes (and passed to a child server). Empty = none. A plain str because
     # other packages (load, calibrate, daemon) read it as one.
     api_key: str = ""
+    # A file holding the key instead (one line; read when the config is loaded: at start and on
+    # SIGHUP). Preferred over api_key: a config file gets pasted into tickets, a key file does not.
+    api_key_file: Path | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_key_file(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "api_key_file" not in data:
+            return data
+        if data["api_key_file"] in ("", None):
+            return {**data, "api_key_file": None}  # "" = unset, as for api_key (not the cwd)
+        path = Path(data["api_key_file"])
+        if data.get("api_key"):
+            raise ValueError("api_key and api_key_file are both set; keep one")
+        try:
+            key = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            why = getattr(exc, "strerror", None) or str(exc)
+            raise ValueError(f"api_key_file {path}: {why}") from None
+        if not key:
+            raise ValueError(f"api_key_file {path}: empty")
+        if "\n" in key or "\r" in key:
+            raise ValueError(f"api_key_file {path}: the key spans several lines (one line expected)")
+        return {**data, "api_key": key}
 
     @model_validator(mode="after")
     def _register_key(self) -> ServerSettings:
