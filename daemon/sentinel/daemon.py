@@ -32,6 +32,7 @@ import sentinel
 from sentinel.config import ConfigError, Settings, load_settings
 from sentinel.log import configure_logging, get_logger
 from sentinel.netloc import url_host
+from sentinel.procstats import process_stats
 from sentinel.schedule.calibration import CalibrationJob
 from sentinel.schedule.executor import LoadEngineExecutor
 from sentinel.schedule.metrics import ScheduleMetrics
@@ -375,6 +376,7 @@ class Daemon:
                 launch_hash=snap.config_hash,
                 restarts=sum(snap.restarts.values()),
                 last_crash=str(snap.last_crash.reason) if snap.last_crash is not None else None,
+                port_held_by=snap.port_holders or None,
             )
             probes = [
                 {
@@ -397,7 +399,12 @@ class Daemon:
         return {
             "generated_at": time.time(),
             "version": sentinel.__version__,
-            "daemon": {"pid": os.getpid(), "started_at": self.started_at, "state_dir": str(self.state_dir)},
+            "daemon": {
+                "pid": os.getpid(),
+                "started_at": self.started_at,
+                "state_dir": str(self.state_dir),
+                "process": process_stats(),
+            },
             "server": server,
             "probes": probes,
             "schedule": self.scheduler.snapshot() if self.scheduler is not None else {},

@@ -55,6 +55,8 @@ class SupervisorSnapshot:
     preflight: tuple[PreflightResult, ...]
     log_lines_total: int
     log_lines_dropped: int
+    # Who holds the server's port while a start waits for it (portowner.py); "" otherwise.
+    port_holders: str = ""
 
     @property
     def ready_epoch(self) -> float | None:
