@@ -129,7 +129,8 @@ class Supervisor:
         # Where the launch puts what must not be on the command line (the API key file).
         self._state_dir = state_dir
         # Time the event loop was away (SIGSTOP, a paused VM) is not evidence for any check.
-        self.gaps = GapWatch()
+        # The threshold stays well under the shortest stall window (a 60 s default: 5 s).
+        self.gaps = GapWatch(threshold_s=min(5.0, max(0.5, settings.checks.stall.stall_after / 4)))
         self._gap_task: asyncio.Task[None] | None = None
         self.checks = Checks(
             settings.checks,
