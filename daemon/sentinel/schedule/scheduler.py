@@ -425,7 +425,7 @@ class LoadScheduler:
         except Exception as exc:  # the engine failed as a whole (not one request): count, never crash
             _log.error("load_run_failed", profile=plan.profile, error=repr(exc))
             if abort_reason is None:
-                return report_from_counters(current.counters), "failed", None
+                return report_from_counters(current.counters, f"engine error: {exc!r}"[:300]), "failed", None
         if abort_reason is not None:
             outcome = "cancelled" if abort_reason == "shutdown" else "aborted"
             return report or report_from_counters(current.counters), outcome, abort_reason
