@@ -210,6 +210,7 @@ class Daemon:
         scheduler = self.scheduler
         # Synthetic load stops before any deliberate stop or restart of the server.
         supervisor.add_before_stop_hook(lambda: scheduler.cancel_current("server_restart"))
+        supervisor.on_canary_garbage(scheduler.revoke_reference)
         supervisor.subscribe_state(lambda change: self._update_status())
         self.calibration.restore()
         self.exporter = Exporter(

@@ -472,3 +472,22 @@ async def test_a_run_whose_every_request_fails_says_why(tmp_path: Path) -> None:
     end = [e for e in logs if e["event"] == "load_run_end"]
     assert end[-1]["log_level"] == "warning"
     assert end[-1]["failure_reasons"] == {"connect_error": 1}
+
+
+async def test_runs_since_the_last_passing_canary_leave_the_reference_series(tmp_path: Path) -> None:
+    sched = make(tmp_path, settings(), FakeExecutor())
+    assert await sched.fire("ref") == "completed"
+    between = time.time()  # the last passing canary
+    assert await sched.fire("ref") == "completed"
+    assert sample(sched, "sentinel_load_output_throughput_tokens_per_second", profile="ref") == 100
+    assert sched.revoke_reference(between, "canary_arithmetic: garbage_repeated") == 1
+    runs = StateDir(tmp_path).history("runs.jsonl")
+    assert [r["reference"] for r in runs] == [True, False]
+    assert runs[1]["reference_revoked"] == "canary_arithmetic: garbage_repeated"
+    assert sched.snapshot()["recent"][-1]["reference"] is False
+    assert sample(sched, "sentinel_load_runs_excluded_total", profile="ref", reason="canary_failed") == 1
+    # Revoking again changes nothing; revoking everything leaves no last-run figures (absent, not 0).
+    assert sched.revoke_reference(between, "again") == 0
+    assert sched.revoke_reference(0.0, "canary_arithmetic: wrong_answer") == 1
+    assert sample(sched, "sentinel_load_output_throughput_tokens_per_second", profile="ref") is None
+    assert sample(sched, "sentinel_load_runs_excluded_total", profile="ref", reason="canary_failed") == 2

@@ -51,6 +51,7 @@ from sentinel.schedule.metrics import ScheduleMetrics
 from sentinel.schedule.monitor import GpuHealthView, LoadReader, RunMonitor, ServerView
 from sentinel.schedule.plan import RunExecutor, RunPlan, RunReport, plan_run
 from sentinel.schedule.polite import decide
+from sentinel.schedule.revoke import revoke_reference
 from sentinel.schedule.runrecord import RunContext, account_run, iso, report_from_counters
 from sentinel.schedule.settings import LoadProfileSettings, ScheduleSettings
 from sentinel.statedir import StateDir
@@ -385,6 +386,11 @@ class LoadScheduler:
         self._recent.append(record)
         self.state.append(RUNS_FILE, record, self.settings.history_runs)
         return outcome if abort_reason is None else f"{outcome}:{abort_reason}"
+
+    def revoke_reference(self, since: float, reason: str) -> int:
+        """A canary confirmed garbage: runs that finished since ``since`` (wall clock, the last
+        passing canary) leave the reference series (schedule/revoke.py)."""
+        return revoke_reference(self.state, RUNS_FILE, self.metrics, self._recent, since, reason)
 
     async def _execute(
         self, plan: RunPlan, current: _Current, epoch: float

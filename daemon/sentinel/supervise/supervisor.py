@@ -30,6 +30,7 @@ from sentinel.supervise.backoff import RestartPolicy
 from sentinel.supervise.checks import Checks
 from sentinel.supervise.classify import RESTART_REASONS, Crash, classify_exit
 from sentinel.supervise.gaps import GapWatch
+from sentinel.supervise.garbage import GarbageListener, GarbageWatch
 from sentinel.supervise.history import HISTORY_FILE, RestartHistory
 from sentinel.supervise.launch import (
     LaunchCommand,
@@ -52,7 +53,7 @@ from sentinel.supervise.snapshot import SupervisorSnapshot, frozen
 from sentinel.supervise.state import ServerState, StateListener, StateMachine
 from sentinel.supervise.tasks import cancel_all, cancel_and_wait, either
 
-__all__ = ["BeforeStopHook", "Supervisor"]
+__all__ = ["BeforeStopHook", "GarbageListener", "Supervisor"]
 
 _log = get_logger(__name__)
 
@@ -121,6 +122,8 @@ class Supervisor:
         self._task: asyncio.Task[None] | None = None
         self._client: httpx.AsyncClient | None = None
         self._hooks: list[BeforeStopHook] = []
+        # Canaries confirming garbage answers: the scheduler revokes the runs made meanwhile.
+        self.garbage = GarbageWatch(settings.checks.canary.failures)
         self._reset_event = asyncio.Event()
         self._restart_request: asyncio.Future[str] | None = None
         self._pending_restart: str | None = None
@@ -190,6 +193,11 @@ class Supervisor:
     def add_before_stop_hook(self, hook: BeforeStopHook) -> None:
         """``hook()`` runs before every deliberate stop or restart (e.g. stop synthetic load)."""
         self._hooks.append(hook)
+
+    def on_canary_garbage(self, listener: GarbageListener) -> None:
+        """``listener(since, reason)`` once a canary has failed on its answer ``failures`` times in
+        a row (the scheduler takes the runs since the last pass out of the reference series)."""
+        self.garbage.add_listener(listener)
 
     async def wait_for_state(self, *states: ServerState, timeout_s: float | None = None) -> ServerState:
         """Wait until the state is one of ``states``; raises TimeoutError after ``timeout_s``."""
@@ -336,6 +344,8 @@ class Supervisor:
     def _on_probe(self, result: ProbeResult) -> None:
         if result.probe == "health":
             self.up = result.ok
+        elif result.probe.startswith("canary_"):
+            self.garbage.observe(result, time.time(), self.ready_timestamp)
 
     def _request_restart(self, reason: str) -> None:
         if self._restart_request is not None and not self._restart_request.done():
