@@ -255,3 +255,29 @@ stall_after = 2.0
     assert server_pid(tmp_path / "state") == pid
     assert alive(pid)
     assert "daemon_time_gap" in d.log.read_text()
+
+
+def test_a_port_held_by_another_process_is_diagnosed_and_retried(
+    tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    server_port = free_port()
+    cfg, port = write_config(tmp_path, server_port=server_port, control_port=free_port())
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", server_port))
+    blocker.listen()
+    try:
+        d = Daemon(cfg, port, tmp_path / "daemon.log")
+        daemons.append(d)
+        d.wait(
+            "the holder named in /status.json",
+            lambda: f"pid {os.getpid()}:" in (d.status()["server"]["port_held_by"] or ""),
+            60,
+        )
+        d.wait("a few retries", lambda: d.log.read_text().count("server_port_held") >= 3, 30)
+        assert d.status()["server"]["state"] != "failed"
+    finally:
+        blocker.close()
+    d.wait_ready()
+    status = d.status()["server"]
+    assert status["port_held_by"] is None
+    assert status["last_crash"] is None  # waiting for a port is not a crash
