@@ -220,7 +220,7 @@ failures = 20
 
 [server.checks.stall]
 interval = 0.2
-stall_after = 2.0
+stall_after = 3.0
 """
     cfg, port = write_config(tmp_path, server_port=server_port, control_port=control_port, extra=extra)
     d = Daemon(cfg, port, tmp_path / "daemon.log")
@@ -243,7 +243,7 @@ stall_after = 2.0
             time.sleep(0.3)
             # ... the daemon is stopped for longer than stall_after ...
             os.kill(d.proc.pid, signal.SIGSTOP)
-            time.sleep(4.0)
+            time.sleep(5.0)
             os.kill(d.proc.pid, signal.SIGCONT)
             # ... and the server recovers well within stall_after of time the daemon watched.
             time.sleep(0.5)
