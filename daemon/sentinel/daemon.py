@@ -42,6 +42,7 @@ import sentinel
 from sentinel.config import ConfigError, Settings, load_settings
 from sentinel.log import configure_logging, get_logger
 from sentinel.netloc import url_host
+from sentinel.procstats import process_stats
 from sentinel.schedule.calibration import CalibrationJob
 from sentinel.schedule.executor import LoadEngineExecutor
 from sentinel.schedule.metrics import ScheduleMetrics
@@ -292,6 +293,7 @@ class Daemon:
         scheduler = self.scheduler
         # Synthetic load stops before any deliberate stop or restart of the server.
         supervisor.add_before_stop_hook(lambda: scheduler.cancel_current("server_restart"))
+        supervisor.on_canary_garbage(scheduler.revoke_reference)
         supervisor.subscribe_state(self._on_state_change)
         self.exporter = Exporter(
             collectors.registry(),
@@ -487,7 +489,12 @@ class Daemon:
         return {
             "generated_at": now,
             "version": sentinel.__version__,
-            "daemon": {"pid": os.getpid(), "started_at": self.started_at, "state_dir": str(self.state_dir)},
+            "daemon": {
+                "pid": os.getpid(),
+                "started_at": self.started_at,
+                "state_dir": str(self.state_dir),
+                "process": process_stats(),
+            },
             "server": server,
             "probes": probes,
             "schedule": self.scheduler.snapshot() if self.scheduler is not None else {},

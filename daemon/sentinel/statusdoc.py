@@ -94,6 +94,8 @@ def server_section(
         "restarts": sum(snap.restarts.values()),
         "last_crash": last_crash,
         "action": _action(snap, settings, url),
+        # Who holds the server's port while a start waits for it (the cause of port_in_use).
+        "port_held_by": snap.port_holders or None,
         **retry,
     }
 

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import socket
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from structlog.testing import capture_logs
 
 from sentinel.load.records import LoadCounters
+from sentinel.schedule.executor import LoadEngineExecutor
 from sentinel.schedule.metrics import RequestTimings, RunFigures, ScheduleMetrics
 from sentinel.schedule.plan import RunPlan, RunReport
 from sentinel.schedule.polite import LoadReadError, ServerLoad
@@ -443,3 +446,48 @@ async def test_a_full_kv_cache_does_not_stop_a_sweep(tmp_path: Path) -> None:
     load = FakeLoad(usage=0.999)  # saturation is what a calibration sweep looks for
     sched = make(tmp_path, settings(), FakeExecutor(), load=load)
     assert await sched.run_exclusive("calibration", 1000, _sweep(0.3, 100), 30) == "completed"
+
+
+async def test_a_run_whose_every_request_fails_says_why(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port nothing listens on: every request is refused
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    sched = LoadScheduler(
+        settings(profiles={"ref": profile(num_prompts=4, input_len=8, output_len=8)}),
+        server=FakeServer(time.time() - 100),
+        executor=LoadEngineExecutor(f"http://127.0.0.1:{closed}"),
+        metrics=ScheduleMetrics(),
+        state=StateDir(tmp_path),
+        load_reader=FakeLoad(),
+    )
+    with capture_logs() as logs:
+        assert await sched.fire("ref") == "failed"
+    assert sample(sched, "sentinel_load_runs_total", profile="ref", outcome="failed") == 1
+    run = StateDir(tmp_path).history("runs.jsonl")[-1]
+    assert run["outcome"] == "failed"
+    # The cause, by failure reason (the warm-up's: the measured phase never ran), and the engine's note.
+    assert run["failure_reasons"] == {"connect_error": 1}
+    assert any("warm-up" in n for n in run["notes"])
+    assert sample(sched, "sentinel_load_requests_total", profile="ref", outcome="connect_error") == 1
+    end = [e for e in logs if e["event"] == "load_run_end"]
+    assert end[-1]["log_level"] == "warning"
+    assert end[-1]["failure_reasons"] == {"connect_error": 1}
+
+
+async def test_runs_since_the_last_passing_canary_leave_the_reference_series(tmp_path: Path) -> None:
+    sched = make(tmp_path, settings(), FakeExecutor())
+    assert await sched.fire("ref") == "completed"
+    between = time.time()  # the last passing canary
+    assert await sched.fire("ref") == "completed"
+    assert sample(sched, "sentinel_load_output_throughput_tokens_per_second", profile="ref") == 100
+    assert sched.revoke_reference(between, "canary_arithmetic: garbage_repeated") == 1
+    runs = StateDir(tmp_path).history("runs.jsonl")
+    assert [r["reference"] for r in runs] == [True, False]
+    assert runs[1]["reference_revoked"] == "canary_arithmetic: garbage_repeated"
+    assert sched.snapshot()["recent"][-1]["reference"] is False
+    assert sample(sched, "sentinel_load_runs_excluded_total", profile="ref", reason="canary_failed") == 1
+    # Revoking again changes nothing; revoking everything leaves no last-run figures (absent, not 0).
+    assert sched.revoke_reference(between, "again") == 0
+    assert sched.revoke_reference(0.0, "canary_arithmetic: wrong_answer") == 1
+    assert sample(sched, "sentinel_load_output_throughput_tokens_per_second", profile="ref") is None
+    assert sample(sched, "sentinel_load_runs_excluded_total", profile="ref", reason="canary_failed") == 2

@@ -40,7 +40,13 @@ def report_from_result(result: RunResult) -> RunReport:
     """Counters, figures and per-request latencies of one run, from the engine's result."""
     m = result.metrics
     requests: dict[str, int] = {"success": m.completed}
-    for reason, count in m.failures.items():
+    failures = dict(m.failures)
+    if not m.completed and not failures:
+        # Every warm-up request failed, so the measured phase never ran: its failures are the cause.
+        for r in result.records:
+            if r.warmup and not r.success and r.failure:
+                failures[str(r.failure)] = failures.get(str(r.failure), 0) + 1
+    for reason, count in failures.items():
         requests[reason] = requests.get(reason, 0) + count
     if m.cancelled:
         requests["cancelled"] = m.cancelled
@@ -93,6 +99,8 @@ def report_from_result(result: RunResult) -> RunReport:
         summary=summary,
         cancelled=result.cancelled,
         warmup_tokens=warmup_tokens,
+        failures=dict(sorted(failures.items())),
+        notes=list(result.notes),
     )
 
 

@@ -13,6 +13,7 @@ shrunk run or a cold server must not move them. The counters see every synthetic
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator, Sequence
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -52,7 +53,8 @@ ABORT_REASONS = (
     "server_restart",
     "shutdown",
 )
-EXCLUDE_REASONS = ("restart_window", "shrunk")
+# canary_failed: counted when a run already in the series is taken back out (schedule/revoke.py).
+EXCLUDE_REASONS = ("restart_window", "shrunk", "canary_failed")
 
 # Buckets sized for the flagship deployment (~12.5 tok/s per stream, 256-token answers, TTFT of
 # a 744B MoE from tens of ms idle to seconds when queued) and still useful on faster servers.
@@ -152,7 +154,8 @@ class ScheduleMetrics(Collector):
         )
         self.excluded = Counter(
             "sentinel_load_runs_excluded",
-            "Completed runs kept out of the reference series, by reason (restart_window, shrunk).",
+            "Completed runs kept out of the reference series, by reason (restart_window, shrunk, "
+            "canary_failed: taken back out once a canary confirmed garbage answers).",
             ["profile", "reason"],
             registry=None,
         )
@@ -304,6 +307,19 @@ class ScheduleMetrics(Collector):
         self.concurrency_peak.labels(profile).set(figures.concurrency_peak)
         self.client_bound.labels(profile).set(1 if figures.client_bound else 0)
         self.last_run.labels(profile).set(figures.finished_at)
+
+    def clear_figures(self, profile: str) -> None:
+        """No reference run left for ``profile``: its last-run gauges go absent (not 0)."""
+        for gauge in (
+            self.output_throughput,
+            self.total_throughput,
+            self.concurrency_mean,
+            self.concurrency_peak,
+            self.client_bound,
+            self.last_run,
+        ):
+            with contextlib.suppress(KeyError):
+                gauge.remove(profile)
 
     def observe(self, profile: str, timings: Iterable[RequestTimings]) -> None:
         ttft, itl, tpot, e2e = (h.labels(profile) for h in (self.ttft, self.itl, self.tpot, self.e2e))

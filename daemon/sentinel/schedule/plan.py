@@ -69,6 +69,10 @@ class RunReport:
     exact_tokens: bool = True
     # Warm-up requests' prompt + generated tokens: not in the counters, but charged to the budget.
     warmup_tokens: int = 0
+    # Why requests failed (reason -> count; the warm-up's when the measured phase never ran) and
+    # the engine's own notes: a failed run must say why it failed.
+    failures: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
 
 # (plan, live counters, cancel) -> report. Setting `cancel` must make the executor stop sending,

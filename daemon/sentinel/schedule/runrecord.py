@@ -82,6 +82,8 @@ def account_run(
         "launch_hash": ctx.launch_hash,
         "budget_tokens": ctx.budget_tokens,
     }
+    failures = report.failures if report is not None else {}
+    notes = report.notes if report is not None else []
     if report is not None:
         record.update(
             requests=report.requests,
@@ -89,7 +91,11 @@ def account_run(
             output_tokens=report.output_tokens,
             summary=report.summary,
         )
-    _log.info(
+    if failures or notes:
+        record.update(failure_reasons=failures, notes=notes)
+    # A run that failed or was aborted is something an operator must see, with its cause.
+    level = _log.info if outcome in ("completed", "cancelled") else _log.warning
+    level(
         "load_run_end",
         profile=profile,
         outcome=outcome,
@@ -101,11 +107,13 @@ def account_run(
         # throughput-drop alert (sentinel_load_client_bound), and the reasons say why.
         client_bound=bool(report.summary.get("client_bound")) if report else False,
         client_bound_reasons=(report.summary.get("client_bound_reasons") or []) if report else [],
+        **({"failure_reasons": failures} if failures else {}),
+        **({"notes": notes} if notes else {}),
     )
     return record
 
 
-def report_from_counters(counters: LoadCounters) -> RunReport:
+def report_from_counters(counters: LoadCounters, note: str | None = None) -> RunReport:
     """What an interrupted run can still say: its live counters (no per-request figures)."""
     requests = {"success": counters.completed, "failed": counters.failed}
     if counters.in_flight:
@@ -117,4 +125,5 @@ def report_from_counters(counters: LoadCounters) -> RunReport:
         figures=None,
         cancelled=True,
         exact_tokens=False,
+        notes=[note] if note else [],
     )

@@ -51,6 +51,7 @@ from sentinel.schedule.metrics import ScheduleMetrics
 from sentinel.schedule.monitor import GpuHealthView, LoadReader, RunMonitor, ServerView
 from sentinel.schedule.plan import RunExecutor, RunPlan, RunReport, plan_run
 from sentinel.schedule.polite import decide
+from sentinel.schedule.revoke import revoke_reference
 from sentinel.schedule.runrecord import RunContext, account_run, iso, report_from_counters
 from sentinel.schedule.settings import LoadProfileSettings, ScheduleSettings
 from sentinel.statedir import StateDir
@@ -430,6 +431,11 @@ class LoadScheduler:
         self._write_run(record)
         return outcome if abort_reason is None else f"{outcome}:{abort_reason}"
 
+    def revoke_reference(self, since: float, reason: str) -> int:
+        """A canary confirmed garbage: runs that finished since ``since`` (wall clock, the last
+        passing canary) leave the reference series (schedule/revoke.py)."""
+        return revoke_reference(self.state, RUNS_FILE, self.metrics, self._recent, since, reason)
+
     async def _execute(
         self, plan: RunPlan, current: _Current, epoch: float
     ) -> tuple[RunReport | None, str, str | None]:
@@ -469,7 +475,7 @@ class LoadScheduler:
         except Exception as exc:  # the engine failed as a whole (not one request): count, never crash
             _log.error("load_run_failed", profile=plan.profile, error=repr(exc))
             if abort_reason is None:
-                return report_from_counters(current.counters), "failed", None
+                return report_from_counters(current.counters, f"engine error: {exc!r}"[:300]), "failed", None
         if abort_reason is not None:
             outcome = "cancelled" if abort_reason == "shutdown" else "aborted"
             return report or report_from_counters(current.counters), outcome, abort_reason

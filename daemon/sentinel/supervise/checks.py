@@ -10,6 +10,7 @@ life) and publishes its snapshot after every result.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -17,6 +18,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 
 from sentinel.log import get_logger
+from sentinel.supervise.gaps import GapWatch
 from sentinel.supervise.probes import (
     ProbeResult,
     StallDetector,
@@ -45,6 +47,7 @@ class Checks:
         request_restart: Callable[[str], None],
         on_result: Callable[[ProbeResult], None],
         publish: Callable[[], None],
+        gaps: GapWatch | None = None,
     ) -> None:
         """``on_result`` sees every recorded result before the state follows it (the supervisor
         takes ``up`` from health results); ``publish`` runs once the result is fully applied."""
@@ -62,10 +65,14 @@ class Checks:
         self.confirmed: dict[str, int] = {}
         self._stall = StallDetector(settings.stall.stall_after)
         self._stall_unsupported_logged = False
+        # Time the daemon was away is not evidence (gaps.py); one whose heartbeat is not running reports none.
+        self._gaps = gaps if gaps is not None else GapWatch()
+        self._stall_seen: float | None = None
 
     def reset(self) -> None:
         """A new server: no consecutive failures, no stall history (the table and counters stay)."""
         self._stall.reset()
+        self._stall_seen = None
         self._consecutive.clear()
         self.confirmed = {}  # a verdict is about the server that gave it
 
@@ -103,7 +110,11 @@ class Checks:
                         conclusive=False,
                     )
                 ]
-            r = self._stall.observe(progress, time.monotonic())
+            now = time.monotonic()
+            if self._stall_seen is not None and self._gaps.gap_since(self._stall_seen):
+                self._stall.rebase(now)
+            self._stall_seen = now
+            r = self._stall.observe(progress, now)
             return [
                 ProbeResult(r.probe, r.ok, time.monotonic() - t0, r.reason, r.detail, conclusive=r.conclusive)
             ]
@@ -132,12 +143,19 @@ class Checks:
                     wait = min(wait, settings.retry_interval)
                 await asyncio.sleep(wait)
             first = False
+            t0 = time.monotonic()
             try:
                 results = await fn()
             except Exception:
                 # A bug in a probe must not silently end the check (or the supervisor).
                 _log.exception("check_crashed", check=family)
                 continue
+            if self._gaps.gap_since(t0):
+                # In flight while the daemon was away: a timeout then says nothing about the server.
+                results = [
+                    r if r.ok else dataclasses.replace(r, conclusive=False, detail=f"daemon away: {r.detail}")
+                    for r in results
+                ]
             for result in results:
                 self.record(result, settings, family, allow_restart)
             failing = any(not r.ok and r.conclusive for r in results)

@@ -257,6 +257,12 @@ class StallDetector:
         self._last_value = None
         self._last_change = None
 
+    def rebase(self, now: float) -> None:
+        """The daemon was away (see :mod:`~sentinel.supervise.gaps`): time not observed is not
+        stall time, so the window restarts at ``now`` and needs ``stall_after`` of fresh watching."""
+        if self._last_change is not None:
+            self._last_change = now
+
     def observe(self, progress: Progress, now: float) -> ProbeResult:
         if progress.decode_tokens is None:
             return ProbeResult(

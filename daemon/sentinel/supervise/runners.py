@@ -2,7 +2,10 @@
 
 Child mode: an argv list (never a shell), its own session and process group (so one killpg
 reaches every TP worker), NOTIFY_SOCKET and the watchdog variables removed from its environment,
-stdout+stderr read line by line into the :class:`LogBus`.
+stdout+stderr read line by line into the :class:`LogBus`. It is started behind
+:mod:`~sentinel.supervise.pdeath` (it dies with sentinel, even with a SIGKILLed one) and recorded in
+the state directory's pidfile (:mod:`~sentinel.supervise.pidfile`), so the next sentinel reaps a
+leftover instead of failing on its port.
 
 systemd mode: ``systemctl start/stop`` and ``systemctl show`` for the exit status, the journal
 followed by a long-running ``journalctl --follow``; both commands are injectable.
@@ -13,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import time
 from dataclasses import dataclass
@@ -22,6 +26,8 @@ from typing import Protocol
 from sentinel.log import get_logger
 from sentinel.supervise.launch import LaunchCommand
 from sentinel.supervise.logbus import LogBus, pump_lines
+from sentinel.supervise.pdeath import wrap
+from sentinel.supervise.pidfile import PIDFILE, Leftover, ServerPidfile
 from sentinel.supervise.secretargs import hide_secret_flags
 from sentinel.supervise.settings import SystemdSettings
 from sentinel.systemd import clean_child_env
@@ -97,10 +103,20 @@ class Runner(Protocol):
 
 
 class ChildRunner:
-    def __init__(self, cmd: LaunchCommand, bus: LogBus, secrets_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        cmd: LaunchCommand,
+        bus: LogBus,
+        secrets_dir: Path | None = None,
+        *,
+        state_dir: Path | None = None,
+        launch_hash: str = "",
+    ) -> None:
         self.command = cmd
         self._bus = bus
         self._secrets_dir = secrets_dir  # where the API key goes instead of argv (secretargs.py)
+        self._pidfile = ServerPidfile(state_dir / PIDFILE) if state_dir is not None else None
+        self.launch_hash = launch_hash
         self._proc: asyncio.subprocess.Process | None = None
         self._pump: asyncio.Task[None] | None = None
         self._exit: ExitInfo | None = None
@@ -116,9 +132,15 @@ class ChildRunner:
         # Unbuffered Python output: a crash's last lines must reach us before the process dies.
         env.setdefault("PYTHONUNBUFFERED", "1")
         self._exit = None
+        argv = hide_secret_flags(self.command.argv, self._secrets_dir)
+        # The wrapper execs the server, so a missing binary would only show as its exit 127.
+        if shutil.which(argv[0], path=env.get("PATH")) is None:
+            raise LaunchError(f"cannot start {argv[0]}: No such file or directory")
         try:
+            # Forked from the event-loop thread: the parent-death signal is tied to the forking
+            # thread, and this one lives as long as sentinel.
             self._proc = await asyncio.create_subprocess_exec(
-                *hide_secret_flags(self.command.argv, self._secrets_dir),
+                *wrap(argv),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
@@ -129,6 +151,8 @@ class ChildRunner:
         except OSError as exc:
             raise LaunchError(f"cannot start {self.command.argv[0]}: {exc.strerror or exc}") from exc
         assert self._proc.stdout is not None
+        if self._pidfile is not None:
+            self._pidfile.write(self._proc.pid, self.launch_hash, argv)
         self._pump = asyncio.create_task(pump_lines(self._proc.stdout, self._bus, "child"))
         _log.info("server_process_started", pid=self._proc.pid, argv=self.command.redacted_argv())
 
@@ -156,8 +180,16 @@ class ChildRunner:
             except TimeoutError:
                 self._pump.cancel()
         await _reap(self._proc)  # the pipe is closed now: this lets asyncio close the transport
+        if self._pidfile is not None:
+            self._pidfile.remove()
         self._exit = ExitInfo.from_returncode(rc)
         return self._exit
+
+    async def reap_leftover(self, timeout_s: float) -> Leftover | None:
+        """Stop a server a previous sentinel left running (pidfile still names it); before a launch."""
+        if self._pidfile is None or self.pid is not None:
+            return None
+        return await self._pidfile.reap(timeout_s)
 
     async def _exited(self) -> int:
         """The exit status, as soon as the process has exited.

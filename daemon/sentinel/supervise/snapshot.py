@@ -57,6 +57,8 @@ class SupervisorSnapshot:
     preflight: tuple[PreflightResult, ...]
     log_lines_total: int
     next_retry_at: float | None = None  # wall clock of the next start while RESTARTING
+    # Who holds the server's port while a start waits for it (portowner.py); "" otherwise.
+    port_holders: str = ""
 
     @property
     def ready_epoch(self) -> float | None:

@@ -29,6 +29,8 @@ from sentinel.netloc import url_host
 from sentinel.supervise.backoff import RestartPolicy
 from sentinel.supervise.checks import Checks
 from sentinel.supervise.classify import RESTART_REASONS, Crash, classify_exit, decisive_lines
+from sentinel.supervise.gaps import GapWatch
+from sentinel.supervise.garbage import GarbageListener, GarbageWatch
 from sentinel.supervise.history import HISTORY_FILE, RestartHistory
 from sentinel.supervise.launch import (
     LaunchCommand,
@@ -42,6 +44,7 @@ from sentinel.supervise.launch import (
 )
 from sentinel.supervise.logbus import LineListener, LogBus, LogLine
 from sentinel.supervise.metrics import SupervisorCollector
+from sentinel.supervise.portowner import describe_holders, port_holders
 from sentinel.supervise.preflight import GpuReader, PreflightResult, run_preflight
 from sentinel.supervise.probes import ProbeResult, probe_health
 from sentinel.supervise.runners import ChildRunner, ExitInfo, LaunchError, Runner, SystemdRunner
@@ -50,7 +53,7 @@ from sentinel.supervise.snapshot import SupervisorSnapshot, frozen
 from sentinel.supervise.state import ServerState, StateListener, StateMachine
 from sentinel.supervise.tasks import cancel_all, cancel_and_wait, either
 
-__all__ = ["BeforeStopHook", "Supervisor"]
+__all__ = ["BeforeStopHook", "GarbageListener", "Supervisor"]
 
 _log = get_logger(__name__)
 
@@ -64,6 +67,9 @@ _LINE_COUNT_REFRESH = 1.0
 # How long a restart verdict waits for a dead server's exit to be reported (systemd mode: a
 # poll interval plus the journal settle time, with margin).
 _EXIT_GRACE = 30.0
+# A port someone else holds is retried at this pace (at least), never counted as a crash.
+_PORT_RETRY_MIN = 1.0
+_PORT_RETRY_MAX = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +122,8 @@ class Supervisor:
         self._task: asyncio.Task[None] | None = None
         self._client: httpx.AsyncClient | None = None
         self._hooks: list[BeforeStopHook] = []
+        # Canaries confirming garbage answers: the scheduler revokes the runs made meanwhile.
+        self.garbage = GarbageWatch(settings.checks.canary.failures)
         self._reset_event = asyncio.Event()
         self._restart_request: asyncio.Future[str] | None = None
         self._pending_restart: str | None = None
@@ -123,12 +131,17 @@ class Supervisor:
         self._history = RestartHistory(history, self.policy)
         # Where the launch puts what must not be on the command line (the API key file).
         self._state_dir = state_dir
+        # Time the event loop was away (SIGSTOP, a paused VM) is not evidence for any check.
+        # The threshold stays well under the shortest stall window (a 60 s default: 5 s).
+        self.gaps = GapWatch(threshold_s=min(5.0, max(0.5, settings.checks.stall.stall_after / 4)))
+        self._gap_task: asyncio.Task[None] | None = None
         self.checks = Checks(
             settings.checks,
             self.machine,
             request_restart=self._request_restart,
             on_result=self._on_probe,
             publish=self._publish,
+            gaps=self.gaps,
         )
         # --- the loop's figures; other components read them through snapshot() ---
         self.up = False
@@ -141,6 +154,7 @@ class Supervisor:
         # Wall clock of the next start while waiting out the backoff (RESTARTING), else None.
         self.next_retry_at: float | None = None
         self.preflight: list[PreflightResult] = []
+        self.port_holders = ""
         self._launch_t0: float | None = None
         self._ready_t0: float | None = None
         self._snapshot = self._build_snapshot()
@@ -179,6 +193,11 @@ class Supervisor:
         """``hook()`` runs before every deliberate stop or restart (e.g. stop synthetic load)."""
         self._hooks.append(hook)
 
+    def on_canary_garbage(self, listener: GarbageListener) -> None:
+        """``listener(since, reason)`` once a canary has failed on its answer ``failures`` times in
+        a row (the scheduler takes the runs since the last pass out of the reference series)."""
+        self.garbage.add_listener(listener)
+
     async def wait_for_state(self, *states: ServerState, timeout_s: float | None = None) -> ServerState:
         """Wait until the state is one of ``states``; raises TimeoutError after ``timeout_s``."""
         return await self.machine.wait_for(*states, timeout_s=timeout_s)
@@ -199,7 +218,13 @@ class Supervisor:
                 if profile.kind == "sglang" and not profile.sglang_version:
                     version, message = await asyncio.to_thread(detect_sglang_version, python_of(profile))
                 self.command = render_command(s, detected_version=version, detect_message=message)
-            self._runner = ChildRunner(self.command, self.bus, secrets_dir=self._state_dir)
+            self._runner = ChildRunner(
+                self.command,
+                self.bus,
+                secrets_dir=self._state_dir,
+                state_dir=self._state_dir,
+                launch_hash=self.config_hash,
+            )
             self._publish()  # the launch hash and SGLang version are known now
         elif s.mode == "systemd":
             self._runner = SystemdRunner(s.systemd, self.bus)
@@ -216,6 +241,7 @@ class Supervisor:
         self._history.restore(self.config_hash)
         _log.info("supervisor_starting", mode=s.mode, profile=s.profile, config_hash=self.config_hash)
         main = self._run_external() if s.mode == "external" else self._run_managed()
+        self._gap_task = asyncio.create_task(self.gaps.run(), name="sentinel-gap-watch")
         self._task = asyncio.create_task(main, name="sentinel-supervisor")
 
     async def stop(self) -> None:
@@ -224,6 +250,9 @@ class Supervisor:
         try:
             if task is not None:
                 await cancel_and_wait(task)
+            gap_task, self._gap_task = self._gap_task, None
+            if gap_task is not None:
+                await cancel_and_wait(gap_task)
             runner = self._runner
             if runner is not None:
                 if self.settings.mode == "child" or self.settings.stop_unit_on_exit:
@@ -291,6 +320,7 @@ class Supervisor:
             preflight=tuple(self.preflight),
             log_lines_total=self.bus.lines_total,
             next_retry_at=self.next_retry_at,
+            port_holders=self.port_holders,
         )
 
     def _publish(self) -> None:
@@ -314,6 +344,8 @@ class Supervisor:
     def _on_probe(self, result: ProbeResult) -> None:
         if result.probe == "health":
             self.up = result.ok
+        elif result.probe.startswith("canary_"):
+            self.garbage.observe(result, time.time(), self.ready_timestamp)
 
     def _request_restart(self, reason: str) -> None:
         if self._restart_request is not None and not self._restart_request.done():
@@ -355,6 +387,9 @@ class Supervisor:
                         await self._runner.terminate(self.settings.stop_timeout)
                 detail = f"supervisor error: {type(exc).__name__}: {exc}"
                 outcome = _Outcome("unknown", detail, Crash("unknown", None, detail, time.time()))
+            if outcome.reason == "port_in_use":
+                await self._wait_for_port()
+                continue
             now = time.monotonic()
             self.up = False
             self.epoch = None
@@ -390,13 +425,37 @@ class Supervisor:
                 async with asyncio.timeout(delay):
                     await self._reset_event.wait()
 
+    async def _wait_for_port(self) -> None:
+        """The port is held by someone: say who, wait, try again. Not a crash, not a crash loop
+        (the server never ran, and giving up would not free the port; the next sentinel used to
+        find it failed long after the holder was gone)."""
+        s = self.settings
+        holders = await asyncio.to_thread(port_holders, s.port)
+        who = describe_holders(holders)
+        self.up = False
+        self.epoch = None
+        delay = min(max(s.restart.backoff_initial, _PORT_RETRY_MIN), _PORT_RETRY_MAX)
+        # Counted as an attempt (restarts_total{reason="port_in_use"}), never as a crash.
+        self.restarts["port_in_use"] += 1
+        self.port_holders = who
+        self.machine.set(ServerState.RESTARTING, f"port {s.port} held by {who}")
+        self._publish()
+        _log.warning("server_port_held", port=s.port, holders=who, retry_in=delay)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(delay):
+                await self._reset_event.wait()
+
     async def _one_life(self, runner: Runner) -> _Outcome:
         self.next_retry_at = None
+        self.port_holders = ""
         self.bus.clear_tail()
         self.checks.reset()
         self.machine.set(ServerState.STARTING, "preflight")
         # A unit that is already up gets attached to: its GPUs are busy by design, so the
         # preflight (free memory, ...) would wrongly refuse it.
+        if isinstance(runner, ChildRunner):
+            # A server a SIGKILLed (or older) sentinel left behind holds the port and the GPUs.
+            await runner.reap_leftover(self.settings.stop_timeout)
         if self.settings.mode != "systemd" or not await runner.is_running():
             outcome = await self._preflight()
             if outcome is not None:
@@ -439,6 +498,7 @@ class Supervisor:
                 self.command = cmd
                 if isinstance(self._runner, ChildRunner):
                     self._runner.command = cmd
+                    self._runner.launch_hash = self.config_hash
         deadline = time.monotonic() + s.gpu_release_wait
         while True:
             self.preflight = await run_preflight(
@@ -499,6 +559,7 @@ class Supervisor:
         assert self._launch_t0 is not None
         probe_timeout = min(s.checks.health.timeout, max(s.startup_poll_interval, 1.0))
         deadline = self._launch_t0 + s.start_timeout
+        away0 = self.gaps.away_total()
         while True:
             result = await probe_health(self._client, "/health", "startup", probe_timeout)
             if exit_task.done():
@@ -510,7 +571,8 @@ class Supervisor:
                 self.machine.set(ServerState.STARTING, "port refused")
             elif result.status_code is not None:
                 self.machine.set(ServerState.WARMING, f"/health {result.status_code}")
-            now = time.monotonic()
+            # Seconds the daemon was away are not seconds the server failed to start in.
+            now = time.monotonic() - (self.gaps.away_total() - away0)
             if now >= deadline:
                 detail = f"not ready after {s.start_timeout:g} s (last /health: {result.reason})"
                 _log.error("startup_timeout", detail=detail)

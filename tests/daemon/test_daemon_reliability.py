@@ -1,0 +1,283 @@
+"""Issue #15 end to end: a real daemon process with the simulator as its child.
+
+* SIGKILL of the daemon takes the server with it (PR_SET_PDEATHSIG through supervise/pdeath.py);
+* a server a previous daemon left behind (pidfile present) is reaped by the next one;
+* a SIGSTOPped daemon does not take the time it did not live through for a stall.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from sentinel.supervise.pidfile import process_start_ticks
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def write_config(tmp_path: Path, *, server_port: int, control_port: int, extra: str = "") -> tuple[Path, int]:
+    exporter_port = free_port()
+    cfg = tmp_path / "sentinel.toml"
+    cfg.write_text(
+        f"""
+state_dir = "{tmp_path / "state"}"
+
+[log]
+format = "json"
+
+[server]
+profile = "fastsim"
+port = {server_port}
+stop_timeout = 5
+startup_poll_interval = 0.2
+
+[server.restart]
+backoff_initial = 0.2
+
+[server.profiles.fastsim]
+kind = "sim"
+sim_speed = 50
+extra_args = ["--control-port", "{control_port}", "--lifetime", "300"]
+
+{extra}
+
+[exporter]
+port = {exporter_port}
+
+[schedule]
+calibrate_when_missing = false
+recalibrate_cron = ""
+
+[schedule.profiles.reference]
+num_prompts = 4
+interval_seconds = 3600
+run_on_ready = false
+"""
+    )
+    return cfg, exporter_port
+
+
+class Daemon:
+    def __init__(self, cfg: Path, port: int, log: Path) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = log
+        self._out = log.open("wb")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SENTINEL_")}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sentinel", "run", "--config", str(cfg)],
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+
+    def status(self) -> dict[str, Any]:
+        data: dict[str, Any] = httpx.get(self.url + "/status.json", timeout=5).json()
+        return data
+
+    def wait(self, what: str, check: Callable[[], bool], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"daemon exited ({self.proc.returncode}) waiting for {what}:\n{self.tail()}"
+                )
+            try:
+                if check():
+                    return
+            except (httpx.HTTPError, KeyError, TypeError, ValueError):
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}:\n{self.tail()}")
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        self.wait("server ready", lambda: self.status()["server"]["state"] == "ready", timeout)
+
+    def tail(self) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGCONT)
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        self._out.close()
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[Daemon]]:
+    started: list[Daemon] = []
+    yield started
+    for d in started:
+        d.kill()
+
+
+def server_pid(state: Path) -> int:
+    return int(json.loads((state / "server.pid").read_text())["pid"])
+
+
+def test_sigkill_of_the_daemon_takes_the_server_with_it(tmp_path: Path, daemons: list[Daemon]) -> None:
+    cfg, port = write_config(tmp_path, server_port=free_port(), control_port=free_port())
+    d = Daemon(cfg, port, tmp_path / "daemon1.log")
+    daemons.append(d)
+    d.wait_ready()
+    pid = server_pid(tmp_path / "state")
+    assert alive(pid)
+    os.kill(d.proc.pid, signal.SIGKILL)  # the daemon only: the server leads its own session
+    d.proc.wait(10)
+    t0 = time.monotonic()
+    while alive(pid) and time.monotonic() - t0 < 5:
+        time.sleep(0.02)
+    assert not alive(pid), "the server outlived the SIGKILLed daemon"
+    # Typically ~10 ms; a second is the promise (a loaded CI box must not fail this).
+    assert time.monotonic() - t0 < 2.0
+    # The next daemon starts at once: no orphan on the port.
+    d2 = Daemon(cfg, port, tmp_path / "daemon2.log")
+    daemons.append(d2)
+    d2.wait_ready()
+    assert d2.status()["server"]["restarts"] == 0
+
+
+def test_a_leftover_server_is_reaped_by_the_next_daemon(tmp_path: Path, daemons: list[Daemon]) -> None:
+    server_port, control_port = free_port(), free_port()
+    cfg, port = write_config(tmp_path, server_port=server_port, control_port=free_port())
+    state = tmp_path / "state"
+    state.mkdir()
+    # A server an older sentinel (no parent-death signal) left running on the port, its pidfile kept.
+    leftover = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "sentinel", "sim", "--port", str(server_port), "--speed", "50"),
+            *("--control-port", str(control_port), "--lifetime", "120"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{server_port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "leftover sim did not start"
+            time.sleep(0.1)
+        record = {
+            "pid": leftover.pid,
+            "start_ticks": process_start_ticks(leftover.pid),
+            "launch_hash": "0123456789abcdef",
+            "argv_hash": "0",
+            "sentinel_pid": 999999,
+        }
+        (state / "server.pid").write_text(json.dumps(record))
+        d = Daemon(cfg, port, tmp_path / "daemon.log")
+        daemons.append(d)
+        d.wait_ready()
+        assert leftover.poll() is not None, "the leftover server was not reaped"
+        assert server_pid(state) != leftover.pid
+        log = d.log.read_text()
+        assert "leftover_server_reaped" in log
+        assert d.status()["server"]["restarts"] == 0
+    finally:
+        if leftover.poll() is None:
+            leftover.kill()
+        leftover.wait(10)
+
+
+def test_a_stopped_daemon_re_observes_before_calling_a_stall(tmp_path: Path, daemons: list[Daemon]) -> None:
+    control_port = free_port()
+    server_port = free_port()
+    extra = """
+[server.checks.health]
+interval = 0.5
+failures = 20
+
+[server.checks.stall]
+interval = 0.2
+stall_after = 3.0
+"""
+    cfg, port = write_config(tmp_path, server_port=server_port, control_port=control_port, extra=extra)
+    d = Daemon(cfg, port, tmp_path / "daemon.log")
+    daemons.append(d)
+    d.wait_ready()
+    pid = server_pid(tmp_path / "state")
+    control = f"http://127.0.0.1:{control_port}"
+    with httpx.Client(timeout=10) as client:
+        # One long request in flight: the stall check only judges a busy server.
+        stream = client.stream(
+            "POST",
+            f"http://127.0.0.1:{server_port}/generate",
+            json={"text": "hello", "sampling_params": {"max_new_tokens": 200000}, "stream": True},
+            timeout=60,
+        )
+        with stream as resp:
+            assert resp.status_code == 200
+            # The scheduler stops (decode counter flat, one request running) ...
+            assert client.post(control + "/faults", json={"spec": "hang:watchdog=0"}).status_code == 201
+            time.sleep(0.3)
+            # ... the daemon is stopped for longer than stall_after ...
+            os.kill(d.proc.pid, signal.SIGSTOP)
+            time.sleep(5.0)
+            os.kill(d.proc.pid, signal.SIGCONT)
+            # ... and the server recovers well within stall_after of time the daemon watched.
+            time.sleep(0.5)
+            assert client.delete(control + "/faults/hang").status_code == 200
+            time.sleep(3.0)
+    status = d.status()
+    assert status["server"]["restarts"] == 0, d.tail()
+    assert status["server"]["state"] in ("ready", "unhealthy")
+    assert server_pid(tmp_path / "state") == pid
+    assert alive(pid)
+    assert "daemon_time_gap" in d.log.read_text()
+
+
+def test_a_port_held_by_another_process_is_diagnosed_and_retried(
+    tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    server_port = free_port()
+    cfg, port = write_config(tmp_path, server_port=server_port, control_port=free_port())
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", server_port))
+    blocker.listen()
+    try:
+        d = Daemon(cfg, port, tmp_path / "daemon.log")
+        daemons.append(d)
+        d.wait(
+            "the holder named in /status.json",
+            lambda: f"pid {os.getpid()}:" in (d.status()["server"]["port_held_by"] or ""),
+            60,
+        )
+        d.wait("a few retries", lambda: d.log.read_text().count("server_port_held") >= 3, 30)
+        assert d.status()["server"]["state"] != "failed"
+    finally:
+        blocker.close()
+    d.wait_ready()
+    status = d.status()["server"]
+    assert status["port_held_by"] is None
+    assert status["last_crash"] is None  # waiting for a port is not a crash
