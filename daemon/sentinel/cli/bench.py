@@ -82,6 +82,11 @@ def register(sub: Any) -> None:
         default=None,
         help="default: poisson with a finite rate, else burst (closed with --duration)",
     )
+    a.add_argument(
+        "--exact-rate",
+        action="store_true",
+        help="poisson with --num-prompts: rescale the gaps to average exactly 1/rate (default: free draws)",
+    )
     a.add_argument("--max-concurrency", type=int, default=None)
     a.add_argument("--duration", type=float, default=None, help="stop sending after this many seconds")
     a.add_argument("--warmup-requests", type=int, default=1)
@@ -168,6 +173,7 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
             duration_s=args.duration,
             warmup_requests=args.warmup_requests,
             seed=args.seed,
+            exact_rate=args.exact_rate,
             model=args.model,
             api_key=read_api_key(args.api_key_file),
             headers=headers,

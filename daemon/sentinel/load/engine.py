@@ -11,7 +11,8 @@ against this one, cost more client CPU per token (1.89x vs 2.57x bench_serving's
 aiohttp is still used for the few auxiliary calls (`/v1/models`): `sentinel.load.session`.
 
 Timing-path discipline: bodies are serialised before their planned time; a request's send
-time is when its last byte was handed to the kernel (after any connect); a response read's time
+time is taken just before its first byte is handed to the kernel (after any connect), so no
+response can look earlier than the server produced it; a response read's time
 is the kernel's receive stamp where the transport has one (`RunResult.timestamps`), so the
 loop's own queueing stays out of TTFT, ITL and E2E; nothing heavier than a JSON decode (or, for
 native events, three byte searches) and a few list appends runs per event; metrics are computed
@@ -91,7 +92,7 @@ class _Sink:
         self.feed_event = parser.feed_event
         self.fast = False  # a 200 stream whose first read was seen: on_data's first branch
         self.stream = stream
-        self.sent = 0.0  # perf_counter() when the request's bytes were written (on_sent)
+        self.sent = 0.0  # perf_counter() just before the request's bytes were written (on_sent)
         self.status = 0
         self.ok = False
         self.done = False  # saw data: [DONE]
@@ -473,11 +474,12 @@ async def _run(
         if inflight:
             await asyncio.gather(*inflight, return_exceptions=True)
         lag.stop()
-    duration = run.now()
+    duration = _duration(records, run.now(), cancelled)
     metrics = compute_metrics(
         records,
         duration=duration,
         loop_lags=lag.lags,
+        kernel_timestamps=client.kernel_timestamps,
         target_concurrency=spec.target_concurrency,
         steady_state_fraction=spec.steady_state_fraction,
         max_schedule_lag=spec.max_schedule_lag_s,
@@ -504,6 +506,27 @@ async def _run(
         notes=notes,
         timestamps="kernel" if client.kernel_timestamps else "user",
     )
+
+
+def _duration(records: list[RequestRecord], now: float, cancelled: bool) -> float:
+    """First planned send -> the last response's end, as its bytes arrived (kernel stamp).
+
+    Not the moment the client got round to finishing (bench_serving reads the clock after its
+    gather): at saturation a client that falls behind its reads (the chat backend decodes
+    every event) would stretch the run by its own backlog and under-read every throughput
+    (by up to 25.7 % against an overloaded server). A run with requests still unfinished
+    (cancelled, drain timeout) lasted until now."""
+    ends: list[float] = []
+    for r in records:
+        if r.warmup or not r.dispatched:
+            continue
+        end = r.end
+        if end is None or r.failure == FailureReason.CANCELLED:
+            return now
+        ends.append(end)
+    if cancelled or not ends:
+        return now
+    return min(max(ends), now)
 
 
 def _prewarm_count(spec: LoadSpec) -> int:

@@ -115,12 +115,17 @@ def _extras(result: RunResult) -> list[str]:
         ArrivalProcess.CONSTANT,
     ):
         lines.append(_row("Achieved request rate (req/s):", m.achieved_request_rate, ".3f"))
+    if result.spec.arrival is ArrivalProcess.POISSON:
+        lines.append(
+            _row("Poisson gaps:", "rescaled to the exact rate" if result.spec.exact_rate else "free draws")
+        )
     if m.cache_hit_ratio is not None:
         lines.append(_row("Prefix cache hit ratio:", m.cache_hit_ratio, ".3f"))
     if m.queue_wait.max > 0:
         lines.append(_row("P99 client queue wait (ms):", m.queue_wait.p99 * ms, ".2f"))
     lines += [
         _row("P99 schedule lag (ms):", m.schedule_lag.p99 * ms, ".3f"),
+        _row("P99 client send delay (ms):", m.send_delay.p99 * ms, ".3f"),
         _row("P99 event-loop lag (ms):", m.loop_lag.p99 * ms, ".3f"),
         _row("Token timestamps:", "kernel receive" if result.kernel_timestamps else "user space"),
         _row("Events sharing a read (%):", m.shared_read_ratio * 100, ".2f"),

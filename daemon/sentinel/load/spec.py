@@ -185,6 +185,9 @@ class LoadSpec:
     drain_timeout_s: float | None = None
     warmup_requests: int = 1
     seed: int = 1
+    # POISSON with num_requests: rescale the drawn gaps so that the planned sends average
+    # exactly request_rate (see arrivals). Off by default, as bench_serving draws free gaps.
+    exact_rate: bool = False
     model: str | None = None  # OpenAI backends; None: first id of GET /v1/models, else "default"
     api_key: str | None = field(default=None, repr=False)  # sent as "Authorization: Bearer ..."
     headers: Mapping[str, str] = field(default_factory=dict)
@@ -194,9 +197,11 @@ class LoadSpec:
     temperature: float = 0.0
     request_timeout_s: float = 900.0
     keep_text: bool = False  # keep generated text per request (for --output-details)
-    # Client self-check: a run whose p99 schedule lag or p99 event-loop lag exceeds these
-    # thresholds is marked client_bound, because its latencies then include the client's own
-    # delay. Defaults leave room for a shared, noisy host; bench_serving has no such check.
+    # Client self-check (`figures`, "client_bound"): a run whose p99 send delay (the client
+    # holding a sendable request while not sending another) exceeds max_schedule_lag_s, or,
+    # with user-space read stamps only, whose p99 event-loop lag exceeds max_loop_lag_s, is
+    # marked client_bound: the client delayed work. Defaults leave room for a shared, noisy
+    # host; bench_serving has no such check.
     max_schedule_lag_s: float = 0.010
     max_loop_lag_s: float = 0.020
     steady_state_fraction: float = 0.9
