@@ -94,18 +94,21 @@ async def test_chat_output_throughput_matches_the_truth_at_saturation(sim_factor
 
 
 async def test_a_high_concurrency_run_on_an_idle_client_is_not_client_bound(sim_factory: Any) -> None:
-    sim = sim_factory("--skip-server-warmup")
+    # 128 streams at a token rate the client keeps up with (speed 10: ~2,000 tokens/s): the
+    # 128 requests due at t=0 go out one after another (tens of ms for the last, which the old
+    # verdict, p99 schedule lag, flagged on every run), but the client never sat on one.
+    sim = sim_factory("--skip-server-warmup", "--speed", "10")
     spec = LoadSpec(
         base_url=sim.base_url,
-        dataset=RandomDataset(64, 32, 1.0),
+        dataset=RandomDataset(64, 16, 1.0),
         arrival=ArrivalProcess.CLOSED,
-        num_requests=512,
+        num_requests=384,
         max_concurrency=128,
         warmup_requests=0,
     )
     result = await run_load(spec)
     m = result.metrics
-    assert m.completed == 512, result.measured[0].error
+    assert m.completed == 384, result.measured[0].error
     assert m.peak_in_flight == 128
     assert not m.client_bound, m.client_bound_reasons
 

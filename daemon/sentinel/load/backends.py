@@ -44,6 +44,7 @@ def build_body(spec: LoadSpec, prompt: Prompt, *, model: str, rid: str, output_l
                 "temperature": spec.temperature,
                 "max_new_tokens": output_len,
                 "ignore_eos": spec.ignore_eos,
+                **({"top_p": spec.top_p} if spec.top_p < 1.0 else {}),
             },
             "stream": spec.stream,
             "rid": rid,
@@ -52,6 +53,8 @@ def build_body(spec: LoadSpec, prompt: Prompt, *, model: str, rid: str, output_l
         body = {"model": model, "temperature": spec.temperature, "stream": spec.stream, "rid": rid}
         if spec.ignore_eos:
             body["ignore_eos"] = True
+        if spec.top_p < 1.0:
+            body["top_p"] = spec.top_p
         if spec.stream:
             body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
         if spec.backend is Backend.OPENAI_CHAT:

@@ -22,6 +22,8 @@ after the run.
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import json
 import secrets
 import time
@@ -37,7 +39,7 @@ from sentinel.load.figures import compute_metrics
 from sentinel.load.lag import LoopLagMonitor
 from sentinel.load.records import FailureReason, LoadCounters, RequestRecord
 from sentinel.load.result import RunResult
-from sentinel.load.session import make_session, request_headers, resolve_model
+from sentinel.load.session import make_session, request_headers, resolve_model, wait_ready
 from sentinel.load.spec import ArrivalProcess, Backend, LoadSpec, SharedPrefixDataset
 from sentinel.load.transport import ConnectError, ConnectionLost, HttpClient, ProtocolError
 
@@ -382,18 +384,32 @@ async def run_load(
     try:
         notes: list[str] = []
         model = ""
-        if spec.backend is not Backend.SGLANG:
-            if session is None:
-                async with make_session(spec) as own:
-                    model, note = await resolve_model(own, spec)
-            else:
-                model, note = await resolve_model(session, spec)
-            if note:
-                notes.append(note)
+        if spec.backend is not Backend.SGLANG or spec.ready_timeout_s > 0:
+            async with contextlib.AsyncExitStack() as stack:
+                aux = session if session is not None else await stack.enter_async_context(make_session(spec))
+                if spec.ready_timeout_s > 0:
+                    waited = await _wait_ready_or_cancel(aux, spec, cancel_task)
+                    if waited:
+                        notes.append(waited)
+                if spec.backend is not Backend.SGLANG:
+                    model, note = await resolve_model(aux, spec)
+                    if note:
+                        notes.append(note)
         return await _run(spec, client, counters, on_record, cancel_task, source, model, notes)
     finally:
         cancel_task.cancel()
         await client.close()
+
+
+async def _wait_ready_or_cancel(
+    session: aiohttp.ClientSession, spec: LoadSpec, cancel_task: asyncio.Task[Any]
+) -> str | None:
+    waiter = asyncio.ensure_future(wait_ready(session, spec))
+    if await _wait(waiter, None, cancel_task):
+        waiter.cancel()
+        await asyncio.gather(waiter, return_exceptions=True)
+        return None
+    return waiter.result()
 
 
 async def _run(
@@ -454,6 +470,14 @@ async def _run(
         if spec.arrival is ArrivalProcess.BURST and spec.num_requests is not None:
             # Everything is due at t=0: serialise all bodies first, or the last would wait.
             prepared = [run.prepare(i, 0.0, next(source)) for i in range(spec.num_requests)]
+        elif spec.arrival is ArrivalProcess.CLOSED and spec.max_concurrency is not None:
+            # The first max_concurrency are due at t=0 too (then _dispatch keeps bodies ahead).
+            n0 = (
+                spec.max_concurrency
+                if spec.num_requests is None
+                else min(spec.num_requests, spec.max_concurrency)
+            )
+            prepared = [run.prepare(i, 0.0, next(source)) for i in range(n0)]
     started_at = time.time()
     run.t0 = time.perf_counter()
     cancelled = cancelled or cancel_task.done()
@@ -480,6 +504,7 @@ async def _run(
         duration=duration,
         loop_lags=lag.lags,
         kernel_timestamps=client.kernel_timestamps,
+        goodput_slos_ms=dict(spec.goodput_slos_ms),
         target_concurrency=spec.target_concurrency,
         steady_state_fraction=spec.steady_state_fraction,
         max_schedule_lag=spec.max_schedule_lag_s,
@@ -553,12 +578,23 @@ async def _dispatch(
     closed = spec.arrival is ArrivalProcess.CLOSED
     precise = spec.arrival in (ArrivalProcess.POISSON, ArrivalProcess.CONSTANT)
     slots = run.slots
+    # Closed loop: bodies built ahead, while the dispatcher waits for a slot. Streams often end
+    # together (one engine step finishes a batch); built on demand, the first request of such
+    # a batch would wait for the serialisation of all the others (k x ~0.3 ms here, 35 ms at
+    # 128 streams) before any went out: a delay of the client's own making.
+    ahead: collections.deque[tuple[RequestRecord, bytes]] = collections.deque()
+    n_ahead = min(spec.max_concurrency or 0, 256) if closed else 0
     for i, offset in enumerate(planned_offsets(spec)):
         if limit is not None and i >= limit:
             break
         if deadline is not None and (offset >= deadline or (closed and run.now() >= deadline)):
             break
-        rec, body = prepared[i] if i < len(prepared) else run.prepare(i, offset, next(source))
+        if i < len(prepared):
+            rec, body = prepared[i]
+        elif ahead:
+            rec, body = ahead.popleft()
+        else:
+            rec, body = run.prepare(i, offset, next(source))
         due = t0 + offset
         delay = due - perf()
         if delay > 0:
@@ -578,6 +614,10 @@ async def _dispatch(
         ready = offset
         if slots is not None:
             if slots.empty():
+                j = max(i + 1 + len(ahead), len(prepared))
+                while len(ahead) < n_ahead and (limit is None or j < limit) and slots.empty():
+                    ahead.append(run.prepare(j, 0.0, next(source)))
+                    j += 1
                 getter = asyncio.ensure_future(slots.get())
                 if await _wait(getter, None, cancel_task):
                     getter.cancel()

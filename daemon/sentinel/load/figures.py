@@ -26,6 +26,11 @@ bench_serving's (v0.5.9 `calculate_metrics`), kept identical so the two tools ca
   multi-token first chunk's extra tokens later; we place each chunk's tokens at its arrival.)
 - Statistics: numpy conventions (see `stats`).
 
+- goodput (`--goodput ttft:MS tpot:MS e2el:MS`, bench_serving 0.5.23 `calculate_goodput`): a
+  request is good when it succeeded and met every given SLO (observed <= SLO; a one-token
+  response's TPOT counts as 0); request goodput = good / duration; SLO attainment = good / all
+  measured requests (failed ones included), and per SLO the share that met it.
+
 Ours:
 - TTFC: time to first content token (after any reasoning), chat only.
 - tokens per chunk: pooled over all token-bearing chunks (> 1 with multi-token prediction).
@@ -68,7 +73,7 @@ from dataclasses import dataclass
 from sentinel.load.records import FailureReason, RequestRecord
 from sentinel.load.stats import Summary, summarize
 
-__all__ = ["RunMetrics", "SteadyState", "compute_metrics"]
+__all__ = ["Goodput", "RunMetrics", "SteadyState", "compute_metrics"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +123,39 @@ class RunMetrics:
     # Σ RequestRecord.shared_read_events over successful requests, and its share of their events.
     shared_read_events: int = 0
     shared_read_ratio: float = 0.0
+    goodput: Goodput | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Goodput:
+    slos_ms: dict[str, float]
+    request_goodput: float  # good requests/s
+    slo_attainment: float  # good / measured requests
+    attainment_by_metric: dict[str, float]
+
+
+def _goodput(measured: Sequence[RequestRecord], slos_ms: dict[str, float], duration: float) -> Goodput | None:
+    if not slos_ms:
+        return None
+    good = 0
+    met_count = dict.fromkeys(slos_ms, 0)
+    for r in measured:
+        if not r.success or r.ttft is None or r.latency is None:
+            continue
+        tpot = (r.latency - r.ttft) / (r.output_len - 1) if r.output_len > 1 else 0.0
+        observed = {"ttft": r.ttft * 1e3, "tpot": tpot * 1e3, "e2el": r.latency * 1e3}
+        met = [k for k, slo in slos_ms.items() if observed[k] <= slo]
+        for k in met:
+            met_count[k] += 1
+        if len(met) == len(slos_ms):
+            good += 1
+    n = len(measured)
+    return Goodput(
+        slos_ms=dict(slos_ms),
+        request_goodput=good / duration if duration > 0 else 0.0,
+        slo_attainment=good / n if n else 0.0,
+        attainment_by_metric={k: (c / n if n else 0.0) for k, c in met_count.items()},
+    )
 
 
 def _in_flight_steps(records: Sequence[RequestRecord]) -> list[tuple[float, int]]:
@@ -209,6 +247,7 @@ def compute_metrics(
     duration: float,
     loop_lags: Sequence[float] = (),
     kernel_timestamps: bool = False,
+    goodput_slos_ms: dict[str, float] | None = None,
     target_concurrency: int | None = None,
     steady_state_fraction: float = 0.9,
     max_schedule_lag: float = math.inf,
@@ -308,4 +347,5 @@ def compute_metrics(
         client_bound_reasons=tuple(reasons),
         shared_read_events=shared,
         shared_read_ratio=shared / n_events if n_events else 0.0,
+        goodput=_goodput(measured, goodput_slos_ms or {}, duration),
     )

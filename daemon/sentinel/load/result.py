@@ -20,6 +20,19 @@ from sentinel.load.stats import Summary
 __all__ = ["RunResult"]
 
 
+def _goodput_keys(m: RunMetrics) -> dict[str, Any]:
+    """bench_serving 0.5.23's goodput keys (GoodputMetrics' fields), present with --goodput."""
+    g = m.goodput
+    if g is None:
+        return {}
+    return {
+        "goodput_slos_ms": g.slos_ms,
+        "request_goodput": g.request_goodput,
+        "slo_attainment": g.slo_attainment,
+        "slo_attainment_by_metric": g.attainment_by_metric,
+    }
+
+
 def _ms(s: Summary, prefix: str, keys: tuple[str, ...]) -> dict[str, float]:
     return {f"{k}_{prefix}_ms": getattr(s, k) * 1e3 for k in keys}
 
@@ -110,6 +123,7 @@ class RunResult:
             "accept_length": self.accept_length,
             "max_output_tokens_per_s": m.max_output_tokens_per_s,
             "max_concurrent_requests": m.max_concurrent_requests,
+            **_goodput_keys(m),
             # ---- ours ----
             "started_at": self.started_at,
             "model": self.model,

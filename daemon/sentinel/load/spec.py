@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 __all__ = [
+    "GOODPUT_METRICS",
     "ArrivalProcess",
     "Backend",
     "DatasetSpec",
@@ -29,6 +30,10 @@ __all__ = [
 
 class SpecError(ValueError):
     """A spec that cannot describe a valid run (bad length, rate, bound...)."""
+
+
+# bench_serving's goodput SLO keys (sglang.benchmark.goodput, 0.5.23).
+GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 
 
 class Backend(StrEnum):
@@ -54,6 +59,15 @@ class Backend(StrEnum):
             "lmdeploy": cls.OPENAI_COMPLETIONS,
             "completions": cls.OPENAI_COMPLETIONS,
         }
+        refused = {
+            "sglang-embedding": "embeddings stream no tokens; sentinel bench measures generation",
+            "vllm-embedding": "embeddings stream no tokens; sentinel bench measures generation",
+            "trt": "TensorRT-LLM's own route is not an SGLang or OpenAI server",
+            "gserver": "gserver's protocol is not an SGLang or OpenAI server",
+            "truss": "Truss's protocol is not an SGLang or OpenAI server",
+        }
+        if name.strip().lower() in refused:
+            raise SpecError(f"backend {name!r} is not supported: {refused[name.strip().lower()]}")
         try:
             return aliases[name.strip().lower()]
         except KeyError:
@@ -195,6 +209,11 @@ class LoadSpec:
     ignore_eos: bool = True
     stream: bool = True
     temperature: float = 0.0
+    top_p: float = 1.0  # sent only when < 1, as bench_serving
+    # bench_serving's --goodput: SLOs in milliseconds for "ttft", "tpot", "e2el".
+    goodput_slos_ms: Mapping[str, float] = field(default_factory=dict)
+    # Wait this long for GET /v1/models (native: /health) to answer 200 before the run; 0: not.
+    ready_timeout_s: float = 0.0
     request_timeout_s: float = 900.0
     keep_text: bool = False  # keep generated text per request (for --output-details)
     # Client self-check (`figures`, "client_bound"): a run whose p99 send delay (the client
@@ -210,6 +229,16 @@ class LoadSpec:
         object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
         object.__setattr__(self, "headers", _frozen_mapping(self.headers))
         object.__setattr__(self, "extra_body", _frozen_mapping(self.extra_body))
+        object.__setattr__(self, "goodput_slos_ms", _frozen_mapping(self.goodput_slos_ms))
+        for key, slo in self.goodput_slos_ms.items():
+            if key not in GOODPUT_METRICS:
+                raise SpecError(f"goodput SLO {key!r}: expected one of {', '.join(GOODPUT_METRICS)}")
+            if not (isinstance(slo, int | float) and slo > 0 and math.isfinite(slo)):
+                raise SpecError(f"goodput SLO {key}: expected a positive number of ms, got {slo!r}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise SpecError(f"top_p must be within (0, 1], got {self.top_p}")
+        if not (self.ready_timeout_s >= 0 and math.isfinite(self.ready_timeout_s)):
+            raise SpecError(f"ready_timeout_s must be >= 0, got {self.ready_timeout_s}")
         if not self.base_url.startswith(("http://", "https://")):
             raise SpecError(f"base_url must start with http:// or https://, got {self.base_url!r}")
         for key, value in self.headers.items():
