@@ -68,7 +68,15 @@ def register(sub: Any) -> None:
     d.add_argument(
         "--dataset-name",
         default="random",
-        choices=("random", "random-ids", "generated-shared-prefix", "jsonl", "custom", *REJECTED_DATASETS),
+        choices=(
+            "random",
+            "random-ids",
+            "sharegpt",
+            "generated-shared-prefix",
+            "jsonl",
+            "custom",
+            *REJECTED_DATASETS,
+        ),
         help="random/random-ids: random lengths; generated-shared-prefix; jsonl/custom: --dataset-path",
     )
     d.add_argument(
@@ -76,6 +84,12 @@ def register(sub: Any) -> None:
     )
     d.add_argument(
         "--num-prompts", type=int, default=None, help="requests (default 1000, or none with --duration)"
+    )
+    d.add_argument(
+        "--sharegpt-output-len",
+        type=int,
+        default=None,
+        help="sharegpt: fixed output length (else the reference's)",
     )
     d.add_argument("--random-input-len", type=int, default=1024)
     d.add_argument("--random-output-len", type=int, default=1024)
@@ -184,6 +198,7 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
         LoadSpec,
         RandomDataset,
         SharedPrefixDataset,
+        ShareGPTDataset,
         SpecError,
     )
 
@@ -218,11 +233,17 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
     base_url = target_base_url(args, "127.0.0.1", 30000)
     try:
         backend = Backend.parse(args.backend)
-        dataset: RandomDataset | JsonlDataset | SharedPrefixDataset
+        dataset: RandomDataset | JsonlDataset | ShareGPTDataset | SharedPrefixDataset
         if args.dataset_name in ("jsonl", "custom"):
             if args.dataset_path is None:
                 raise CliError(f"--dataset-name {args.dataset_name} needs --dataset-path", 2)
             dataset = JsonlDataset(args.dataset_path, output_len=args.random_output_len)
+        elif args.dataset_name == "sharegpt":
+            if args.dataset_path is None:
+                raise CliError(
+                    "--dataset-name sharegpt needs --dataset-path (sentinel bench downloads nothing)", 2
+                )
+            dataset = ShareGPTDataset(args.dataset_path, output_len=args.sharegpt_output_len)
         elif args.dataset_name == "generated-shared-prefix":
             if args.gsp_system_prompt_len is not None or args.gsp_question_len is not None:
                 sys_len = args.gsp_system_prompt_len or 0

@@ -14,7 +14,14 @@ from typing import Any
 
 from sentinel.load.figures import RunMetrics
 from sentinel.load.records import RequestRecord
-from sentinel.load.spec import ArrivalProcess, JsonlDataset, LoadSpec, RandomDataset, SharedPrefixDataset
+from sentinel.load.spec import (
+    ArrivalProcess,
+    JsonlDataset,
+    LoadSpec,
+    RandomDataset,
+    SharedPrefixDataset,
+    ShareGPTDataset,
+)
 from sentinel.load.stats import Summary
 
 __all__ = ["RunResult"]
@@ -90,6 +97,12 @@ class RunResult:
                 "shared_prefix_len": ds.prefix_len,
                 "shared_prefix_groups": ds.num_groups,
                 "target_cache_hit_ratio": ds.cache_hit_ratio,
+            }
+        if isinstance(ds, ShareGPTDataset):
+            return {
+                "dataset_name": "sharegpt",
+                "dataset_path": str(ds.path),
+                "sharegpt_output_len": ds.output_len,
             }
         assert isinstance(ds, JsonlDataset)
         return {"dataset_name": "jsonl", "dataset_path": str(ds.path)}

@@ -23,6 +23,7 @@ __all__ = [
     "JsonlDataset",
     "LoadSpec",
     "RandomDataset",
+    "ShareGPTDataset",
     "SharedPrefixDataset",
     "SpecError",
 ]
@@ -135,6 +136,27 @@ class JsonlDataset:
 
 
 @dataclass(frozen=True, slots=True)
+class ShareGPTDataset:
+    """bench_serving's `sharegpt`: a JSON list of ``{"conversations": [{"from", "value"}...]}``.
+
+    As bench_serving: conversations with at least two turns, shuffled with the seed; the first
+    turn is the prompt, the second the reference completion, whose length is the request's
+    output length unless `output_len` fixes it. Without a client tokenizer that length is
+    estimated as one token per 4 characters (bench_serving counts with the model's tokenizer;
+    pass `output_len`, --sharegpt-output-len, for an exact one), and completions estimated
+    under 2 tokens are dropped as bench_serving drops them. The input figures use the server's
+    own prompt_tokens. Cycled when the run needs more requests than the file has.
+    """
+
+    path: Path
+    output_len: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.output_len is not None:
+            _check_len("output_len", self.output_len)
+
+
+@dataclass(frozen=True, slots=True)
 class SharedPrefixDataset:
     """Prompts sharing a prefix, sized so a warm prefix cache serves `cache_hit_ratio` of input.
 
@@ -164,7 +186,7 @@ class SharedPrefixDataset:
         return min(round(self.input_len * self.cache_hit_ratio), self.input_len - 1)
 
 
-DatasetSpec = RandomDataset | JsonlDataset | SharedPrefixDataset
+DatasetSpec = RandomDataset | JsonlDataset | ShareGPTDataset | SharedPrefixDataset
 
 
 def _frozen_mapping(value: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -267,7 +289,7 @@ class LoadSpec:
             raise SpecError(f"drain_timeout_s must be >= 0, got {self.drain_timeout_s}")
         if not 0.0 < self.steady_state_fraction <= 1.0:
             raise SpecError("steady_state_fraction must be within (0, 1]")
-        if isinstance(self.dataset, JsonlDataset) and not self.dataset.path.is_file():
+        if isinstance(self.dataset, JsonlDataset | ShareGPTDataset) and not self.dataset.path.is_file():
             raise SpecError(f"dataset file not found: {self.dataset.path}")
 
     @property
