@@ -249,3 +249,40 @@ async def test_sharegpt_run_sends_the_conversations_prompts(fake_sglang: Any) ->
     assert result.to_dict()["dataset_name"] == "sharegpt"
     with pytest.raises(CliError):
         build_spec(_args("--dataset-name", "sharegpt"))  # no download: the path is required
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("distribution", ["uniform", "distinct", "skewed"])
+async def test_lora_adapters_per_request(fake_sglang: Any, distribution: str) -> None:
+    fake = await fake_sglang()
+    names = ["a", "b", "c"]
+    spec = build_spec(
+        _args(
+            "--base-url", fake.base_url, "--num-prompts", "30", "--random-input-len", "4",
+            "--random-output-len", "2", "--random-range-ratio", "1", "--lora-name", *names,
+            "--lora-request-distribution", distribution, "--lora-zipf-alpha", "4",
+        )
+    )  # fmt: skip
+    result = await run_load(spec)
+    assert result.metrics.completed == 30, result.measured[0].error
+    warm, *measured = [b["lora_path"] for b in fake.requests]
+    assert warm == "a"  # the warm-up uses the first adapter, as bench_serving
+    if distribution == "distinct":
+        assert measured == names * 10
+    elif distribution == "skewed":
+        # weights 1, 1/4, 1/16: "a" dominates
+        assert measured.count("a") > measured.count("b") + measured.count("c")
+    else:
+        assert set(measured) == set(names)
+
+
+@pytest.mark.asyncio
+async def test_lora_on_openai_routes_is_also_the_model(fake_sglang: Any) -> None:
+    fake = await fake_sglang()
+    spec = build_spec(
+        _args("--base-url", fake.base_url, "--backend", "sglang-oai-chat", "--num-prompts", "2",
+              "--warmup-requests", "0", "--random-output-len", "2", "--lora-name", "ad1")
+    )  # fmt: skip
+    result = await run_load(spec)
+    assert result.metrics.completed == 2, result.measured[0].error
+    assert all(b["model"] == "ad1" and b["lora_path"] == "ad1" for b in fake.requests)

@@ -115,6 +115,11 @@ def register(sub: Any) -> None:
         "--token-ids-logprob", type=int, nargs="+", default=None, help="native, with --return-logprob"
     )
     r.add_argument("--logprob-start-len", type=int, default=-1, help="native, with --return-logprob")
+    r.add_argument("--lora-name", nargs="*", default=None, help="LoRA adapters, one per request")
+    r.add_argument(
+        "--lora-request-distribution", choices=("uniform", "distinct", "skewed"), default="uniform"
+    )
+    r.add_argument("--lora-zipf-alpha", type=float, default=1.5, help="Zipf alpha for skewed")
     r.add_argument("--return-routed-experts", action="store_true", help="native: return_routed_experts")
     a = p.add_argument_group("arrivals")
     a.add_argument("--request-rate", type=float, default=math.inf, help="req/s; inf sends all at once")
@@ -283,6 +288,9 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
             extra_body={**_logprob_body(args, backend), **extra},
             temperature=args.temperature,
             top_p=args.top_p,
+            lora_names=tuple(args.lora_name or ()),
+            lora_distribution=args.lora_request_distribution,
+            lora_zipf_alpha=args.lora_zipf_alpha,
             goodput_slos_ms=_goodput(args.goodput),
             ready_timeout_s=float(max(args.ready_check_timeout_sec, 0)),
             ignore_eos=not args.disable_ignore_eos,

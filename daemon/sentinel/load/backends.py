@@ -33,8 +33,13 @@ class StreamFailure(Exception):
         self.reason = reason
 
 
-def build_body(spec: LoadSpec, prompt: Prompt, *, model: str, rid: str, output_len: int) -> bytes:
-    """The request body, serialised once before the request's planned send time."""
+def build_body(
+    spec: LoadSpec, prompt: Prompt, *, model: str, rid: str, output_len: int, lora: str | None = None
+) -> bytes:
+    """The request body, serialised once before the request's planned send time.
+
+    `lora`: an adapter name, sent as bench_serving does: `lora_path`, and on the OpenAI routes
+    also as the model (SGLang's and vLLM's conventions)."""
     body: dict[str, Any]
     if spec.backend is Backend.SGLANG:
         key = "input_ids" if isinstance(prompt.content, list) else "text"
@@ -64,6 +69,10 @@ def build_body(spec: LoadSpec, prompt: Prompt, *, model: str, rid: str, output_l
         else:
             body["prompt"] = prompt.content
             body["max_tokens"] = output_len
+    if lora is not None:
+        body["lora_path"] = lora
+        if spec.backend is not Backend.SGLANG:
+            body["model"] = lora
     body.update(spec.extra_body)
     return json.dumps(body, separators=(",", ":")).encode()
 

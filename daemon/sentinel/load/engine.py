@@ -25,6 +25,7 @@ import asyncio
 import collections
 import contextlib
 import json
+import random
 import secrets
 import time
 from collections.abc import Callable
@@ -176,6 +177,30 @@ class _Sink:
             self.rec.shared_read_events += fed - 1
 
 
+class _LoraPicker:
+    """The adapter of each request (`LoadSpec.lora_names`), seeded, in request order."""
+
+    def __init__(self, spec: LoadSpec) -> None:
+        self.names = spec.lora_names
+        self.mode = spec.lora_distribution
+        self.rng = random.Random(spec.seed ^ 0x10AA)
+        self.i = 0
+        self.weights = [spec.lora_zipf_alpha**-k for k in range(len(self.names))]
+
+    def next(self, warmup: bool) -> str | None:
+        if not self.names:
+            return None
+        if warmup:
+            return self.names[0]
+        if self.mode == "distinct":
+            name = self.names[self.i % len(self.names)]
+            self.i += 1
+            return name
+        if self.mode == "skewed":
+            return self.rng.choices(self.names, weights=self.weights)[0]
+        return self.rng.choice(self.names)
+
+
 class _Run:
     def __init__(
         self,
@@ -196,6 +221,7 @@ class _Run:
         # that is already in flight.
         self.run_id = f"{int(time.time() * 1e3):x}{secrets.token_hex(3)}"
         self.slots: asyncio.Queue[float] | None = None
+        self.lora = _LoraPicker(spec)
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
@@ -208,7 +234,8 @@ class _Run:
 
     def body(self, rec: RequestRecord, prompt: Prompt, output_len: int) -> bytes:
         rec.rid = f"sentinel-{self.run_id}-{'w' if rec.warmup else ''}{rec.index}"
-        return build_body(self.spec, prompt, model=self.model, rid=rec.rid, output_len=output_len)
+        lora = self.lora.next(rec.warmup)
+        return build_body(self.spec, prompt, model=self.model, rid=rec.rid, output_len=output_len, lora=lora)
 
     async def execute(self, rec: RequestRecord, body: bytes) -> None:
         """Send one request and fill its record; never raises except on cancellation."""

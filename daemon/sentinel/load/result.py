@@ -143,6 +143,7 @@ class RunResult:
             "arrival": str(spec.arrival),
             "seed": spec.seed,
             "exact_rate": spec.exact_rate,
+            "lora_names": list(spec.lora_names),
             "num_prompts": spec.num_requests,
             "duration_bound_s": spec.duration_s,
             "warmup_requests": spec.warmup_requests,

@@ -234,6 +234,12 @@ class LoadSpec:
     top_p: float = 1.0  # sent only when < 1, as bench_serving
     # bench_serving's --goodput: SLOs in milliseconds for "ttft", "tpot", "e2el".
     goodput_slos_ms: Mapping[str, float] = field(default_factory=dict)
+    # bench_serving's --lora-name / --lora-request-distribution / --lora-zipf-alpha: each
+    # measured request names one adapter (uniform: seeded random choice; distinct: round robin;
+    # skewed: Zipf weights alpha**-rank); the warm-up uses the first, as bench_serving.
+    lora_names: tuple[str, ...] = ()
+    lora_distribution: str = "uniform"
+    lora_zipf_alpha: float = 1.5
     # Wait this long for GET /v1/models (native: /health) to answer 200 before the run; 0: not.
     ready_timeout_s: float = 0.0
     request_timeout_s: float = 900.0
@@ -257,6 +263,15 @@ class LoadSpec:
                 raise SpecError(f"goodput SLO {key!r}: expected one of {', '.join(GOODPUT_METRICS)}")
             if not (isinstance(slo, int | float) and slo > 0 and math.isfinite(slo)):
                 raise SpecError(f"goodput SLO {key}: expected a positive number of ms, got {slo!r}")
+        object.__setattr__(self, "lora_names", tuple(self.lora_names))
+        if any(not isinstance(n, str) or not n.strip() for n in self.lora_names):
+            raise SpecError("lora_names must be non-empty adapter names")
+        if self.lora_distribution not in ("uniform", "distinct", "skewed"):
+            raise SpecError(
+                f"lora_distribution must be uniform, distinct or skewed, got {self.lora_distribution!r}"
+            )
+        if not (self.lora_zipf_alpha > 0 and math.isfinite(self.lora_zipf_alpha)):
+            raise SpecError(f"lora_zipf_alpha must be a positive number, got {self.lora_zipf_alpha}")
         if not 0.0 < self.top_p <= 1.0:
             raise SpecError(f"top_p must be within (0, 1], got {self.top_p}")
         if not (self.ready_timeout_s >= 0 and math.isfinite(self.ready_timeout_s)):
