@@ -286,3 +286,27 @@ async def test_lora_on_openai_routes_is_also_the_model(fake_sglang: Any) -> None
     result = await run_load(spec)
     assert result.metrics.completed == 2, result.measured[0].error
     assert all(b["model"] == "ad1" and b["lora_path"] == "ad1" for b in fake.requests)
+
+
+@pytest.mark.asyncio
+async def test_openai_dataset_passes_each_lines_fields(fake_sglang: Any, tmp_path: Path) -> None:
+    path = tmp_path / "requests.jsonl"
+    lines = [
+        {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "temperature": 0.7, "model": "x"},
+        {"messages": [{"role": "user", "content": "yo"}], "tools": [{"type": "function"}]},
+    ]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    fake = await fake_sglang()
+    argv = ["--base-url", fake.base_url, "--backend", "sglang-oai-chat", "--dataset-name", "openai",
+            "--dataset-path", str(path), "--num-prompts", "2", "--warmup-requests", "0"]  # fmt: skip
+    result = await run_load(build_spec(_args(*argv)))
+    assert result.metrics.completed == 2, result.measured[0].error
+    first, second = fake.requests
+    assert first["max_completion_tokens"] == 3
+    assert first["temperature"] == 0.7  # the line's own field wins
+    assert first["model"] == "fake-model"  # model is not passed through (bench_serving)
+    assert second["max_completion_tokens"] == 256  # bench_serving's default
+    assert second["tools"] == [{"type": "function"}]
+    fixed = build_spec(_args(*argv, "--sharegpt-output-len", "9"))
+    result = await run_load(fixed)
+    assert [b["max_completion_tokens"] for b in fake.requests[2:]] == [9, 9]

@@ -72,12 +72,13 @@ def register(sub: Any) -> None:
             "random",
             "random-ids",
             "sharegpt",
+            "openai",
             "generated-shared-prefix",
             "jsonl",
             "custom",
             *REJECTED_DATASETS,
         ),
-        help="random/random-ids: random lengths; generated-shared-prefix; jsonl/custom: --dataset-path",
+        help="random, random-ids, generated-shared-prefix; with --dataset-path: sharegpt, openai, custom",
     )
     d.add_argument(
         "--dataset-path", type=Path, default=None, help="JSONL prompts (prompt|messages|input_ids)"
@@ -243,6 +244,13 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
             if args.dataset_path is None:
                 raise CliError(f"--dataset-name {args.dataset_name} needs --dataset-path", 2)
             dataset = JsonlDataset(args.dataset_path, output_len=args.random_output_len)
+        elif args.dataset_name == "openai":
+            if args.dataset_path is None:
+                raise CliError("--dataset-name openai needs --dataset-path", 2)
+            # bench_serving's defaults: max_tokens per line, else 256; --sharegpt-output-len wins.
+            dataset = JsonlDataset(
+                args.dataset_path, output_len=256, passthrough=True, fixed_output_len=args.sharegpt_output_len
+            )
         elif args.dataset_name == "sharegpt":
             if args.dataset_path is None:
                 raise CliError(

@@ -27,7 +27,6 @@ _GSP = "generated-shared-prefix in sentinel bench has groups, prefix and questio
 REJECTED_DATASETS: dict[str, str] = {
     "agentic-trace": _TRACE,
     "mooncake": _TRACE,
-    "openai": "the OpenAI-format conversation file is not implemented; use --dataset-name custom (JSONL)",
     "mmmu": _MULTIMODAL,
     "image": _MULTIMODAL,
     "longbench_v2": "longbench_v2 is not implemented (a Hugging Face download)",

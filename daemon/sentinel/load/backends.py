@@ -74,6 +74,8 @@ def build_body(
         if spec.backend is not Backend.SGLANG:
             body["model"] = lora
     body.update(spec.extra_body)
+    if prompt.extra:
+        body.update(prompt.extra)  # per-request fields win, as in bench_serving
     return json.dumps(body, separators=(",", ":")).encode()
 
 

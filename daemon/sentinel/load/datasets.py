@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +57,7 @@ class Prompt:
     prompt_len: int  # planned input tokens; 0 when unknown (free text from a file)
     output_len: int
     group: int | None = None  # shared-prefix group
+    extra: Mapping[str, Any] | None = None  # merged into this request's body (openai dataset)
 
 
 def _ids(rng: random.Random, n: int) -> list[int]:
@@ -65,6 +66,10 @@ def _ids(rng: random.Random, n: int) -> list[int]:
 
 def _words(rng: random.Random, n: int) -> str:
     return " ".join(rng.choices(_WORDS, k=n))
+
+
+# bench_serving's openai dataset keeps these out of the per-request body (openai_dataset.py).
+_NOT_PASSED = frozenset({"messages", "max_tokens", "max_completion_tokens", "model"})
 
 
 def load_jsonl(dataset: JsonlDataset, backend: Backend) -> list[Prompt]:
@@ -85,6 +90,8 @@ def load_jsonl(dataset: JsonlDataset, backend: Backend) -> list[Prompt]:
         if not isinstance(obj, dict):
             raise SpecError(f"{where}: expected a JSON object")
         out = obj.get("output_len", obj.get("max_tokens", dataset.output_len))
+        if dataset.fixed_output_len is not None:
+            out = dataset.fixed_output_len
         if not isinstance(out, int) or isinstance(out, bool) or out < 1:
             raise SpecError(f"{where}: output_len must be a positive integer")
         content: str | list[int] | list[dict[str, Any]]
@@ -107,7 +114,8 @@ def load_jsonl(dataset: JsonlDataset, backend: Backend) -> list[Prompt]:
             if not isinstance(text, str) or not text:
                 raise SpecError(f"{where}: needs a non-empty 'prompt', 'text', 'messages' or 'input_ids'")
             content, plen = text, 0
-        prompts.append(Prompt(content, plen, out))
+        extra = {k: v for k, v in obj.items() if k not in _NOT_PASSED} if dataset.passthrough else None
+        prompts.append(Prompt(content, plen, out, extra=extra or None))
     if not prompts:
         raise SpecError(f"dataset {dataset.path} has no prompts")
     return prompts

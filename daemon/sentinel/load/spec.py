@@ -130,9 +130,17 @@ class JsonlDataset:
 
     path: Path
     output_len: int = 256
+    # bench_serving's `openai` dataset: a line's other fields (tools, temperature...) go into
+    # its request body (over --extra-request-body), except messages, max_tokens,
+    # max_completion_tokens and model; `fixed_output_len` (--sharegpt-output-len) overrides
+    # every line's max_tokens.
+    passthrough: bool = False
+    fixed_output_len: int | None = None
 
     def __post_init__(self) -> None:
         _check_len("output_len", self.output_len)
+        if self.fixed_output_len is not None:
+            _check_len("fixed_output_len", self.fixed_output_len)
 
 
 @dataclass(frozen=True, slots=True)
