@@ -238,17 +238,21 @@ async def test_sharegpt_run_sends_the_conversations_prompts(fake_sglang: Any) ->
     spec = build_spec(
         _args(
             "--base-url", fake.base_url, "--dataset-name", "sharegpt", "--dataset-path", str(SHAREGPT),
-            "--num-prompts", "4", "--warmup-requests", "0", "--sharegpt-output-len", "3",
+            "--num-prompts", "4", "--warmup-requests", "0", "--sharegpt-output-len", "4",
         )
     )  # fmt: skip
     result = await run_load(spec)
     assert result.metrics.completed == 4, result.measured[0].error
     texts = [b["text"] for b in fake.requests]
     assert set(texts) == {"What is the capital of France?", "Say ok.", "Name three prime numbers."}
-    assert all(b["sampling_params"]["max_new_tokens"] == 3 for b in fake.requests)
+    assert all(b["sampling_params"]["max_new_tokens"] == 4 for b in fake.requests)
     assert result.to_dict()["dataset_name"] == "sharegpt"
     with pytest.raises(CliError):
         build_spec(_args("--dataset-name", "sharegpt"))  # no download: the path is required
+    with pytest.raises(CliError):  # bench_serving's "output_len too small"
+        build_spec(
+            _args("--dataset-name", "sharegpt", "--dataset-path", str(SHAREGPT), "--sharegpt-output-len", "3")
+        )
 
 
 @pytest.mark.asyncio

@@ -151,8 +151,8 @@ def load_sharegpt(dataset: ShareGPTDataset, backend: Backend, seed: int) -> list
             out = -(-len(completion) // _CHARS_PER_TOKEN)
             if out < 2:
                 continue
-        if not prompt:
-            continue
+        if -(-len(prompt) // _CHARS_PER_TOKEN) < 2:
+            continue  # bench_serving prunes prompts under 2 tokens
         content: str | list[dict[str, Any]] = prompt
         if backend is Backend.OPENAI_CHAT:
             content = [{"role": "user", "content": prompt}]

@@ -152,7 +152,7 @@ class ShareGPTDataset:
     output length unless `output_len` fixes it. Without a client tokenizer that length is
     estimated as one token per 4 characters (bench_serving counts with the model's tokenizer;
     pass `output_len`, --sharegpt-output-len, for an exact one), and completions estimated
-    under 2 tokens are dropped as bench_serving drops them. The input figures use the server's
+    or prompts under 2 tokens are dropped as bench_serving drops them. The input figures use the server's
     own prompt_tokens. Cycled when the run needs more requests than the file has.
     """
 
@@ -160,8 +160,9 @@ class ShareGPTDataset:
     output_len: int | None = None
 
     def __post_init__(self) -> None:
-        if self.output_len is not None:
-            _check_len("output_len", self.output_len)
+        if self.output_len is not None and self.output_len < 4:
+            # bench_serving's own check (sample_sharegpt_requests: "output_len too small").
+            raise SpecError(f"sharegpt output_len must be >= 4, got {self.output_len}")
 
 
 @dataclass(frozen=True, slots=True)
