@@ -145,6 +145,7 @@ def scenario_poisson(base: str, control: str, speed: float, n: int, rate: float)
         num_requests=n,
         warmup_requests=1,
         seed=7,
+        exact_rate=True,  # the client's accuracy, without the ±1/sqrt(N) of free draws
     )
     t = time.time()
     res = run(spec)

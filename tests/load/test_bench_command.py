@@ -58,7 +58,9 @@ async def test_bench_prints_block_and_appends_jsonl(
 
 async def test_bench_unreachable_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "res.jsonl"
-    code = await _bench(*_small("http://127.0.0.1:9"), "--output-file", str(out))
+    code = await _bench(
+        *_small("http://127.0.0.1:9"), "--output-file", str(out), "--ready-check-timeout-sec", "1"
+    )
     assert code == 1
     err = capsys.readouterr().err
     assert "cannot reach the server at http://127.0.0.1:9" in err

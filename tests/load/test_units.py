@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import random
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ from sentinel.load import (
 from sentinel.load.arrivals import planned_offsets
 from sentinel.load.backends import NativeParser, StreamFailure
 from sentinel.load.datasets import PromptSource, load_jsonl
-from sentinel.load.engine import _split_events
+from sentinel.load.engine import _duration, _split_events
 from sentinel.load.stats import percentile, summarize
 
 # ---------------------------------------------------------------- stats (numpy's conventions)
@@ -130,7 +131,7 @@ def test_client_bound_flag_and_achieved_rate() -> None:
         r.sent += 0.05  # 50 ms late
     m = compute_metrics(recs, duration=5.0, max_schedule_lag=0.01, loop_lags=[0.001] * 10, max_loop_lag=0.02)
     assert m.client_bound
-    assert "schedule lag" in m.client_bound_reasons[0]
+    assert "send delay" in m.client_bound_reasons[0]
     assert "3 of 5 sends late" in m.client_bound_reasons[0]
     assert m.achieved_request_rate == pytest.approx(4 / 4.05)
     fine = compute_metrics(recs[:2], duration=5.0, max_schedule_lag=0.01)
@@ -148,11 +149,56 @@ def test_one_hiccup_in_a_small_run_is_not_client_bound() -> None:
     assert not m.client_bound, m.client_bound_reasons
 
 
+def test_sends_queued_behind_each_other_are_not_a_client_delay() -> None:
+    # A burst of 200, sent back to back 0.5 ms apart: the last waits 100 ms (schedule lag),
+    # but the client never sat on a sendable request, so the run is not client-bound.
+    recs = [_rec(i, 0.0005 * i, 0.1, [0.1]) for i in range(200)]
+    for r in recs:
+        r.planned = r.ready = 0.0
+    m = compute_metrics(recs, duration=1.0, max_schedule_lag=0.01)
+    assert m.schedule_lag.p99 > 0.09
+    assert m.send_delay.p99 == pytest.approx(0.0005)
+    assert not m.client_bound
+    # The same burst with the client stalled for 30 ms before each of ten sends is.
+    for k in range(10):
+        for r in recs[20 * k + 10 :]:
+            r.sent += 0.03
+    stalled = compute_metrics(recs, duration=1.0, max_schedule_lag=0.01)
+    assert stalled.send_delay.max == pytest.approx(0.0305)
+    assert stalled.client_bound
+
+
+def test_loop_lag_flags_only_user_space_stamps() -> None:
+    recs = [_rec(i, float(i), 0.1, [0.1]) for i in range(5)]
+    lags = [0.05] * 100
+    kernel = compute_metrics(recs, duration=5.0, loop_lags=lags, max_loop_lag=0.02, kernel_timestamps=True)
+    assert not kernel.client_bound
+    user = compute_metrics(recs, duration=5.0, loop_lags=lags, max_loop_lag=0.02, kernel_timestamps=False)
+    assert user.client_bound
+    assert "event-loop lag" in user.client_bound_reasons[0]
+
+
 # ---------------------------------------------------------------- arrivals
 
 
-def test_poisson_is_seeded_normalised_and_absolute() -> None:
+def test_poisson_draws_free_gaps_by_default_as_bench_serving() -> None:
     spec = LoadSpec(arrival=ArrivalProcess.POISSON, request_rate=20.0, num_requests=2000, seed=5)
+    offsets = list(planned_offsets(spec))
+    assert len(offsets) == 2000
+    assert offsets[0] == 0.0
+    rng = random.Random(5)
+    t, want = 0.0, []
+    for _ in range(2000):
+        want.append(t)
+        t += rng.expovariate(20.0)
+    assert offsets == want  # unscaled exponential draws
+    assert offsets[-1] != pytest.approx(1999 / 20.0, rel=1e-6)
+
+
+def test_poisson_is_seeded_normalised_and_absolute() -> None:
+    spec = LoadSpec(
+        arrival=ArrivalProcess.POISSON, request_rate=20.0, num_requests=2000, seed=5, exact_rate=True
+    )
     offsets = list(planned_offsets(spec))
     assert len(offsets) == 2000
     assert offsets[0] == 0.0
@@ -163,7 +209,9 @@ def test_poisson_is_seeded_normalised_and_absolute() -> None:
     assert 0.9 < cv < 1.1  # exponential gaps: coefficient of variation ~1
     other = list(
         planned_offsets(
-            LoadSpec(arrival=ArrivalProcess.POISSON, request_rate=20.0, num_requests=2000, seed=6)
+            LoadSpec(
+                arrival=ArrivalProcess.POISSON, request_rate=20.0, num_requests=2000, seed=6, exact_rate=True
+            )
         )
     )
     assert other != offsets
@@ -359,3 +407,18 @@ def test_native_textless_event_carries_tokens_forward() -> None:
     parser.finish()
     assert rec.chunk_tokens == [1, 2]
     assert rec.itl == pytest.approx([0.1, 0.1])
+
+
+def test_duration_ends_at_the_last_response_not_at_the_clients_backlog() -> None:
+    recs = []
+    for i, (sent, latency) in enumerate([(0.0, 1.0), (0.5, 2.0)]):
+        r = RequestRecord(index=i, warmup=False, planned=0.0, sent=sent, dispatched=True)
+        r.latency = latency
+        recs.append(r)
+    warm = RequestRecord(index=0, warmup=True, planned=0.0, sent=-3.0, dispatched=True)
+    warm.latency = 9.0
+    assert _duration([warm, *recs], now=3.0, cancelled=False) == 2.5
+    recs[1].failure = FailureReason.CANCELLED
+    assert _duration(recs, now=3.0, cancelled=False) == 3.0  # unfinished: the run lasted until now
+    recs[1].failure = None
+    assert _duration(recs, now=3.0, cancelled=True) == 3.0

@@ -24,13 +24,14 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from sentinel.cli.bench_flags import REJECTED_DATASETS, add_rejected_options, rejected_messages
 from sentinel.cli.common import CliError, add_common_options, ignoring_sighup
 from sentinel.cli.target import API_KEY_ENVS, add_target_options, read_api_key, target_base_url
 from sentinel.redact import redact_obj
 
 if TYPE_CHECKING:
     from sentinel.load.result import RunResult
-    from sentinel.load.spec import ArrivalProcess, LoadSpec
+    from sentinel.load.spec import ArrivalProcess, Backend, LoadSpec
 
 _T = TypeVar("_T")
 
@@ -47,7 +48,18 @@ def register(sub: Any) -> None:
     g = p.add_argument_group("target")
     add_target_options(g, host="127.0.0.1", port=30000)
     g.add_argument("--model", default=None, help="OpenAI routes: model name (default: first of /v1/models)")
-    g.add_argument("--header", action="append", default=[], metavar="K=V", help="extra request header")
+    g.add_argument(
+        "--served-model-name", default=None, help="the model name sent in requests (default: --model)"
+    )
+    g.add_argument(
+        "--header", action="extend", nargs="+", default=[], metavar="K=V", help="extra request header(s)"
+    )
+    g.add_argument(
+        "--ready-check-timeout-sec",
+        type=int,
+        default=60,
+        help="wait up to this long for the server to answer before the run; 0: do not wait",
+    )
     g.add_argument(
         "--extra-request-body", default=None, metavar="JSON", help="merged into every request body"
     )
@@ -56,14 +68,29 @@ def register(sub: Any) -> None:
     d.add_argument(
         "--dataset-name",
         default="random",
-        choices=("random", "random-ids", "generated-shared-prefix", "jsonl", "custom"),
-        help="random/random-ids: random lengths; generated-shared-prefix; jsonl/custom: --dataset-path",
+        choices=(
+            "random",
+            "random-ids",
+            "sharegpt",
+            "openai",
+            "generated-shared-prefix",
+            "jsonl",
+            "custom",
+            *REJECTED_DATASETS,
+        ),
+        help="random, random-ids, generated-shared-prefix; with --dataset-path: sharegpt, openai, custom",
     )
     d.add_argument(
         "--dataset-path", type=Path, default=None, help="JSONL prompts (prompt|messages|input_ids)"
     )
     d.add_argument(
         "--num-prompts", type=int, default=None, help="requests (default 1000, or none with --duration)"
+    )
+    d.add_argument(
+        "--sharegpt-output-len",
+        type=int,
+        default=None,
+        help="sharegpt: fixed output length (else the reference's)",
     )
     d.add_argument("--random-input-len", type=int, default=1024)
     d.add_argument("--random-output-len", type=int, default=1024)
@@ -74,6 +101,27 @@ def register(sub: Any) -> None:
     d.add_argument("--gsp-output-len", type=int, default=None)
     d.add_argument("--cache-hit-ratio", type=float, default=0.5, help="shared-prefix target cache hit ratio")
     d.add_argument("--seed", type=int, default=1)
+    d.add_argument(
+        "--tokenize-prompt",
+        action="store_true",
+        help="token ids, not text (what the native backend sends)",
+    )
+    d.add_argument("--gsp-fast-prepare", action="store_true", help="accepted; preparation is always fast")
+    r = p.add_argument_group("request")
+    r.add_argument("--temperature", type=float, default=0.0)
+    r.add_argument("--top-p", type=float, default=1.0, help="sent only when < 1")
+    r.add_argument("--return-logprob", action="store_true", help="native: return_logprob")
+    r.add_argument("--top-logprobs-num", type=int, default=0, help="with --return-logprob")
+    r.add_argument(
+        "--token-ids-logprob", type=int, nargs="+", default=None, help="native, with --return-logprob"
+    )
+    r.add_argument("--logprob-start-len", type=int, default=-1, help="native, with --return-logprob")
+    r.add_argument("--lora-name", nargs="*", default=None, help="LoRA adapters, one per request")
+    r.add_argument(
+        "--lora-request-distribution", choices=("uniform", "distinct", "skewed"), default="uniform"
+    )
+    r.add_argument("--lora-zipf-alpha", type=float, default=1.5, help="Zipf alpha for skewed")
+    r.add_argument("--return-routed-experts", action="store_true", help="native: return_routed_experts")
     a = p.add_argument_group("arrivals")
     a.add_argument("--request-rate", type=float, default=math.inf, help="req/s; inf sends all at once")
     a.add_argument(
@@ -81,6 +129,11 @@ def register(sub: Any) -> None:
         choices=("poisson", "constant", "burst", "closed"),
         default=None,
         help="default: poisson with a finite rate, else burst (closed with --duration)",
+    )
+    a.add_argument(
+        "--exact-rate",
+        action="store_true",
+        help="poisson with --num-prompts: rescale the gaps to average exactly 1/rate (default: free draws)",
     )
     a.add_argument("--max-concurrency", type=int, default=None)
     a.add_argument("--duration", type=float, default=None, help="stop sending after this many seconds")
@@ -93,7 +146,53 @@ def register(sub: Any) -> None:
     o.add_argument("--tag", default=None)
     o.add_argument("--disable-tqdm", action="store_true", help="no live progress line")
     o.add_argument("--flush-cache", action="store_true", help="POST /flush_cache before the run")
+    o.add_argument("--flush-cache-timeout", type=float, default=30.0, help="seconds to wait for the flush")
+    o.add_argument(
+        "--goodput",
+        nargs="+",
+        default=None,
+        metavar="KEY:MS",
+        help="SLOs for goodput, KEY in ttft, tpot, e2el, e.g. --goodput ttft:500 tpot:50",
+    )
+    o.add_argument("--cache-report", action="store_true", help="print Cache Hit Details")
+    add_rejected_options(p)
     p.set_defaults(handler=_handle)
+
+
+def _goodput(items: list[str] | None) -> dict[str, float]:
+    slos: dict[str, float] = {}
+    for item in items or []:
+        key, sep, value = item.partition(":")
+        try:
+            ms = float(value)
+        except ValueError:
+            ms = math.nan
+        if not sep or key not in ("ttft", "tpot", "e2el") or not (ms > 0 and math.isfinite(ms)):
+            raise CliError(
+                f"--goodput expects KEY:MS with KEY in ttft, tpot, e2el and MS > 0, got {item!r}", 2
+            )
+        slos[key] = ms
+    return slos
+
+
+def _logprob_body(args: argparse.Namespace, backend: Backend) -> dict[str, Any]:
+    """bench_serving 0.5.23's logprob and routed-experts fields, per route."""
+    from sentinel.load.spec import Backend
+
+    body: dict[str, Any] = {}
+    if backend is Backend.SGLANG:
+        if args.return_logprob:
+            body["return_logprob"] = True
+            body["logprob_start_len"] = args.logprob_start_len
+            if args.top_logprobs_num > 0:
+                body["top_logprobs_num"] = args.top_logprobs_num
+            if args.token_ids_logprob is not None:
+                body["token_ids_logprob"] = args.token_ids_logprob
+        if args.return_routed_experts:
+            body["return_routed_experts"] = True
+    elif backend is Backend.OPENAI_COMPLETIONS and args.return_logprob and args.top_logprobs_num > 0:
+        body["logprobs"] = args.top_logprobs_num
+    return body
 
 
 def build_spec(args: argparse.Namespace) -> LoadSpec:
@@ -105,9 +204,15 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
         LoadSpec,
         RandomDataset,
         SharedPrefixDataset,
+        ShareGPTDataset,
         SpecError,
     )
 
+    refused = rejected_messages(args)
+    if args.dataset_name in REJECTED_DATASETS:
+        refused.append(f"--dataset-name {args.dataset_name}: {REJECTED_DATASETS[args.dataset_name]}")
+    if refused:
+        raise CliError("bench_serving flags not supported by sentinel bench:\n  " + "\n  ".join(refused), 2)
     headers: dict[str, str] = {}
     for item in args.header:
         key, sep, value = item.partition("=")
@@ -134,11 +239,24 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
     base_url = target_base_url(args, "127.0.0.1", 30000)
     try:
         backend = Backend.parse(args.backend)
-        dataset: RandomDataset | JsonlDataset | SharedPrefixDataset
+        dataset: RandomDataset | JsonlDataset | ShareGPTDataset | SharedPrefixDataset
         if args.dataset_name in ("jsonl", "custom"):
             if args.dataset_path is None:
                 raise CliError(f"--dataset-name {args.dataset_name} needs --dataset-path", 2)
             dataset = JsonlDataset(args.dataset_path, output_len=args.random_output_len)
+        elif args.dataset_name == "openai":
+            if args.dataset_path is None:
+                raise CliError("--dataset-name openai needs --dataset-path", 2)
+            # bench_serving's defaults: max_tokens per line, else 256; --sharegpt-output-len wins.
+            dataset = JsonlDataset(
+                args.dataset_path, output_len=256, passthrough=True, fixed_output_len=args.sharegpt_output_len
+            )
+        elif args.dataset_name == "sharegpt":
+            if args.dataset_path is None:
+                raise CliError(
+                    "--dataset-name sharegpt needs --dataset-path (sentinel bench downloads nothing)", 2
+                )
+            dataset = ShareGPTDataset(args.dataset_path, output_len=args.sharegpt_output_len)
         elif args.dataset_name == "generated-shared-prefix":
             if args.gsp_system_prompt_len is not None or args.gsp_question_len is not None:
                 sys_len = args.gsp_system_prompt_len or 0
@@ -153,6 +271,9 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
                 num_groups=args.gsp_num_groups,
             )
         else:
+            if args.tokenize_prompt and backend is not Backend.SGLANG:
+                # The native backend always sends random prompts as input_ids.
+                raise CliError("--tokenize-prompt needs --backend sglang (token ids go to /generate)", 2)
             dataset = RandomDataset(args.random_input_len, args.random_output_len, args.random_range_ratio)
         num = args.num_prompts
         if num is None and args.duration is None:
@@ -168,10 +289,18 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
             duration_s=args.duration,
             warmup_requests=args.warmup_requests,
             seed=args.seed,
-            model=args.model,
+            exact_rate=args.exact_rate,
+            model=args.served_model_name or args.model,
             api_key=read_api_key(args.api_key_file),
             headers=headers,
-            extra_body=extra,
+            extra_body={**_logprob_body(args, backend), **extra},
+            temperature=args.temperature,
+            top_p=args.top_p,
+            lora_names=tuple(args.lora_name or ()),
+            lora_distribution=args.lora_request_distribution,
+            lora_zipf_alpha=args.lora_zipf_alpha,
+            goodput_slos_ms=_goodput(args.goodput),
+            ready_timeout_s=float(max(args.ready_check_timeout_sec, 0)),
             ignore_eos=not args.disable_ignore_eos,
             stream=not args.disable_stream,
             request_timeout_s=args.request_timeout,
@@ -194,7 +323,8 @@ def _bench_command(args: argparse.Namespace) -> int:
     configure_logging(args.log_level or settings.log.level, args.log_format or settings.log.format)
     spec = build_spec(args)
     show_progress = sys.stderr.isatty() and not args.disable_tqdm
-    result, interrupted = run_on_loop(_bench(spec, show_progress, args.flush_cache), spec.arrival)
+    flush = args.flush_cache_timeout if args.flush_cache else None
+    result, interrupted = run_on_loop(_bench(spec, show_progress, flush), spec.arrival)
     return _report(args, result, interrupted)
 
 
@@ -219,7 +349,7 @@ def run_on_loop(main: Coroutine[Any, Any, _T], arrival: ArrivalProcess) -> _T:
     return uvloop.run(main)
 
 
-async def _bench(spec: LoadSpec, show_progress: bool, flush_cache: bool) -> tuple[RunResult, bool]:
+async def _bench(spec: LoadSpec, show_progress: bool, flush_cache: float | None) -> tuple[RunResult, bool]:
     from sentinel.load.engine import run_load
     from sentinel.load.progress import ProgressLine
     from sentinel.load.records import LoadCounters
@@ -251,8 +381,8 @@ async def _bench(spec: LoadSpec, show_progress: bool, flush_cache: bool) -> tupl
     with progress.logs_above() if progress is not None else contextlib.nullcontext():
         drawing = asyncio.create_task(progress.run()) if progress is not None else None
         try:
-            if flush_cache:
-                await _flush_cache(session, spec)
+            if flush_cache is not None:
+                await _flush_cache(session, spec, flush_cache)
             on_record = progress.on_record if progress is not None else None
             result = await run_load(
                 spec, counters=counters, on_record=on_record, cancel=cancel, session=session
@@ -279,11 +409,11 @@ def _auth_headers(spec: LoadSpec) -> dict[str, str]:
     return headers
 
 
-async def _flush_cache(session: Any, spec: LoadSpec) -> None:
+async def _flush_cache(session: Any, spec: LoadSpec, timeout_s: float) -> None:
     from sentinel.log import get_logger
 
     try:
-        async with asyncio.timeout(30.0):
+        async with asyncio.timeout(timeout_s):
             async with session.post(spec.base_url + "/flush_cache", headers=_auth_headers(spec)) as resp:
                 if resp.status != 200:
                     get_logger(__name__).warning("bench_flush_cache_refused", status=resp.status)
@@ -352,7 +482,7 @@ def _report(args: argparse.Namespace, result: RunResult, interrupted: bool) -> i
 
     m = result.metrics
     if not result.warmup_failed:
-        print(format_result_block(result), flush=True)
+        print(format_result_block(result, cache_report=args.cache_report), flush=True)
     if args.output_file is not None:
         record = result.to_dict(details=args.output_details)
         record["tag"] = args.tag

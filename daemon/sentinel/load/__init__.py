@@ -42,6 +42,7 @@ if TYPE_CHECKING:
         LoadSpec,
         RandomDataset,
         SharedPrefixDataset,
+        ShareGPTDataset,
         SpecError,
     )
     from sentinel.load.stats import Summary
@@ -59,6 +60,7 @@ __all__ = [
     "RequestRecord",
     "RunMetrics",
     "RunResult",
+    "ShareGPTDataset",
     "SharedPrefixDataset",
     "SpecError",
     "SteadyState",
@@ -94,6 +96,7 @@ __getattr__ = lazy_exports(
         "JsonlDataset": "sentinel.load.spec",
         "LoadSpec": "sentinel.load.spec",
         "RandomDataset": "sentinel.load.spec",
+        "ShareGPTDataset": "sentinel.load.spec",
         "SharedPrefixDataset": "sentinel.load.spec",
         "SpecError": "sentinel.load.spec",
         "Summary": "sentinel.load.stats",

@@ -33,8 +33,13 @@ class StreamFailure(Exception):
         self.reason = reason
 
 
-def build_body(spec: LoadSpec, prompt: Prompt, *, model: str, rid: str, output_len: int) -> bytes:
-    """The request body, serialised once before the request's planned send time."""
+def build_body(
+    spec: LoadSpec, prompt: Prompt, *, model: str, rid: str, output_len: int, lora: str | None = None
+) -> bytes:
+    """The request body, serialised once before the request's planned send time.
+
+    `lora`: an adapter name, sent as bench_serving does: `lora_path`, and on the OpenAI routes
+    also as the model (SGLang's and vLLM's conventions)."""
     body: dict[str, Any]
     if spec.backend is Backend.SGLANG:
         key = "input_ids" if isinstance(prompt.content, list) else "text"
@@ -44,6 +49,7 @@ def build_body(spec: LoadSpec, prompt: Prompt, *, model: str, rid: str, output_l
                 "temperature": spec.temperature,
                 "max_new_tokens": output_len,
                 "ignore_eos": spec.ignore_eos,
+                **({"top_p": spec.top_p} if spec.top_p < 1.0 else {}),
             },
             "stream": spec.stream,
             "rid": rid,
@@ -52,6 +58,8 @@ def build_body(spec: LoadSpec, prompt: Prompt, *, model: str, rid: str, output_l
         body = {"model": model, "temperature": spec.temperature, "stream": spec.stream, "rid": rid}
         if spec.ignore_eos:
             body["ignore_eos"] = True
+        if spec.top_p < 1.0:
+            body["top_p"] = spec.top_p
         if spec.stream:
             body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
         if spec.backend is Backend.OPENAI_CHAT:
@@ -61,7 +69,13 @@ def build_body(spec: LoadSpec, prompt: Prompt, *, model: str, rid: str, output_l
         else:
             body["prompt"] = prompt.content
             body["max_tokens"] = output_len
+    if lora is not None:
+        body["lora_path"] = lora
+        if spec.backend is not Backend.SGLANG:
+            body["model"] = lora
     body.update(spec.extra_body)
+    if prompt.extra:
+        body.update(prompt.extra)  # per-request fields win, as in bench_serving
     return json.dumps(body, separators=(",", ":")).encode()
 
 

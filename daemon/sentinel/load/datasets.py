@@ -12,13 +12,21 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sentinel.load.spec import Backend, JsonlDataset, LoadSpec, RandomDataset, SharedPrefixDataset, SpecError
+from sentinel.load.spec import (
+    Backend,
+    JsonlDataset,
+    LoadSpec,
+    RandomDataset,
+    SharedPrefixDataset,
+    ShareGPTDataset,
+    SpecError,
+)
 
-__all__ = ["Prompt", "PromptSource", "load_jsonl"]
+__all__ = ["Prompt", "PromptSource", "load_jsonl", "load_sharegpt"]
 
 # Token ids well inside every current vocabulary (>= 32k entries) and above the low ids where
 # tokenizers keep their special and control tokens.
@@ -49,6 +57,7 @@ class Prompt:
     prompt_len: int  # planned input tokens; 0 when unknown (free text from a file)
     output_len: int
     group: int | None = None  # shared-prefix group
+    extra: Mapping[str, Any] | None = None  # merged into this request's body (openai dataset)
 
 
 def _ids(rng: random.Random, n: int) -> list[int]:
@@ -57,6 +66,10 @@ def _ids(rng: random.Random, n: int) -> list[int]:
 
 def _words(rng: random.Random, n: int) -> str:
     return " ".join(rng.choices(_WORDS, k=n))
+
+
+# bench_serving's openai dataset keeps these out of the per-request body (openai_dataset.py).
+_NOT_PASSED = frozenset({"messages", "max_tokens", "max_completion_tokens", "model"})
 
 
 def load_jsonl(dataset: JsonlDataset, backend: Backend) -> list[Prompt]:
@@ -77,6 +90,8 @@ def load_jsonl(dataset: JsonlDataset, backend: Backend) -> list[Prompt]:
         if not isinstance(obj, dict):
             raise SpecError(f"{where}: expected a JSON object")
         out = obj.get("output_len", obj.get("max_tokens", dataset.output_len))
+        if dataset.fixed_output_len is not None:
+            out = dataset.fixed_output_len
         if not isinstance(out, int) or isinstance(out, bool) or out < 1:
             raise SpecError(f"{where}: output_len must be a positive integer")
         content: str | list[int] | list[dict[str, Any]]
@@ -99,10 +114,56 @@ def load_jsonl(dataset: JsonlDataset, backend: Backend) -> list[Prompt]:
             if not isinstance(text, str) or not text:
                 raise SpecError(f"{where}: needs a non-empty 'prompt', 'text', 'messages' or 'input_ids'")
             content, plen = text, 0
-        prompts.append(Prompt(content, plen, out))
+        extra = {k: v for k, v in obj.items() if k not in _NOT_PASSED} if dataset.passthrough else None
+        prompts.append(Prompt(content, plen, out, extra=extra or None))
     if not prompts:
         raise SpecError(f"dataset {dataset.path} has no prompts")
     return prompts
+
+
+def load_sharegpt(dataset: ShareGPTDataset, backend: Backend, seed: int) -> list[Prompt]:
+    """bench_serving's ShareGPT sampling (see `ShareGPTDataset`); errors name the entry."""
+    try:
+        data = json.loads(dataset.path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cannot read dataset {dataset.path}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{dataset.path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, list):
+        raise SpecError(f"{dataset.path}: expected a JSON list of conversations")
+    pairs: list[tuple[str, str]] = []
+    for k, entry in enumerate(data):
+        turns = entry.get("conversations", entry.get("conversation")) if isinstance(entry, dict) else None
+        if not isinstance(turns, list):
+            raise SpecError(f"{dataset.path}[{k}]: expected an object with a 'conversations' list")
+        if len(turns) < 2:
+            continue  # bench_serving keeps conversations of two turns or more
+        values = [t.get("value") if isinstance(t, dict) else None for t in turns[:2]]
+        if not all(isinstance(v, str) for v in values):
+            raise SpecError(f"{dataset.path}[{k}]: turns need a string 'value'")
+        pairs.append((str(values[0]), str(values[1])))
+    random.Random(seed).shuffle(pairs)
+    prompts: list[Prompt] = []
+    for prompt, completion in pairs:
+        if dataset.output_len is not None:
+            out = dataset.output_len
+        else:
+            out = -(-len(completion) // _CHARS_PER_TOKEN)
+            if out < 2:
+                continue
+        if -(-len(prompt) // _CHARS_PER_TOKEN) < 2:
+            continue  # bench_serving prunes prompts under 2 tokens
+        content: str | list[dict[str, Any]] = prompt
+        if backend is Backend.OPENAI_CHAT:
+            content = [{"role": "user", "content": prompt}]
+        prompts.append(Prompt(content, 0, out))
+    if not prompts:
+        raise SpecError(f"dataset {dataset.path} has no usable conversation")
+    return prompts
+
+
+# English BPE text: about 4 characters per token; only for ShareGPT's reference completions.
+_CHARS_PER_TOKEN = 4
 
 
 class PromptSource:
@@ -117,6 +178,8 @@ class PromptSource:
         ds = spec.dataset
         if isinstance(ds, JsonlDataset):
             self._file = load_jsonl(ds, spec.backend)
+        elif isinstance(ds, ShareGPTDataset):
+            self._file = load_sharegpt(ds, spec.backend, spec.seed)
         elif isinstance(ds, SharedPrefixDataset):
             # Prefixes come from their own generator so they do not depend on the run length.
             prng = random.Random(spec.seed ^ 0x5EED)

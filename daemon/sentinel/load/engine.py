@@ -11,7 +11,8 @@ against this one, cost more client CPU per token (1.89x vs 2.57x bench_serving's
 aiohttp is still used for the few auxiliary calls (`/v1/models`): `sentinel.load.session`.
 
 Timing-path discipline: bodies are serialised before their planned time; a request's send
-time is when its last byte was handed to the kernel (after any connect); a response read's time
+time is taken just before its first byte is handed to the kernel (after any connect), so no
+response can look earlier than the server produced it; a response read's time
 is the kernel's receive stamp where the transport has one (`RunResult.timestamps`), so the
 loop's own queueing stays out of TTFT, ITL and E2E; nothing heavier than a JSON decode (or, for
 native events, three byte searches) and a few list appends runs per event; metrics are computed
@@ -21,7 +22,10 @@ after the run.
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import json
+import random
 import secrets
 import time
 from collections.abc import Callable
@@ -36,7 +40,7 @@ from sentinel.load.figures import compute_metrics
 from sentinel.load.lag import LoopLagMonitor
 from sentinel.load.records import FailureReason, LoadCounters, RequestRecord
 from sentinel.load.result import RunResult
-from sentinel.load.session import make_session, request_headers, resolve_model
+from sentinel.load.session import make_session, request_headers, resolve_model, wait_ready
 from sentinel.load.spec import ArrivalProcess, Backend, LoadSpec, SharedPrefixDataset
 from sentinel.load.transport import ConnectError, ConnectionLost, HttpClient, ProtocolError
 
@@ -91,7 +95,7 @@ class _Sink:
         self.feed_event = parser.feed_event
         self.fast = False  # a 200 stream whose first read was seen: on_data's first branch
         self.stream = stream
-        self.sent = 0.0  # perf_counter() when the request's bytes were written (on_sent)
+        self.sent = 0.0  # perf_counter() just before the request's bytes were written (on_sent)
         self.status = 0
         self.ok = False
         self.done = False  # saw data: [DONE]
@@ -173,6 +177,30 @@ class _Sink:
             self.rec.shared_read_events += fed - 1
 
 
+class _LoraPicker:
+    """The adapter of each request (`LoadSpec.lora_names`), seeded, in request order."""
+
+    def __init__(self, spec: LoadSpec) -> None:
+        self.names = spec.lora_names
+        self.mode = spec.lora_distribution
+        self.rng = random.Random(spec.seed ^ 0x10AA)
+        self.i = 0
+        self.weights = [spec.lora_zipf_alpha**-k for k in range(len(self.names))]
+
+    def next(self, warmup: bool) -> str | None:
+        if not self.names:
+            return None
+        if warmup:
+            return self.names[0]
+        if self.mode == "distinct":
+            name = self.names[self.i % len(self.names)]
+            self.i += 1
+            return name
+        if self.mode == "skewed":
+            return self.rng.choices(self.names, weights=self.weights)[0]
+        return self.rng.choice(self.names)
+
+
 class _Run:
     def __init__(
         self,
@@ -193,6 +221,7 @@ class _Run:
         # that is already in flight.
         self.run_id = f"{int(time.time() * 1e3):x}{secrets.token_hex(3)}"
         self.slots: asyncio.Queue[float] | None = None
+        self.lora = _LoraPicker(spec)
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
@@ -205,7 +234,8 @@ class _Run:
 
     def body(self, rec: RequestRecord, prompt: Prompt, output_len: int) -> bytes:
         rec.rid = f"sentinel-{self.run_id}-{'w' if rec.warmup else ''}{rec.index}"
-        return build_body(self.spec, prompt, model=self.model, rid=rec.rid, output_len=output_len)
+        lora = self.lora.next(rec.warmup)
+        return build_body(self.spec, prompt, model=self.model, rid=rec.rid, output_len=output_len, lora=lora)
 
     async def execute(self, rec: RequestRecord, body: bytes) -> None:
         """Send one request and fill its record; never raises except on cancellation."""
@@ -381,18 +411,32 @@ async def run_load(
     try:
         notes: list[str] = []
         model = ""
-        if spec.backend is not Backend.SGLANG:
-            if session is None:
-                async with make_session(spec) as own:
-                    model, note = await resolve_model(own, spec)
-            else:
-                model, note = await resolve_model(session, spec)
-            if note:
-                notes.append(note)
+        if spec.backend is not Backend.SGLANG or spec.ready_timeout_s > 0:
+            async with contextlib.AsyncExitStack() as stack:
+                aux = session if session is not None else await stack.enter_async_context(make_session(spec))
+                if spec.ready_timeout_s > 0:
+                    waited = await _wait_ready_or_cancel(aux, spec, cancel_task)
+                    if waited:
+                        notes.append(waited)
+                if spec.backend is not Backend.SGLANG:
+                    model, note = await resolve_model(aux, spec)
+                    if note:
+                        notes.append(note)
         return await _run(spec, client, counters, on_record, cancel_task, source, model, notes)
     finally:
         cancel_task.cancel()
         await client.close()
+
+
+async def _wait_ready_or_cancel(
+    session: aiohttp.ClientSession, spec: LoadSpec, cancel_task: asyncio.Task[Any]
+) -> str | None:
+    waiter = asyncio.ensure_future(wait_ready(session, spec))
+    if await _wait(waiter, None, cancel_task):
+        waiter.cancel()
+        await asyncio.gather(waiter, return_exceptions=True)
+        return None
+    return waiter.result()
 
 
 async def _run(
@@ -453,6 +497,14 @@ async def _run(
         if spec.arrival is ArrivalProcess.BURST and spec.num_requests is not None:
             # Everything is due at t=0: serialise all bodies first, or the last would wait.
             prepared = [run.prepare(i, 0.0, next(source)) for i in range(spec.num_requests)]
+        elif spec.arrival is ArrivalProcess.CLOSED and spec.max_concurrency is not None:
+            # The first max_concurrency are due at t=0 too (then _dispatch keeps bodies ahead).
+            n0 = (
+                spec.max_concurrency
+                if spec.num_requests is None
+                else min(spec.num_requests, spec.max_concurrency)
+            )
+            prepared = [run.prepare(i, 0.0, next(source)) for i in range(n0)]
     started_at = time.time()
     run.t0 = time.perf_counter()
     cancelled = cancelled or cancel_task.done()
@@ -473,11 +525,13 @@ async def _run(
         if inflight:
             await asyncio.gather(*inflight, return_exceptions=True)
         lag.stop()
-    duration = run.now()
+    duration = _duration(records, run.now(), cancelled)
     metrics = compute_metrics(
         records,
         duration=duration,
         loop_lags=lag.lags,
+        kernel_timestamps=client.kernel_timestamps,
+        goodput_slos_ms=dict(spec.goodput_slos_ms),
         target_concurrency=spec.target_concurrency,
         steady_state_fraction=spec.steady_state_fraction,
         max_schedule_lag=spec.max_schedule_lag_s,
@@ -506,6 +560,29 @@ async def _run(
     )
 
 
+def _duration(records: list[RequestRecord], now: float, cancelled: bool) -> float:
+    """First planned send -> the last response's end, as its bytes arrived (kernel stamp).
+
+    Not the moment the client got round to finishing (bench_serving reads the clock after its
+    gather): at saturation a client that falls behind its reads (the chat backend decodes
+    every event) would stretch the run by its own backlog and under-read every throughput
+    (issue #20: up to 25.7 % against an overloaded server; here, 512 chat streams at once on
+    the simulator at speed 100: -3.8 % before, -1.2 % after, the rest the simulator's own
+    write delay). A run with requests still unfinished
+    (cancelled, drain timeout) lasted until now."""
+    ends: list[float] = []
+    for r in records:
+        if r.warmup or not r.dispatched:
+            continue
+        end = r.end
+        if end is None or r.failure == FailureReason.CANCELLED:
+            return now
+        ends.append(end)
+    if cancelled or not ends:
+        return now
+    return min(max(ends), now)
+
+
 def _prewarm_count(spec: LoadSpec) -> int:
     target = spec.target_concurrency
     if target is None:  # open loop without a cap: enough for the first moments
@@ -530,12 +607,23 @@ async def _dispatch(
     closed = spec.arrival is ArrivalProcess.CLOSED
     precise = spec.arrival in (ArrivalProcess.POISSON, ArrivalProcess.CONSTANT)
     slots = run.slots
+    # Closed loop: bodies built ahead, while the dispatcher waits for a slot. Streams often end
+    # together (one engine step finishes a batch); built on demand, the first request of such
+    # a batch would wait for the serialisation of all the others (k x ~0.3 ms here, 35 ms at
+    # 128 streams) before any went out: a delay of the client's own making.
+    ahead: collections.deque[tuple[RequestRecord, bytes]] = collections.deque()
+    n_ahead = min(spec.max_concurrency or 0, 256) if closed else 0
     for i, offset in enumerate(planned_offsets(spec)):
         if limit is not None and i >= limit:
             break
         if deadline is not None and (offset >= deadline or (closed and run.now() >= deadline)):
             break
-        rec, body = prepared[i] if i < len(prepared) else run.prepare(i, offset, next(source))
+        if i < len(prepared):
+            rec, body = prepared[i]
+        elif ahead:
+            rec, body = ahead.popleft()
+        else:
+            rec, body = run.prepare(i, offset, next(source))
         due = t0 + offset
         delay = due - perf()
         if delay > 0:
@@ -555,6 +643,10 @@ async def _dispatch(
         ready = offset
         if slots is not None:
             if slots.empty():
+                j = max(i + 1 + len(ahead), len(prepared))
+                while len(ahead) < n_ahead and (limit is None or j < limit) and slots.empty():
+                    ahead.append(run.prepare(j, 0.0, next(source)))
+                    j += 1
                 getter = asyncio.ensure_future(slots.get())
                 if await _wait(getter, None, cancel_task):
                     getter.cancel()

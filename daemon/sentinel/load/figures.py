@@ -26,6 +26,11 @@ bench_serving's (v0.5.9 `calculate_metrics`), kept identical so the two tools ca
   multi-token first chunk's extra tokens later; we place each chunk's tokens at its arrival.)
 - Statistics: numpy conventions (see `stats`).
 
+- goodput (`--goodput ttft:MS tpot:MS e2el:MS`, bench_serving 0.5.23 `calculate_goodput`): a
+  request is good when it succeeded and met every given SLO (observed <= SLO; a one-token
+  response's TPOT counts as 0); request goodput = good / duration; SLO attainment = good / all
+  measured requests (failed ones included), and per SLO the share that met it.
+
 Ours:
 - TTFC: time to first content token (after any reasoning), chat only.
 - tokens per chunk: pooled over all token-bearing chunks (> 1 with multi-token prediction).
@@ -41,8 +46,20 @@ Ours:
 - schedule lag = actual send - the time the request could be sent (client delay only);
   queue wait = admission wait at the max_concurrency gate; loop lag = event-loop wake-up delay.
 - cache hit ratio = Σ cached_tokens / Σ prompt tokens, where the server reports cached tokens.
-- client_bound: p99 schedule lag or p99 loop lag above the spec's thresholds, with at least
-  MIN_LATE_SAMPLES samples over it (one hiccup in a small run is not a client bottleneck).
+- send delay: the part of a request's schedule lag that the client spent NOT sending: actual
+  send - max(the time it could be sent, the previous send of the run). Requests that became
+  sendable together (a burst, a closed loop's batch of freed slots) go out one after another,
+  and the k-th waits k sends (~0.1-0.4 ms each here) in any client: that wait is schedule lag
+  but not a delay of the client's making, so it is not counted here.
+- client_bound (the verdict: the client delayed work): p99 send delay above `max_schedule_lag`
+  (default 10 ms: a request held that long by a busy or starved client shifts the server's
+  load by more than one decode step of a loaded SGLang, ~10-50 ms), or, only when reads are
+  stamped in user space, p99 loop lag above `max_loop_lag` (default 20 ms): there every
+  response time carries the loop's queueing. With kernel receive stamps the loop's lag is not
+  in any response time, and its effect on sends is what the send delay measures, so a busy
+  loop alone (high concurrency on an idle client) does not flag the run.
+  Either needs at least MIN_LATE_SAMPLES samples over its threshold: in a small run the p99 is
+  the largest sample, and one hiccup of a busy host is not a client bottleneck.
 - shared-read events: events that arrived in the same socket read as an earlier event, so carry
   that read's time (their ITL is the read's). Zero for a client that keeps up; reported, with
   their share of all events, as a check on ITL's resolution.
@@ -58,7 +75,7 @@ from dataclasses import dataclass
 from sentinel.load.records import FailureReason, RequestRecord
 from sentinel.load.stats import Summary, summarize
 
-__all__ = ["RunMetrics", "SteadyState", "compute_metrics"]
+__all__ = ["Goodput", "RunMetrics", "SteadyState", "compute_metrics"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +116,7 @@ class RunMetrics:
     steady_state: SteadyState | None
     achieved_request_rate: float | None
     schedule_lag: Summary
+    send_delay: Summary
     queue_wait: Summary
     loop_lag: Summary
     cache_hit_ratio: float | None
@@ -107,6 +125,39 @@ class RunMetrics:
     # Σ RequestRecord.shared_read_events over successful requests, and its share of their events.
     shared_read_events: int = 0
     shared_read_ratio: float = 0.0
+    goodput: Goodput | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Goodput:
+    slos_ms: dict[str, float]
+    request_goodput: float  # good requests/s
+    slo_attainment: float  # good / measured requests
+    attainment_by_metric: dict[str, float]
+
+
+def _goodput(measured: Sequence[RequestRecord], slos_ms: dict[str, float], duration: float) -> Goodput | None:
+    if not slos_ms:
+        return None
+    good = 0
+    met_count = dict.fromkeys(slos_ms, 0)
+    for r in measured:
+        if not r.success or r.ttft is None or r.latency is None:
+            continue
+        tpot = (r.latency - r.ttft) / (r.output_len - 1) if r.output_len > 1 else 0.0
+        observed = {"ttft": r.ttft * 1e3, "tpot": tpot * 1e3, "e2el": r.latency * 1e3}
+        met = [k for k, slo in slos_ms.items() if observed[k] <= slo]
+        for k in met:
+            met_count[k] += 1
+        if len(met) == len(slos_ms):
+            good += 1
+    n = len(measured)
+    return Goodput(
+        slos_ms=dict(slos_ms),
+        request_goodput=good / duration if duration > 0 else 0.0,
+        slo_attainment=good / n if n else 0.0,
+        attainment_by_metric={k: (c / n if n else 0.0) for k, c in met_count.items()},
+    )
 
 
 # The client-bound verdict (it keeps a run out of the throughput-drop alert) needs the p99 lag over
@@ -195,11 +246,23 @@ def _bucket_peaks(ok: Sequence[RequestRecord]) -> tuple[float, int]:
     return float(max(tokens)), max(conc)
 
 
+def _send_delays(dispatched: Sequence[RequestRecord]) -> list[float]:
+    """Per request: sent - max(ready, the run's previous send), see the module docstring."""
+    out: list[float] = []
+    prev = -math.inf
+    for r in sorted(dispatched, key=lambda r: r.sent):
+        out.append(max(r.sent - max(r.ready, prev), 0.0))
+        prev = r.sent
+    return out
+
+
 def compute_metrics(
     records: Sequence[RequestRecord],
     *,
     duration: float,
     loop_lags: Sequence[float] = (),
+    kernel_timestamps: bool = False,
+    goodput_slos_ms: dict[str, float] | None = None,
     target_concurrency: int | None = None,
     steady_state_fraction: float = 0.9,
     max_schedule_lag: float = math.inf,
@@ -239,6 +302,8 @@ def compute_metrics(
     sent = sorted(r.sent for r in dispatched)
     achieved = (len(sent) - 1) / (sent[-1] - sent[0]) if len(sent) >= 2 and sent[-1] > sent[0] else None
     schedule_lag = summarize([r.schedule_lag for r in dispatched])
+    delays = _send_delays(dispatched)
+    send_delay = summarize(delays)
     queue_wait = summarize([r.queue_wait for r in dispatched])
     loop_lag = summarize(loop_lags)
 
@@ -248,17 +313,22 @@ def compute_metrics(
     cache_ratio = sum(c for c, _ in cached) / sum(p or 0 for _, p in cached) if cached else None
 
     reasons: list[str] = []
-    late_sends = _late([r.schedule_lag for r in dispatched], max_schedule_lag)
-    if schedule_lag.count and schedule_lag.p99 > max_schedule_lag and late_sends >= MIN_LATE_SAMPLES:
+    late_sends = _late(delays, max_schedule_lag)
+    if send_delay.count and send_delay.p99 > max_schedule_lag and late_sends >= MIN_LATE_SAMPLES:
         reasons.append(
-            f"p99 schedule lag {schedule_lag.p99 * 1e3:.2f} ms > {max_schedule_lag * 1e3:.2f} ms "
-            f"({late_sends} of {schedule_lag.count} sends late)"
+            f"p99 send delay {send_delay.p99 * 1e3:.2f} ms > {max_schedule_lag * 1e3:.2f} ms "
+            f"({late_sends} of {send_delay.count} sends late)"
         )
     late_ticks = _late(loop_lags, max_loop_lag)
-    if loop_lag.count and loop_lag.p99 > max_loop_lag and late_ticks >= MIN_LATE_SAMPLES:
+    if (
+        not kernel_timestamps
+        and loop_lag.count
+        and loop_lag.p99 > max_loop_lag
+        and late_ticks >= MIN_LATE_SAMPLES
+    ):
         reasons.append(
-            f"p99 event-loop lag {loop_lag.p99 * 1e3:.2f} ms > {max_loop_lag * 1e3:.2f} ms "
-            f"({late_ticks} of {loop_lag.count} samples late)"
+            f"p99 event-loop lag {loop_lag.p99 * 1e3:.2f} ms > {max_loop_lag * 1e3:.2f} ms"
+            f" (user-space stamps; {late_ticks} of {loop_lag.count} samples late)"
         )
 
     shared = sum(r.shared_read_events for r in ok)
@@ -295,6 +365,7 @@ def compute_metrics(
         steady_state=steady,
         achieved_request_rate=achieved,
         schedule_lag=schedule_lag,
+        send_delay=send_delay,
         queue_wait=queue_wait,
         loop_lag=loop_lag,
         cache_hit_ratio=cache_ratio,
@@ -302,4 +373,5 @@ def compute_metrics(
         client_bound_reasons=tuple(reasons),
         shared_read_events=shared,
         shared_read_ratio=shared / n_events if n_events else 0.0,
+        goodput=_goodput(measured, goodput_slos_ms or {}, duration),
     )

@@ -39,7 +39,7 @@ class RequestRecord:
     warmup: bool
     planned: float  # planned send time (arrival), run clock
     ready: float = 0.0  # when it could be sent: max(planned, admission slot freed)
-    sent: float = 0.0  # when the request's bytes were written to the connection
+    sent: float = 0.0  # just before the request's bytes were written to the connection
     dispatched: bool = False  # True once `sent` is set (the request left the client)
     prompt_len: int = 0  # planned input tokens (dataset), bench_serving's prompt_len
     planned_output_len: int = 0

@@ -1,8 +1,11 @@
 """bench_serving's printed result block, label for label, then our own figures below it.
 
-The first block reproduces SGLang v0.5.9 `bench_serving` (`{:<40} {:<10}` columns, same
-labels, same order) so that an operator can diff the two tools' outputs line by line. We have
-no client tokenizer, so "Total generated tokens (retokenized)" prints n/a.
+The first block reproduces SGLang 0.5.23 `bench_serving` (`sglang.benchmark.serving`,
+`{:<40} {:<10}` columns, same labels, same order, same conditions: "Accept length" with spec
+decoding, the Goodput section with --goodput, Cache Hit Details with --cache-report) so that an
+operator can diff the two tools' outputs line by line (`tests/load/test_bench_flags.py`). We
+have no client tokenizer, so "Total generated tokens (retokenized)" prints n/a; the cache
+section has no device/host/storage split (that needs SGLang's `cached_tokens_details`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,14 @@ def _title(text: str, fill: str) -> str:
     return "{s:{c}^{n}}".format(s=text, n=50, c=fill)
 
 
-def format_result_block(result: RunResult) -> str:
+def _cache_totals(result: RunResult) -> tuple[int, int]:
+    """bench_serving's --cache-report sums: prompt and cached tokens of successful requests."""
+    ok = [r for r in result.measured if r.success]
+    prompt = sum(r.prompt_tokens if r.prompt_tokens is not None else r.prompt_len for r in ok)
+    return prompt, sum(r.cached_tokens or 0 for r in ok)
+
+
+def format_result_block(result: RunResult, *, cache_report: bool = False) -> str:
     m = result.metrics
     spec = result.spec
     rate = (
@@ -53,29 +63,55 @@ def format_result_block(result: RunResult) -> str:
     ]
     if result.accept_length:
         lines.append(_row("Accept length:", result.accept_length, ".2f"))
+    if m.goodput is not None:
+        g = m.goodput
+        lines += [
+            _title("Goodput", "-"),
+            _row("SLOs (ms):", " ".join(f"{k}:{v:g}" for k, v in g.slos_ms.items())),
+            _row("Request goodput (req/s):", g.request_goodput, ".2f"),
+            _row("SLO attainment (%):", g.slo_attainment * 100, ".2f"),
+        ]
+        lines += [
+            _row(f"{k.upper()} SLO attainment (%):", v * 100, ".2f")
+            for k, v in g.attainment_by_metric.items()
+        ]
     ms = 1e3
     lines += [
         _title("End-to-End Latency", "-"),
         _row("Mean E2E Latency (ms):", m.e2e.mean * ms, ".2f"),
         _row("Median E2E Latency (ms):", m.e2e.median * ms, ".2f"),
         _row("P90 E2E Latency (ms):", m.e2e.p90 * ms, ".2f"),
+        _row("P95 E2E Latency (ms):", m.e2e.p95 * ms, ".2f"),
         _row("P99 E2E Latency (ms):", m.e2e.p99 * ms, ".2f"),
         _title("Time to First Token", "-"),
         _row("Mean TTFT (ms):", m.ttft.mean * ms, ".2f"),
         _row("Median TTFT (ms):", m.ttft.median * ms, ".2f"),
+        _row("P90 TTFT (ms):", m.ttft.p90 * ms, ".2f"),
+        _row("P95 TTFT (ms):", m.ttft.p95 * ms, ".2f"),
         _row("P99 TTFT (ms):", m.ttft.p99 * ms, ".2f"),
         _title("Time per Output Token (excl. 1st token)", "-"),
         _row("Mean TPOT (ms):", m.tpot.mean * ms, ".2f"),
         _row("Median TPOT (ms):", m.tpot.median * ms, ".2f"),
+        _row("P90 TPOT (ms):", m.tpot.p90 * ms, ".2f"),
+        _row("P95 TPOT (ms):", m.tpot.p95 * ms, ".2f"),
         _row("P99 TPOT (ms):", m.tpot.p99 * ms, ".2f"),
         _title("Inter-Token Latency", "-"),
         _row("Mean ITL (ms):", m.itl.mean * ms, ".2f"),
         _row("Median ITL (ms):", m.itl.median * ms, ".2f"),
+        _row("P90 ITL (ms):", m.itl.p90 * ms, ".2f"),
         _row("P95 ITL (ms):", m.itl.p95 * ms, ".2f"),
         _row("P99 ITL (ms):", m.itl.p99 * ms, ".2f"),
         _row("Max ITL (ms):", m.itl.max * ms, ".2f"),
-        "=" * 50,
     ]
+    if cache_report:
+        prompt, cached = _cache_totals(result)
+        lines += [
+            _title("Cache Hit Details", "-"),
+            _row("Total prompt tokens:", prompt),
+            _row("Total cached tokens:", cached),
+            "{:<40} {:.1f}%".format("Cache hit rate:", cached / prompt * 100 if prompt > 0 else 0.0),
+        ]
+    lines.append("=" * 50)
     lines += _extras(result)
     return "\n".join(lines)
 
@@ -115,12 +151,17 @@ def _extras(result: RunResult) -> list[str]:
         ArrivalProcess.CONSTANT,
     ):
         lines.append(_row("Achieved request rate (req/s):", m.achieved_request_rate, ".3f"))
+    if result.spec.arrival is ArrivalProcess.POISSON:
+        lines.append(
+            _row("Poisson gaps:", "rescaled to the exact rate" if result.spec.exact_rate else "free draws")
+        )
     if m.cache_hit_ratio is not None:
         lines.append(_row("Prefix cache hit ratio:", m.cache_hit_ratio, ".3f"))
     if m.queue_wait.max > 0:
         lines.append(_row("P99 client queue wait (ms):", m.queue_wait.p99 * ms, ".2f"))
     lines += [
         _row("P99 schedule lag (ms):", m.schedule_lag.p99 * ms, ".3f"),
+        _row("P99 client send delay (ms):", m.send_delay.p99 * ms, ".3f"),
         _row("P99 event-loop lag (ms):", m.loop_lag.p99 * ms, ".3f"),
         _row("Token timestamps:", "kernel receive" if result.kernel_timestamps else "user space"),
         _row("Events sharing a read (%):", m.shared_read_ratio * 100, ".2f"),

@@ -14,10 +14,30 @@ from typing import Any
 
 from sentinel.load.figures import RunMetrics
 from sentinel.load.records import RequestRecord
-from sentinel.load.spec import ArrivalProcess, JsonlDataset, LoadSpec, RandomDataset, SharedPrefixDataset
+from sentinel.load.spec import (
+    ArrivalProcess,
+    JsonlDataset,
+    LoadSpec,
+    RandomDataset,
+    SharedPrefixDataset,
+    ShareGPTDataset,
+)
 from sentinel.load.stats import Summary
 
 __all__ = ["RunResult"]
+
+
+def _goodput_keys(m: RunMetrics) -> dict[str, Any]:
+    """bench_serving 0.5.23's goodput keys (GoodputMetrics' fields), present with --goodput."""
+    g = m.goodput
+    if g is None:
+        return {}
+    return {
+        "goodput_slos_ms": g.slos_ms,
+        "request_goodput": g.request_goodput,
+        "slo_attainment": g.slo_attainment,
+        "slo_attainment_by_metric": g.attainment_by_metric,
+    }
 
 
 def _ms(s: Summary, prefix: str, keys: tuple[str, ...]) -> dict[str, float]:
@@ -78,6 +98,12 @@ class RunResult:
                 "shared_prefix_groups": ds.num_groups,
                 "target_cache_hit_ratio": ds.cache_hit_ratio,
             }
+        if isinstance(ds, ShareGPTDataset):
+            return {
+                "dataset_name": "sharegpt",
+                "dataset_path": str(ds.path),
+                "sharegpt_output_len": ds.output_len,
+            }
         assert isinstance(ds, JsonlDataset)
         return {"dataset_name": "jsonl", "dataset_path": str(ds.path)}
 
@@ -110,11 +136,14 @@ class RunResult:
             "accept_length": self.accept_length,
             "max_output_tokens_per_s": m.max_output_tokens_per_s,
             "max_concurrent_requests": m.max_concurrent_requests,
+            **_goodput_keys(m),
             # ---- ours ----
             "started_at": self.started_at,
             "model": self.model,
             "arrival": str(spec.arrival),
             "seed": spec.seed,
+            "exact_rate": spec.exact_rate,
+            "lora_names": list(spec.lora_names),
             "num_prompts": spec.num_requests,
             "duration_bound_s": spec.duration_s,
             "warmup_requests": spec.warmup_requests,
@@ -139,6 +168,7 @@ class RunResult:
             "achieved_request_rate": m.achieved_request_rate,
             "cache_hit_ratio": m.cache_hit_ratio,
             **_ms(m.schedule_lag, "schedule_lag", ("mean", "p99", "max")),
+            **_ms(m.send_delay, "send_delay", ("mean", "p99", "max")),
             **_ms(m.queue_wait, "queue_wait", ("mean", "p99", "max")),
             **_ms(m.loop_lag, "loop_lag", ("mean", "p99", "max")),
             "client_bound": m.client_bound,

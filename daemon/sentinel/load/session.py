@@ -14,7 +14,12 @@ import aiohttp
 from sentinel.load.spec import LoadSpec
 from sentinel.load.transport import KEEPALIVE_S
 
-__all__ = ["make_session", "request_headers", "resolve_model"]
+__all__ = [
+    "make_session",
+    "request_headers",
+    "resolve_model",
+    "wait_ready",
+]
 
 # aiohttp's per-response buffer for the auxiliary calls.
 _READ_BUFSIZE = 1 << 20
@@ -80,3 +85,28 @@ async def resolve_model(session: aiohttp.ClientSession, spec: LoadSpec) -> tuple
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
         note = f"GET /v1/models failed ({type(exc).__name__}); using model 'default'"
     return "default", note
+
+
+async def wait_ready(session: aiohttp.ClientSession, spec: LoadSpec) -> str | None:
+    """bench_serving's --ready-check-timeout-sec: poll GET /v1/models once a second until the
+    server answers, for up to `spec.ready_timeout_s`. Returns a note when it never did.
+
+    Ready is a 200, as in bench_serving, or any other 4xx answer: the server is up and refused
+    us (a key, a route), which the run then reports in its own words instead of waiting out
+    the timeout. Connection errors and 5xx (SGLang answers 503 while it loads) are waited on."""
+    headers = {k: v for k, v in request_headers(spec).items() if k != "Content-Type"}
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + spec.ready_timeout_s
+    last = "no answer"
+    while True:
+        try:
+            async with asyncio.timeout(5.0):
+                async with session.get(spec.base_url + "/v1/models", headers=headers) as resp:
+                    if resp.status < 500:
+                        return None
+                    last = f"HTTP {resp.status}"
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            last = type(exc).__name__
+        if loop.time() >= deadline:
+            return f"the server was not ready within {spec.ready_timeout_s:g} s (GET /v1/models: {last})"
+        await asyncio.sleep(min(1.0, max(deadline - loop.time(), 0.0)))

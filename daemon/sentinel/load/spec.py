@@ -16,12 +16,14 @@ from types import MappingProxyType
 from typing import Any
 
 __all__ = [
+    "GOODPUT_METRICS",
     "ArrivalProcess",
     "Backend",
     "DatasetSpec",
     "JsonlDataset",
     "LoadSpec",
     "RandomDataset",
+    "ShareGPTDataset",
     "SharedPrefixDataset",
     "SpecError",
 ]
@@ -29,6 +31,10 @@ __all__ = [
 
 class SpecError(ValueError):
     """A spec that cannot describe a valid run (bad length, rate, bound...)."""
+
+
+# bench_serving's goodput SLO keys (sglang.benchmark.goodput, 0.5.23).
+GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 
 
 class Backend(StrEnum):
@@ -54,6 +60,15 @@ class Backend(StrEnum):
             "lmdeploy": cls.OPENAI_COMPLETIONS,
             "completions": cls.OPENAI_COMPLETIONS,
         }
+        refused = {
+            "sglang-embedding": "embeddings stream no tokens; sentinel bench measures generation",
+            "vllm-embedding": "embeddings stream no tokens; sentinel bench measures generation",
+            "trt": "TensorRT-LLM's own route is not an SGLang or OpenAI server",
+            "gserver": "gserver's protocol is not an SGLang or OpenAI server",
+            "truss": "Truss's protocol is not an SGLang or OpenAI server",
+        }
+        if name.strip().lower() in refused:
+            raise SpecError(f"backend {name!r} is not supported: {refused[name.strip().lower()]}")
         try:
             return aliases[name.strip().lower()]
         except KeyError:
@@ -115,9 +130,39 @@ class JsonlDataset:
 
     path: Path
     output_len: int = 256
+    # bench_serving's `openai` dataset: a line's other fields (tools, temperature...) go into
+    # its request body (over --extra-request-body), except messages, max_tokens,
+    # max_completion_tokens and model; `fixed_output_len` (--sharegpt-output-len) overrides
+    # every line's max_tokens.
+    passthrough: bool = False
+    fixed_output_len: int | None = None
 
     def __post_init__(self) -> None:
         _check_len("output_len", self.output_len)
+        if self.fixed_output_len is not None:
+            _check_len("fixed_output_len", self.fixed_output_len)
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGPTDataset:
+    """bench_serving's `sharegpt`: a JSON list of ``{"conversations": [{"from", "value"}...]}``.
+
+    As bench_serving: conversations with at least two turns, shuffled with the seed; the first
+    turn is the prompt, the second the reference completion, whose length is the request's
+    output length unless `output_len` fixes it. Without a client tokenizer that length is
+    estimated as one token per 4 characters (bench_serving counts with the model's tokenizer;
+    pass `output_len`, --sharegpt-output-len, for an exact one), and completions estimated
+    or prompts under 2 tokens are dropped as bench_serving drops them. The input figures use the server's
+    own prompt_tokens. Cycled when the run needs more requests than the file has.
+    """
+
+    path: Path
+    output_len: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.output_len is not None and self.output_len < 4:
+            # bench_serving's own check (sample_sharegpt_requests: "output_len too small").
+            raise SpecError(f"sharegpt output_len must be >= 4, got {self.output_len}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +195,7 @@ class SharedPrefixDataset:
         return min(round(self.input_len * self.cache_hit_ratio), self.input_len - 1)
 
 
-DatasetSpec = RandomDataset | JsonlDataset | SharedPrefixDataset
+DatasetSpec = RandomDataset | JsonlDataset | ShareGPTDataset | SharedPrefixDataset
 
 
 def _frozen_mapping(value: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -185,6 +230,9 @@ class LoadSpec:
     drain_timeout_s: float | None = None
     warmup_requests: int = 1
     seed: int = 1
+    # POISSON with num_requests: rescale the drawn gaps so that the planned sends average
+    # exactly request_rate (see arrivals). Off by default, as bench_serving draws free gaps.
+    exact_rate: bool = False
     model: str | None = None  # OpenAI backends; None: first id of GET /v1/models, else "default"
     api_key: str | None = field(default=None, repr=False)  # sent as "Authorization: Bearer ..."
     headers: Mapping[str, str] = field(default_factory=dict)
@@ -192,11 +240,24 @@ class LoadSpec:
     ignore_eos: bool = True
     stream: bool = True
     temperature: float = 0.0
+    top_p: float = 1.0  # sent only when < 1, as bench_serving
+    # bench_serving's --goodput: SLOs in milliseconds for "ttft", "tpot", "e2el".
+    goodput_slos_ms: Mapping[str, float] = field(default_factory=dict)
+    # bench_serving's --lora-name / --lora-request-distribution / --lora-zipf-alpha: each
+    # measured request names one adapter (uniform: seeded random choice; distinct: round robin;
+    # skewed: Zipf weights alpha**-rank); the warm-up uses the first, as bench_serving.
+    lora_names: tuple[str, ...] = ()
+    lora_distribution: str = "uniform"
+    lora_zipf_alpha: float = 1.5
+    # Wait this long for GET /v1/models (native: /health) to answer 200 before the run; 0: not.
+    ready_timeout_s: float = 0.0
     request_timeout_s: float = 900.0
     keep_text: bool = False  # keep generated text per request (for --output-details)
-    # Client self-check: a run whose p99 schedule lag or p99 event-loop lag exceeds these
-    # thresholds is marked client_bound, because its latencies then include the client's own
-    # delay. Defaults leave room for a shared, noisy host; bench_serving has no such check.
+    # Client self-check (`figures`, "client_bound"): a run whose p99 send delay (the client
+    # holding a sendable request while not sending another) exceeds max_schedule_lag_s, or,
+    # with user-space read stamps only, whose p99 event-loop lag exceeds max_loop_lag_s, is
+    # marked client_bound: the client delayed work. Defaults leave room for a shared, noisy
+    # host; bench_serving has no such check.
     max_schedule_lag_s: float = 0.010
     max_loop_lag_s: float = 0.020
     steady_state_fraction: float = 0.9
@@ -205,6 +266,25 @@ class LoadSpec:
         object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
         object.__setattr__(self, "headers", _frozen_mapping(self.headers))
         object.__setattr__(self, "extra_body", _frozen_mapping(self.extra_body))
+        object.__setattr__(self, "goodput_slos_ms", _frozen_mapping(self.goodput_slos_ms))
+        for key, slo in self.goodput_slos_ms.items():
+            if key not in GOODPUT_METRICS:
+                raise SpecError(f"goodput SLO {key!r}: expected one of {', '.join(GOODPUT_METRICS)}")
+            if not (isinstance(slo, int | float) and slo > 0 and math.isfinite(slo)):
+                raise SpecError(f"goodput SLO {key}: expected a positive number of ms, got {slo!r}")
+        object.__setattr__(self, "lora_names", tuple(self.lora_names))
+        if any(not isinstance(n, str) or not n.strip() for n in self.lora_names):
+            raise SpecError("lora_names must be non-empty adapter names")
+        if self.lora_distribution not in ("uniform", "distinct", "skewed"):
+            raise SpecError(
+                f"lora_distribution must be uniform, distinct or skewed, got {self.lora_distribution!r}"
+            )
+        if not (self.lora_zipf_alpha > 0 and math.isfinite(self.lora_zipf_alpha)):
+            raise SpecError(f"lora_zipf_alpha must be a positive number, got {self.lora_zipf_alpha}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise SpecError(f"top_p must be within (0, 1], got {self.top_p}")
+        if not (self.ready_timeout_s >= 0 and math.isfinite(self.ready_timeout_s)):
+            raise SpecError(f"ready_timeout_s must be >= 0, got {self.ready_timeout_s}")
         if not self.base_url.startswith(("http://", "https://")):
             raise SpecError(f"base_url must start with http:// or https://, got {self.base_url!r}")
         for key, value in self.headers.items():
@@ -233,7 +313,7 @@ class LoadSpec:
             raise SpecError(f"drain_timeout_s must be >= 0, got {self.drain_timeout_s}")
         if not 0.0 < self.steady_state_fraction <= 1.0:
             raise SpecError("steady_state_fraction must be within (0, 1]")
-        if isinstance(self.dataset, JsonlDataset) and not self.dataset.path.is_file():
+        if isinstance(self.dataset, JsonlDataset | ShareGPTDataset) and not self.dataset.path.is_file():
             raise SpecError(f"dataset file not found: {self.dataset.path}")
 
     @property

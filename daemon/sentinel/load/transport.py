@@ -52,6 +52,7 @@ __all__ = ["KEEPALIVE_S", "BodySink", "ConnectError", "ConnectionLost", "HttpCli
 
 _perf = time.perf_counter
 _wall = time.time
+_inf = float("inf")
 
 # SGLang's uvicorn closes idle keep-alive connections after 5 s; reusing one at that moment
 # would lose the request, so ours are dropped a little earlier.
@@ -71,7 +72,7 @@ _READ_SIZE = 65536
 
 class BodySink(Protocol):
     def on_sent(self, now: float) -> None:
-        """The request's last byte was handed to the kernel at `now` (perf_counter)."""
+        """The request is about to be handed to the kernel, at `now` (perf_counter)."""
 
     def on_status(self, status: int) -> None: ...
 
@@ -107,8 +108,42 @@ class _Exchange:
             self.future.set_exception(exc)
 
     def mark_sent(self) -> None:
+        # Called just BEFORE the request's first byte goes to the kernel: a stamp taken after
+        # send() returns can be late by a preemption (issue #20, under CPU contention: TTFT
+        # 0.61 ms against the server's 4.08 ms), and every time measured from it would
+        # then be short, down to impossible. From before the send, a response time is never
+        # earlier than the server could have produced it (bench_serving stamps before
+        # `session.post` for the same reason).
         self.sent_at = now = _perf()
         self.sink.on_sent(now)
+
+
+# perf_counter - time.time sampled this close together bound the error of the pair.
+_OFFSET_TIGHT_S = 20e-6
+
+
+def clock_offset() -> float:
+    """time.time() - perf_counter(), erring so that a converted stamp is never early.
+
+    The wall clock is read between two perf_counter reads: the true offset lies in
+    [wall - after, wall - before]; `wall - after` is the smallest, so a kernel stamp moved onto
+    the perf_counter line with it (stamp - offset) is late by at most after - before, never
+    early. A preemption between the reads (CPU contention) widens that pair; up to three tries
+    keep the tightest. Reading perf then wall once, as before, made stamps early by the whole
+    preemption, which is how a TTFT shorter than the server's own could come out."""
+    best_gap = _inf
+    best = 0.0
+    for _ in range(3):
+        before = _perf()
+        wall = _wall()
+        after = _perf()
+        gap = after - before
+        if gap < best_gap:
+            best_gap = gap
+            best = wall - after
+            if gap <= _OFFSET_TIGHT_S:
+                break
+    return best
 
 
 class _Http:
@@ -270,19 +305,21 @@ class _SocketConnection(_Http):
             return
         ex = self.exchange
         if anc:
-            # The kernel's stamp moved onto perf_counter's time line through its age, read now
+            # The kernel's stamp moved onto perf_counter's time line through the clocks' offset
             # (a wall-clock step between the arrival and now could move it: it is kept between
             # our send and now).
             # `kernelstamp.stamp_age`, inlined: this runs once per token, and the general
             # decoder (any item order, integer nanoseconds) cost 2-3 % of the client's CPU per
             # token in same-run A/B runs. We ask for one option, so one item comes back.
+            # The clock offset is the poller's, sampled once per drain (see clock_offset).
             sec, nsec = TIMESPEC.unpack_from(anc[0][2])
-            stamp = now - (_wall() - (sec + nsec * 1e-9))
+            poller = self.poller
+            stamp = (sec - (poller.offset if poller is not None else clock_offset())) + nsec * 1e-9
             if stamp < now:
                 if ex is None or stamp >= ex.sent_at:
                     now = stamp
                 elif stamp > ex.sent_at - _STAMP_SLACK_S:
-                    now = ex.sent_at  # the answer came while our send() was still returning
+                    now = ex.sent_at  # within the offset's error of our send: no earlier than it
                 else:
                     # Not a receive time on the wall clock (older kernels left the sender's
                     # monotonic departure time on loopback packets): keep ours, and say so.
@@ -310,6 +347,7 @@ class _SocketConnection(_Http):
         self._on_read(data, now)
 
     def send(self, request: bytes, ex: _Exchange) -> None:
+        ex.mark_sent()
         try:
             n = self.sock.send(request)
         except (BlockingIOError, InterruptedError):
@@ -318,7 +356,6 @@ class _SocketConnection(_Http):
             self._lost(exc)
             return
         if n == len(request):
-            ex.mark_sent()
             return
         # A body larger than the socket's send buffer: the rest goes when it drains.
         self._unsent = memoryview(request)[n:]
@@ -341,8 +378,6 @@ class _SocketConnection(_Http):
             return
         self._unsent = None
         self.loop.remove_writer(self.fd)
-        if self.exchange is not None:
-            self.exchange.mark_sent()
 
     def _lost(self, exc: Exception | None) -> None:
         self._on_eof(exc)
@@ -374,6 +409,7 @@ class _Poller:
         self.conns: dict[int, _SocketConnection] = {}
         self.timer: asyncio.TimerHandle | None = None
         self.last_ready = -1.0
+        self.offset = clock_offset()
         loop.add_reader(self.fd, self._ready)
 
     def add(self, conn: _SocketConnection) -> None:
@@ -386,6 +422,9 @@ class _Poller:
 
     def _drain(self) -> int:
         events = self.epoll.poll(0)
+        if events:
+            # Once per drain, not per read: three clock reads for all the reads that follow.
+            self.offset = clock_offset()
         conns = self.conns
         for fd, _ in events:
             conn = conns.get(fd)
@@ -448,10 +487,8 @@ class _TransportConnection(_Http, asyncio.Protocol):
 
     def send(self, request: bytes, ex: _Exchange) -> None:
         assert self.transport is not None
+        ex.mark_sent()  # before the write, see _Exchange.mark_sent
         self.transport.write(request)
-        # After the write: uvloop and asyncio write straight to the socket when its buffer
-        # has room (a larger body is stamped when handed over, not when drained).
-        ex.mark_sent()
 
     def close(self) -> None:
         self.closed = True

@@ -1,0 +1,111 @@
+"""bench_serving 0.5.23's flags that `sentinel bench` does not take, each with the reason.
+
+`sentinel bench` accepts every flag of SGLang 0.5.23's `python -m sglang.bench_serving`
+(`sglang.benchmark.serving`) that means something for an SGLang or OpenAI-compatible server,
+under the same name and meaning (docs/bench.md has the whole table). The rest are parsed (so
+that their values do not read as stray arguments) and refused with exit status 2 and this
+reason, instead of argparse's bare "unrecognized arguments".
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["REJECTED", "REJECTED_DATASETS", "add_rejected_options", "rejected_messages"]
+
+_MULTIMODAL = "image datasets are multimodal; sentinel bench sends text and token-id prompts only"
+_PROFILER = (
+    "sentinel bench does not drive SGLang's torch profiler (/start_profile, /stop_profile): "
+    "profile with the server's own endpoints"
+)
+_TRACE = "trace-replay datasets (mooncake, agentic-trace) are not implemented"
+_GSP = "generated-shared-prefix in sentinel bench has groups, prefix and question lengths only"
+
+# --dataset-name values bench_serving 0.5.23 has and sentinel bench refuses.
+REJECTED_DATASETS: dict[str, str] = {
+    "agentic-trace": _TRACE,
+    "mooncake": _TRACE,
+    "mmmu": _MULTIMODAL,
+    "image": _MULTIMODAL,
+    "longbench_v2": "longbench_v2 is not implemented (a Hugging Face download)",
+    "speed-bench": "the speed-bench dataset is not implemented (it is a Hugging Face download)",
+}
+
+REJECTED: dict[str, str] = {
+    "--dataset-offset": _TRACE,
+    "--agentic-max-turns": _TRACE,
+    "--speed-bench-category": "the speed-bench dataset is not implemented (it is a Hugging Face download)",
+    "--speed-bench-output-len": "the speed-bench dataset is not implemented (it is a Hugging Face download)",
+    "--tokenizer": (
+        "no client tokenizer: token counts are the server's own (usage, meta_info), "
+        "and transformers is not a dependency"
+    ),
+    "--sharegpt-context-len": "needs a client tokenizer to count prompt tokens (see --tokenizer)",
+    "--image-count": _MULTIMODAL,
+    "--image-resolution": _MULTIMODAL,
+    "--random-image-count": _MULTIMODAL,
+    "--image-format": _MULTIMODAL,
+    "--image-content": _MULTIMODAL,
+    "--use-trace-timestamps": _TRACE,
+    "--print-requests": "not implemented: use --output-details (per-request records in --output-file)",
+    "--apply-chat-template": (
+        "needs a client tokenizer; use --backend sglang-oai-chat, where the server applies its template"
+    ),
+    "--profile": _PROFILER,
+    "--plot-throughput": "no terminal plots (termplotlib + gnuplot); --output-details has per-request times",
+    "--profile-activities": _PROFILER,
+    "--profile-start-step": _PROFILER,
+    "--profile-steps": _PROFILER,
+    "--profile-num-steps": _PROFILER,
+    "--profile-by-stage": _PROFILER,
+    "--profile-stages": _PROFILER,
+    "--profile-output-dir": _PROFILER,
+    "--profile-prefix": _PROFILER,
+    "--prompt-suffix": "not implemented (random prompts are token sequences, not chat text)",
+    "--pd-separated": "PD disaggregation profiling is not implemented; load a PD router like any server",
+    "--profile-prefill-url": _PROFILER,
+    "--profile-decode-url": _PROFILER,
+    "--gsp-prompts-per-group": "the request count is --num-prompts, spread over --gsp-num-groups",
+    "--gsp-range-ratio": _GSP,
+    "--gsp-send-routing-key": _GSP + " (no X-SMG-Routing-Key header; --header sets a fixed one)",
+    "--gsp-num-turns": _GSP + " (multi-turn is not implemented)",
+    "--gsp-ordered": _GSP + " (requests go round-robin over the groups)",
+    "--gsp-group-distribution": _GSP + " (groups are used uniformly)",
+    "--gsp-zipf-alpha": _GSP + " (groups are used uniformly)",
+    "--mooncake-slowdown-factor": _TRACE,
+    "--mooncake-num-rounds": _TRACE,
+    "--mooncake-workload": _TRACE,
+    "--fake-prefill": "decode-only benchmarking against a fake-transfer PD decode server is not implemented",
+    "--rust-client": "bench_serving's optional Rust HTTP client; sentinel bench always uses its own",
+    "--rust-worker-threads": "bench_serving's optional Rust HTTP client; sentinel bench always uses its own",
+}
+
+
+class _Rejected(argparse.Action):
+    """Takes any values the flag had in bench_serving and remembers that it was given."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        given: list[str] = list(getattr(namespace, "bench_serving_rejected", None) or [])
+        given.append(self.option_strings[0])
+        namespace.bench_serving_rejected = given
+
+
+def add_rejected_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("bench_serving flags that sentinel bench refuses (see docs/bench.md)")
+    for flag in REJECTED:
+        dest = "rejected_" + flag[2:].replace("-", "_")  # never one of the accepted flags' dests
+        group.add_argument(flag, nargs="*", action=_Rejected, dest=dest, default=None, help=argparse.SUPPRESS)
+    parser.set_defaults(bench_serving_rejected=None)
+
+
+def rejected_messages(args: argparse.Namespace) -> list[str]:
+    """One line per refused flag that was given: the flag and why."""
+    return [f"{flag}: {REJECTED[flag]}" for flag in dict.fromkeys(args.bench_serving_rejected or [])]
