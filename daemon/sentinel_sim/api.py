@@ -28,7 +28,7 @@ __all__ = ["build_api_app"]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-class SglangApi(InfoRoutes, NativeRoutes, OpenAIRoutes):
+class SGLangApi(InfoRoutes, NativeRoutes, OpenAIRoutes):
     # ---- middleware --------------------------------------------------------------------------
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -97,7 +97,7 @@ async def _uvicorn_server_header(request: web.Request, response: web.StreamRespo
 
 
 def build_api_app(srv: SimServer) -> web.Application:
-    api = SglangApi(srv)
+    api = SGLangApi(srv)
     app = web.Application(middlewares=[api.middleware], client_max_size=64 * 1024 * 1024)
     app.on_response_prepare.append(_uvicorn_server_header)
     r = app.router

@@ -47,7 +47,7 @@ from sentinel_sim.metrics import SimMetrics
 from sentinel_sim.observer import EngineObserver
 from sentinel_sim.profiles import Profile
 from sentinel_sim.rxtime import listening_socket
-from sentinel_sim.sglang_log import SglangLog
+from sentinel_sim.sglang_log import SGLangLog
 from sentinel_sim.text import make_script
 from sentinel_sim.truth import GroundTruth
 
@@ -125,7 +125,7 @@ class SimServer:
         self.profile = config.resolved_profile()
         self.version = config.sglang_version
         self.speed = config.speed
-        self.log = SglangLog(
+        self.log = SGLangLog(
             err, out, tp_size=self.profile.tp_size, log_ms=config.log_ms, access_log=config.access_log
         )
         self.metrics: SimMetrics | None = (

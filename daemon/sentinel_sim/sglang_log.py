@@ -14,10 +14,10 @@ import time
 from http import HTTPStatus
 from typing import TextIO
 
-__all__ = ["SglangLog"]
+__all__ = ["SGLangLog"]
 
 
-class SglangLog:
+class SGLangLog:
     def __init__(
         self,
         err: TextIO | None = None,

@@ -24,7 +24,7 @@ __all__ = [
     "BUILTIN_PROFILES",
     "LaunchCommand",
     "ProfileError",
-    "SglangVersion",
+    "SGLangVersion",
     "api_key_of",
     "config_hash_of",
     "detect_sglang_version",
@@ -36,7 +36,7 @@ __all__ = [
     "version_text",
 ]
 
-SglangVersion = tuple[int, int, int]
+SGLangVersion = tuple[int, int, int]
 
 # The flagship deployment: GLM-5-NVFP4 (744B MoE) with TP over 8 RTX PRO 6000 (SM120, PCIe).
 # Flags follow the deployment's known launch line (reference sglang.md §1.1). The DSA backends and
@@ -85,7 +85,7 @@ BUILTIN_PROFILES: dict[str, LaunchProfile] = {"sim": _SIM, "glm5-nvfp4-rtxpro600
 # Flag spellings, entrypoint and CUDA-graph flags per version come from launch_facts (the
 # versions table: --nsa-* aliases accepted through 0.5.19, rejected from 0.5.20; --dsa-* first
 # verified in 0.5.15). When the version cannot be determined, render for the newest known one.
-_ASSUMED_VERSION: SglangVersion = (NEWEST_KNOWN.major, NEWEST_KNOWN.minor, NEWEST_KNOWN.patch)
+_ASSUMED_VERSION: SGLangVersion = (NEWEST_KNOWN.major, NEWEST_KNOWN.minor, NEWEST_KNOWN.patch)
 
 
 _SECRET_FLAGS = frozenset({"--api-key", "--admin-api-key"})
@@ -102,7 +102,7 @@ class LaunchCommand:
     argv: tuple[str, ...]
     # Variables added to (or overriding) the inherited environment.
     env: dict[str, str] = field(default_factory=dict)
-    sglang_version: SglangVersion | None = None
+    sglang_version: SGLangVersion | None = None
     # Why the version is what it is ("pinned", "detected", "assumed: ...").
     version_source: str = ""
     # Where a command profile's api_key_args put the key (argv indices; e.g. --token={api_key}),
@@ -140,7 +140,7 @@ class LaunchCommand:
         return f"{env} {cmd}" if env else cmd
 
 
-def parse_version(text: str) -> SglangVersion | None:
+def parse_version(text: str) -> SGLangVersion | None:
     m = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text)
     if not m:
         return None
@@ -200,7 +200,7 @@ def python_of(profile: LaunchProfile) -> str:
     return profile.python or sys.executable
 
 
-def detect_sglang_version(python: str, timeout: float = 60.0) -> tuple[SglangVersion | None, str]:
+def detect_sglang_version(python: str, timeout: float = 60.0) -> tuple[SGLangVersion | None, str]:
     """Ask ``python`` which SGLang it imports. Returns (version, message); never raises.
 
     Importing sglang pulls in torch, so this takes seconds: call it from a thread.
@@ -225,12 +225,12 @@ def detect_sglang_version(python: str, timeout: float = 60.0) -> tuple[SglangVer
     return version, f"sglang {'.'.join(map(str, version))} importable by {python}"
 
 
-def version_text(version: SglangVersion | None) -> str | None:
+def version_text(version: SGLangVersion | None) -> str | None:
     return ".".join(map(str, version)) if version is not None else None
 
 
 def dsa_choice(
-    profile: LaunchProfile, version: SglangVersion | None
+    profile: LaunchProfile, version: SGLangVersion | None
 ) -> tuple[DsaRow | None, tuple[str, str, str]]:
     """The table row (if the profile has a table) and the (prefill, decode, KV dtype) to render:
     the profile's own values where set, the row's elsewhere."""
@@ -245,7 +245,7 @@ def dsa_choice(
 
 
 def _sglang_argv(
-    profile: LaunchProfile, settings: ServerSettings, version: SglangVersion, dsa: tuple[str, str, str]
+    profile: LaunchProfile, settings: ServerSettings, version: SGLangVersion, dsa: tuple[str, str, str]
 ) -> list[str]:
     if not profile.model_path:
         raise ProfileError("profile has no model_path")
@@ -334,7 +334,7 @@ def _command_argv(profile: LaunchProfile, settings: ServerSettings) -> tuple[lis
 def render_command(
     settings: ServerSettings,
     *,
-    detected_version: SglangVersion | None = None,
+    detected_version: SGLangVersion | None = None,
     detect_message: str = "",
 ) -> LaunchCommand:
     """Render the launch command for ``settings.profile``.
@@ -358,7 +358,7 @@ def render_command(
             f"profile {name!r}: {', '.join(profile.sim_fields_set())} only apply to a command profile "
             "(the simulator), not to one rendered by SGLang"
         )
-    version: SglangVersion | None
+    version: SGLangVersion | None
     if profile.sglang_version:
         version = parse_version(profile.sglang_version)
         if version is None:

@@ -17,7 +17,7 @@ from typing import Literal
 from sentinel.sglang.launch_facts import dsa_verdicts, normalize_kv_dtype
 from sentinel.supervise.launch import (
     LaunchCommand,
-    SglangVersion,
+    SGLangVersion,
     detect_sglang_version,
     python_of,
     version_text,
@@ -234,7 +234,7 @@ async def run_preflight(
     *,
     gpu_reader: GpuReader | None = None,
     check_port_free: bool = True,
-    detected: tuple[SglangVersion | None, str] | None = None,
+    detected: tuple[SGLangVersion | None, str] | None = None,
 ) -> list[PreflightResult]:
     """All checks for one launch. Never raises; blocking parts run in threads."""
     results: list[PreflightResult] = []

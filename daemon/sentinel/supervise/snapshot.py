@@ -19,7 +19,7 @@ from sentinel.supervise.state import ServerState
 
 if TYPE_CHECKING:
     from sentinel.supervise.classify import Crash
-    from sentinel.supervise.launch import SglangVersion
+    from sentinel.supervise.launch import SGLangVersion
     from sentinel.supervise.preflight import PreflightResult
     from sentinel.supervise.probes import ProbeResult
 
@@ -39,7 +39,7 @@ class SupervisorSnapshot:
     mode: str
     profile: str
     config_hash: str
-    sglang_version: SglangVersion | None
+    sglang_version: SGLangVersion | None
     state: ServerState
     since: float  # wall clock of the last state transition
     up: bool  # the last /health probe answered 200

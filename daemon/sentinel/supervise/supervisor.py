@@ -34,7 +34,7 @@ from sentinel.supervise.garbage import GarbageListener, GarbageWatch
 from sentinel.supervise.history import HISTORY_FILE, RestartHistory
 from sentinel.supervise.launch import (
     LaunchCommand,
-    SglangVersion,
+    SGLangVersion,
     api_key_of,
     config_hash_of,
     detect_sglang_version,
@@ -488,7 +488,7 @@ class Supervisor:
             except Exception:
                 return None  # systemd mode with a profile we cannot render: nothing to check
         child = s.mode == "child"
-        detected: tuple[SglangVersion | None, str] = (None, "")
+        detected: tuple[SGLangVersion | None, str] = (None, "")
         if child and cmd.profile.kind == "sglang":
             detected = await asyncio.to_thread(detect_sglang_version, python_of(cmd.profile))
             if not cmd.profile.sglang_version and detected[0] not in (None, cmd.sglang_version):
