@@ -12,7 +12,8 @@ __all__ = ["BUILTIN_COLLECTORS", "CollectorsSettings", "GpuSettings", "SGLangMet
 
 # The names ``enabled`` accepts. Kept here, not read from the registry, so that loading the config
 # does not import httpx and NVML; a test keeps it equal to what the registry registers.
-BUILTIN_COLLECTORS = ("sglang", "sglang_log", "gpu")
+# "router" yields nothing unless [server] kind = "router".
+BUILTIN_COLLECTORS = ("sglang", "sglang_log", "gpu", "router")
 
 
 class SGLangMetricsSettings(Section):
