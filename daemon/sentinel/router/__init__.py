@@ -16,8 +16,13 @@ Public surface::
 
 from __future__ import annotations
 
-from sentinel.router.read import READINESS_PATH, RouterReadError, read_router, resolve_model
-from sentinel.router.workers import RouterSnapshot, WorkerView, parse_breakers, parse_workers
+from typing import TYPE_CHECKING
+
+from sentinel.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from sentinel.router.read import READINESS_PATH, RouterReadError, read_router, resolve_model
+    from sentinel.router.workers import RouterSnapshot, WorkerView, parse_breakers, parse_workers
 
 __all__ = [
     "READINESS_PATH",
@@ -29,3 +34,19 @@ __all__ = [
     "read_router",
     "resolve_model",
 ]
+
+# Imported on first use: the config imports sentinel.router.settings (and so this package) for
+# every CLI command; httpx and prometheus_client are not needed for that.
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "READINESS_PATH": "sentinel.router.read",
+        "RouterReadError": "sentinel.router.read",
+        "read_router": "sentinel.router.read",
+        "resolve_model": "sentinel.router.read",
+        "RouterSnapshot": "sentinel.router.workers",
+        "WorkerView": "sentinel.router.workers",
+        "parse_breakers": "sentinel.router.workers",
+        "parse_workers": "sentinel.router.workers",
+    },
+)
