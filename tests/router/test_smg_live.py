@@ -266,3 +266,51 @@ def test_run_and_fleet_against_the_real_router(
             )
             assert sample(fleet, "sentinel_fleet_targets") == 3
         assert router.poll() is None, (tmp_path / "router.log").read_text()[-2000:]
+
+
+def test_an_open_breaker_on_a_healthy_worker_is_seen_as_unroutable(
+    sim_factory: Callable[..., SimProcess], tmp_path: Path
+) -> None:
+    # sglang-router kept a restarted worker unroutable behind its breaker while /workers called
+    # it healthy. Reproduced here: one worker answers 503 to generation (its /health stays 200),
+    # round-robin sends it requests until the breaker opens.
+    from prometheus_client import CollectorRegistry
+
+    from sentinel.collect.router import RouterCollector, _Config
+
+    sims = [sim_factory("--enable-metrics") for _ in range(2)]
+    rport, rmetrics = free_port(), free_port()
+    router_url = f"http://127.0.0.1:{rport}"
+    cmd = [
+        sys.executable, "-m", "smg", "launch", "--host", "127.0.0.1", "--port", str(rport),
+        "--prometheus-host", "127.0.0.1", "--prometheus-port", str(rmetrics),
+        "--policy", "round_robin", "--disable-retries", "--cb-failure-threshold", "3",
+        "--cb-timeout-duration-secs", "60", "--log-level", "warn",
+        "--worker-urls", *(s.base_url for s in sims),
+    ]  # fmt: skip
+    with spawn(cmd, tmp_path / "router.log", router_env()) as router, _client() as c:
+        wait_for(
+            "router with 2 healthy workers",
+            lambda: c.get(router_url + "/readiness").json().get("healthy_workers") == 2,
+            60,
+            router,
+        )
+        sims[0].control("/faults", "POST", {"name": "http_503", "params": {"rate": 1.0}})
+        body = {"model": "glm-5", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+        codes = [c.post(router_url + "/v1/chat/completions", json=body).status_code for _ in range(12)]
+        assert 503 in codes
+
+        reg = CollectorRegistry()
+        cfg = _Config(True, router_url, f"http://127.0.0.1:{rmetrics}/metrics", 2, 5.0)
+        reg.register(RouterCollector(cfg))
+
+        def value(name: str, **labels: str) -> float | None:
+            return reg.get_sample_value(name, labels)
+
+        bad, good = sims[0].base_url, sims[1].base_url
+        wait_for("breaker open", lambda: value("sentinel_router_worker_breaker_open", worker=bad) == 1, 20)
+        assert value("sentinel_router_worker_healthy", worker=bad) == 1  # what the router's health says
+        assert value("sentinel_router_worker_routable", worker=bad) == 0
+        assert value("sentinel_router_worker_routable", worker=good) == 1
+        assert value("sentinel_router_workers", state="breaker_open") == 1
+        assert value("sentinel_router_ready") == 1
