@@ -152,3 +152,13 @@ def test_half_open_is_not_routable() -> None:
     snap = RouterSnapshot(True, (WorkerView("http://a", True, "ready", "half_open"),), True, 0.0)
     assert snap.counts()["breaker_open"] == 1
     assert not snap.routable("http://a")
+
+
+def test_a_router_target_turns_the_router_collector_on_unless_the_list_is_explicit() -> None:
+    from sentinel.config import load_settings
+
+    router = {"SENTINEL_SERVER__MODE": "external", "SENTINEL_SERVER__KIND": "router"}
+    assert "router" not in load_settings(None, {}).collectors.enabled
+    assert load_settings(None, router).collectors.enabled[-1] == "router"
+    explicit = {**router, "SENTINEL_COLLECTORS__ENABLED": '["sglang"]'}
+    assert load_settings(None, explicit).collectors.enabled == ("sglang",)
