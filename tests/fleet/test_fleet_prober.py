@@ -6,6 +6,7 @@ import asyncio
 import json
 
 import httpx
+import pytest
 
 from sentinel.fleet.prober import Prober, probe_target
 from sentinel.fleet.service import result_families
@@ -102,3 +103,24 @@ async def test_the_prober_keeps_each_targets_latest_round_and_follows_target_cha
     assert prober.stats.rounds_ok >= 2
     assert prober.stats.rounds_failed == 0
     assert {h for h, _ in seen} == {"a", "b"}
+
+
+async def test_a_targets_api_key_goes_with_every_probe_and_never_into_file_sd() -> None:
+    auth: set[str | None] = set()
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        auth.add(request.headers.get("authorization"))
+        return httpx.Response(200)
+
+    prober = Prober(settings(canary={"enabled": False}), transport=httpx.MockTransport(handle))
+    prober.set_targets((FleetTarget(name="k", url="http://k:1", api_key="s3cret"),))
+    for _ in range(100):
+        if "k" in prober.results:
+            break
+        await asyncio.sleep(0.02)
+    await prober.stop()
+    assert auth == {"Bearer s3cret"}
+    from sentinel.fleet.targets import FileSdError, parse_file_sd
+
+    with pytest.raises(FileSdError, match="api_key is refused"):
+        parse_file_sd([{"targets": ["a:1"], "labels": {"name": "n", "api_key": "x"}}])

@@ -122,8 +122,9 @@ class Prober:
 
     async def _run(self, target: FleetTarget) -> None:
         s = self.settings
+        headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else None
         async with httpx.AsyncClient(
-            base_url=target.url, transport=self._transport, trust_env=False
+            base_url=target.url, headers=headers, transport=self._transport, trust_env=False
         ) as client:
             # Planned times on a fixed grid (interval, shifted by the target's phase): a slow
             # round delays the next one but never shifts the grid, so lag is measurable.

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from pathlib import Path
 
 from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -71,7 +70,7 @@ class _Families:
 
 
 class FleetService:
-    def __init__(self, config: FleetFile, config_path: Path | None = None) -> None:
+    def __init__(self, config: FleetFile) -> None:
         self.config = config
         self.prober = Prober(config.fleet)
         # (reloads, refused reads): one tuple, rebound whole, for the scrape threads.

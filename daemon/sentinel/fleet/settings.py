@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from sentinel.export.settings import ExporterSettings
+from sentinel.redact import register_secret
 from sentinel.section import Section
 from sentinel.supervise.settings import CanaryCheckSettings
 
@@ -28,6 +29,14 @@ class FleetTarget(Section):
     canaries: bool = True
     # A router's own metrics listener (smg --prometheus-port), where its breakers show.
     router_metrics_url: str = ""
+    # Bearer key for the probes (SGLang's --api-key, the router's --api-key). TOML only: a
+    # file_sd file is Prometheus's too, and its labels end up in series.
+    api_key: str = ""
+
+    @model_validator(mode="after")
+    def _register_key(self) -> FleetTarget:
+        register_secret(self.api_key)  # masked in every log line from now on
+        return self
 
 
 class FleetSettings(Section):

@@ -45,6 +45,10 @@ def parse_file_sd(data: Any, origin: str = "file_sd") -> tuple[FleetTarget, ...]
             raise FileSdError(f"{where}: 'targets' must be a list of strings")
         if not isinstance(labels, dict) or not isinstance(labels.get("name"), str):
             raise FileSdError(f"{where}: labels.name is required (the target's name)")
+        if "api_key" in labels:
+            # Prometheus reads the same file: its labels become series labels, visible to anyone
+            # who can query. A key belongs in the fleet's TOML ([[fleet.targets]] api_key).
+            raise FileSdError(f"{where}: labels.api_key is refused (a secret in Prometheus labels)")
         if len(addrs) != 1:
             raise FileSdError(f"{where}: exactly one address per entry (one name each), got {len(addrs)}")
         try:

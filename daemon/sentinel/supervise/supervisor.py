@@ -556,7 +556,7 @@ class Supervisor:
 
     # ------------------------------------------------------------------ external mode
     async def _use_router_model(self, ready: ProbeResult) -> ProbeResult:
-        """Point the canaries at the model the router serves (it 404s any other name).
+        """Point the canaries at the model the router serves (it 404s any other name); no stall check.
 
         A router that is ready but lists no model is not ready for the canaries either: the
         readiness result becomes a failure naming why, and the next poll tries again.
@@ -567,10 +567,12 @@ class Supervisor:
         except RouterReadError as exc:
             return ProbeResult("health", False, ready.duration, f"models_{exc.reason}", exc.detail, 200)
         c = self.checks.settings
-        if c.canary.model != model:
-            self.checks.settings = c.model_copy(
-                update={"canary": c.canary.model_copy(update={"model": model})}
-            )
+        if c.canary.model != model or c.stall.enabled:
+            canary = c.canary.model_copy(update={"model": model})
+            # The router has no /metrics (and no /v1/loads): a stall is a worker's, seen by the
+            # sentinel on that worker's node, not through the router.
+            stall = c.stall.model_copy(update={"enabled": False})
+            self.checks.settings = c.model_copy(update={"canary": canary, "stall": stall})
         return ready
 
     async def _run_external(self) -> None:
