@@ -124,3 +124,17 @@ async def test_a_targets_api_key_goes_with_every_probe_and_never_into_file_sd() 
 
     with pytest.raises(FileSdError, match="api_key is refused"):
         parse_file_sd([{"targets": ["a:1"], "labels": {"name": "n", "api_key": "x"}}])
+
+
+def test_a_router_whose_pool_cannot_be_read_says_so_on_probe() -> None:
+    from sentinel.fleet.prober import TargetResult
+    from sentinel.supervise.probes import ProbeResult
+
+    t = FleetTarget(name="r", url="http://r:1", kind="router")
+    ready = ProbeResult("readiness", True, 0.01, "ok")
+    fams = {f.name: f for f in result_families(TargetResult(t, (ready,), None, "timeout", 0.0, 0.0, 0.0))}
+    assert fams["sentinel_router_read_success"].samples[0].value == 0
+    assert [s.labels for s in fams["sentinel_probe_failure_info"].samples] == [
+        {"probe": "router_workers", "reason": "timeout"}
+    ]
+    assert "sentinel_router_workers" not in fams

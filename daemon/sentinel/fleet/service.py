@@ -56,6 +56,15 @@ def result_families(result: TargetResult) -> list[Metric]:
     round_s = GaugeMetricFamily("sentinel_fleet_round_duration_seconds", "How long the latest round took.")
     round_s.add_metric([], result.duration)
     out: list[Metric] = [success, duration, failure, ts, round_s]
+    if result.target.kind == "router":
+        read = GaugeMetricFamily(
+            "sentinel_router_read_success",
+            "1 when the router's /workers was read in the latest round (else no pool series).",
+        )
+        read.add_metric([], 1.0 if result.router is not None else 0.0)
+        out.append(read)
+        if result.router_error is not None:
+            failure.add_metric(["router_workers", result.router_error], 1.0)
     if result.router is not None:
         out.extend(router_families(result.router))
     return out
