@@ -112,3 +112,11 @@ def test_file_sd_json_is_what_prometheus_reads_too(tmp_path: Path) -> None:
     assert targets
     assert all(t.name for t in targets)
     assert json.loads(example.read_text())[0]["labels"]["name"] == targets[0].name
+
+
+def test_the_shipped_example_config_loads() -> None:
+    example = Path(__file__).resolve().parents[2] / "deploy" / "fleet" / "fleet.example.toml"
+    config = load_fleet_file(example)
+    assert [t.kind for t in config.fleet.targets] == ["router"]
+    assert config.fleet.file_sd is not None
+    assert config.exporter.port == 9481

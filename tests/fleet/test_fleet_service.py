@@ -81,3 +81,41 @@ async def test_probe_serves_each_targets_cached_round_and_metrics_the_fleets_hea
             assert own[("sentinel_fleet_file_sd_errors_total", frozenset())] == 1
     finally:
         await service.stop()
+
+
+async def test_the_optional_slo_round_reports_the_latencies_of_a_small_load(
+    sim_factory: Callable[..., SimProcess],
+) -> None:
+    sim = sim_factory()
+    config = FleetFile.model_validate(
+        {
+            "fleet": {
+                "interval": 1,
+                "jitter": 0,
+                "canary": {"enabled": False},
+                "slo": {"enabled": True, "every_rounds": 100, "num_requests": 6, "output_len": 16},
+                "targets": [{"name": "s", "url": sim.base_url}],
+            },
+            "exporter": {"port": 0},
+        }
+    )
+    service = FleetService(config)
+    await service.start()
+    try:
+        await until(
+            lambda: (r := service.prober.results.get("s")) is not None and r.slo is not None, "slo round"
+        )
+        async with httpx.AsyncClient(base_url=service.exporter.url, trust_env=False, timeout=10) as c:
+            got = values((await c.get("/probe", params={"target": "s"})).text)
+    finally:
+        await service.stop()
+    assert got[("sentinel_fleet_slo_requests", frozenset({("outcome", "completed")}))] == 6
+    assert got[("sentinel_fleet_slo_requests", frozenset({("outcome", "failed")}))] == 0
+    p50 = got[("sentinel_fleet_slo_ttft_seconds", frozenset({("quantile", "0.5")}))]
+    p99 = got[("sentinel_fleet_slo_ttft_seconds", frozenset({("quantile", "0.99")}))]
+    assert 0 < p50 <= p99
+    assert got[("sentinel_fleet_slo_output_throughput_tokens_per_second", frozenset())] > 0
+    # The simulator saw exactly those requests (every_rounds = 100: one SLO round in this test).
+    summary = sim.control("/summary")
+    assert summary["completed"] == 6
+    assert summary["total_output_tokens"] == 6 * 16

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 import httpx
 
 from sentinel.fleet.settings import FleetSettings, FleetTarget
+from sentinel.fleet.slo import SloResult, run_slo
 from sentinel.log import get_logger
 from sentinel.router import READINESS_PATH, RouterReadError, RouterSnapshot, read_router, resolve_model
 from sentinel.supervise.probes import ProbeResult, probe_canary, probe_health
@@ -38,6 +39,8 @@ class TargetResult:
     started: float  # wall clock of the round's start
     duration: float  # seconds the whole round took
     lag: float  # seconds the round started after its planned time (a busy prober shows here)
+    # The latest SLO round ([fleet.slo]), carried from round to round until the next one.
+    slo: SloResult | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +132,8 @@ class Prober:
             # Planned times on a fixed grid (interval, shifted by the target's phase): a slow
             # round delays the next one but never shifts the grid, so lag is measurable.
             planned = self._t0 + phase(target.name, s.interval)
+            rounds = 0
+            slo: SloResult | None = None
             while True:
                 jitter = random.uniform(0, s.jitter * s.interval) if s.jitter else 0.0
                 await asyncio.sleep(max(0.0, planned + jitter - time.monotonic()))
@@ -141,7 +146,15 @@ class Prober:
                     except Exception:  # a defect in one target's round must not end its schedule
                         _log.exception("fleet_round_failed", target=target.name)
                         probes, snap, err = (), None, "error"
-                    result = TargetResult(target, probes, snap, err, wall, time.monotonic() - start, lag)
+                    # The first round and every every_rounds-th, only while the target is ready.
+                    if s.slo.enabled and rounds % s.slo.every_rounds == 0 and probes and probes[0].ok:
+                        try:
+                            slo = await run_slo(target, s.slo)
+                        except Exception:
+                            _log.exception("fleet_slo_failed", target=target.name)
+                    rounds += 1
+                    took = time.monotonic() - start
+                    result = TargetResult(target, probes, snap, err, wall, took, lag, slo)
                 # The results dict maps names to immutable results; a scrape reads one entry.
                 self.results = {**self.results, target.name: result}
                 ok = bool(probes) and all(p.ok for p in probes) and err is None

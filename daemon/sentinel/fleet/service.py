@@ -22,6 +22,7 @@ from sentinel.collect.router import router_families
 from sentinel.export.server import Exporter
 from sentinel.fleet.prober import Prober, TargetResult
 from sentinel.fleet.settings import FleetFile, FleetTarget
+from sentinel.fleet.slo import slo_families
 from sentinel.fleet.targets import FileSdError, read_file_sd
 from sentinel.log import get_logger
 
@@ -67,6 +68,8 @@ def result_families(result: TargetResult) -> list[Metric]:
             failure.add_metric(["router_workers", result.router_error], 1.0)
     if result.router is not None:
         out.extend(router_families(result.router))
+    if result.slo is not None:
+        out.extend(slo_families(result.slo))
     return out
 
 

@@ -12,7 +12,7 @@ from sentinel.redact import register_secret
 from sentinel.section import Section
 from sentinel.supervise.settings import CanaryCheckSettings
 
-__all__ = ["NAME_PATTERN", "FleetFile", "FleetSettings", "FleetTarget"]
+__all__ = ["NAME_PATTERN", "FleetFile", "FleetSettings", "FleetSloSettings", "FleetTarget"]
 
 # A target's name is a label value and the ``?target=`` of a scrape: kept to what needs no quoting.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
@@ -39,6 +39,19 @@ class FleetTarget(Section):
         return self
 
 
+class FleetSloSettings(Section):
+    """``[fleet.slo]``: a small closed-loop load through each target every ``every_rounds`` rounds."""
+
+    enabled: bool = False
+    every_rounds: int = Field(default=10, ge=1, le=10_000)
+    num_requests: int = Field(default=8, ge=1, le=1000)
+    max_concurrency: int = Field(default=2, ge=1, le=64)
+    input_len: int = Field(default=128, ge=1, le=32768)
+    output_len: int = Field(default=32, ge=1, le=8192)
+    # Bounds the whole run (a wedged target must not hold a fleet slot for 15 min).
+    timeout: float = Field(default=120.0, gt=0, le=3600)
+
+
 class FleetSettings(Section):
     targets: tuple[FleetTarget, ...] = ()
     # A Prometheus file_sd JSON file, re-read when it changes (deploy/fleet/README.md: the
@@ -53,6 +66,7 @@ class FleetSettings(Section):
     # At most this many targets probed at the same moment: canaries are load.
     max_concurrency: int = Field(default=16, ge=1, le=1024)
     canary: CanaryCheckSettings = Field(default_factory=CanaryCheckSettings)
+    slo: FleetSloSettings = Field(default_factory=FleetSloSettings)
 
     @model_validator(mode="after")
     def _unique_names(self) -> FleetSettings:
