@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -81,6 +81,16 @@ class Settings(BaseSettings):
     schedule: ScheduleSettings = Field(default_factory=ScheduleSettings)
     calibration: CalibrationSettings = Field(default_factory=CalibrationSettings)
     state_dir: Path = Path("/var/lib/sentinel")
+
+    @model_validator(mode="after")
+    def _router_collector(self) -> Settings:
+        # A router target's pool series come from the "router" collector: on by default there,
+        # but an explicit [collectors] enabled list is the operator's word.
+        c = self.collectors
+        if self.server.kind == "router" and "router" not in c.enabled and "enabled" not in c.model_fields_set:
+            collectors = c.model_copy(update={"enabled": (*c.enabled, "router")})
+            object.__setattr__(self, "collectors", collectors)  # frozen model, still being built
+        return self
 
     @classmethod
     def settings_customise_sources(

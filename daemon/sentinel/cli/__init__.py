@@ -33,6 +33,7 @@ COMMANDS: tuple[str, ...] = (
     "sentinel.cli.bench",
     "sentinel.cli.sweep",
     "sentinel.cli.run",
+    "sentinel.cli.fleet",
     "sentinel.cli.status",
     "sentinel.cli.reset",
 )

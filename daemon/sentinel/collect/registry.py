@@ -79,6 +79,7 @@ _BUILTIN_MODULES = {
     "sglang": "sentinel.collect.sglang_metrics",
     "sglang_log": "sentinel.collect.sglang_log",
     "gpu": "sentinel.collect.gpu.collector",
+    "router": "sentinel.collect.router",
 }
 
 

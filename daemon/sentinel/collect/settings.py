@@ -9,11 +9,20 @@ from pydantic import Field, field_validator, model_validator
 
 from sentinel.section import Section
 
-__all__ = ["BUILTIN_COLLECTORS", "CollectorsSettings", "GpuSettings", "SGLangMetricsSettings"]
+__all__ = [
+    "BUILTIN_COLLECTORS",
+    "DEFAULT_COLLECTORS",
+    "CollectorsSettings",
+    "GpuSettings",
+    "SGLangMetricsSettings",
+]
 
 # The names ``enabled`` accepts. Kept here, not read from the registry, so that loading the config
 # does not import httpx and NVML; a test keeps it equal to what the registry registers.
-BUILTIN_COLLECTORS = ("sglang", "sglang_log", "gpu")
+BUILTIN_COLLECTORS = ("sglang", "sglang_log", "gpu", "router")
+# "router" is not on by default: it has nothing to read unless [server] kind = "router", and then
+# the config turns it on (sentinel.config) unless `enabled` is given explicitly.
+DEFAULT_COLLECTORS = ("sglang", "sglang_log", "gpu")
 
 
 class SGLangMetricsSettings(Section):
@@ -67,7 +76,7 @@ class GpuSettings(Section):
 
 
 class CollectorsSettings(Section):
-    enabled: tuple[str, ...] = BUILTIN_COLLECTORS
+    enabled: tuple[str, ...] = DEFAULT_COLLECTORS
     sglang: SGLangMetricsSettings = Field(default_factory=SGLangMetricsSettings)
     gpu: GpuSettings = Field(default_factory=GpuSettings)
 

@@ -178,7 +178,11 @@ def _section(settings: CollectorInputs) -> SGLangMetricsSettings:
     cfg = settings.collectors.sglang
     if cfg.url:
         return cfg
-    return cfg.model_copy(update={"url": default_metrics_url(settings.server.host, settings.server.port)})
+    url = default_metrics_url(settings.server.host, settings.server.port)
+    if getattr(settings.server, "kind", "server") == "router":
+        # A router serves no /metrics; it aggregates its workers' at /engine_metrics (worker_addr label).
+        url = url.removesuffix("/metrics") + "/engine_metrics"
+    return cfg.model_copy(update={"url": url})
 
 
 @register("sglang", section=_section)

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from sentinel.redact import register_secret
+from sentinel.router.settings import RouterTargetSettings
 from sentinel.section import Section
 
 __all__ = [
@@ -275,6 +276,11 @@ class ServerSettings(Section):
     # child: sentinel starts the server itself; systemd: the server is its own unit;
     # external: watch and report only.
     mode: Literal["child", "systemd", "external"] = "child"
+    # What answers at host:port in external mode: an SGLang server, or SGLang's router (smg):
+    # readiness from /readiness (its /health is 200 with no worker), canaries name the model
+    # of /v1/models, the "router" collector reports the worker pool ([server.router]).
+    kind: Literal["server", "router"] = "server"
+    router: RouterTargetSettings = Field(default_factory=RouterTargetSettings)
     # Launch profile for child mode: a built-in name ("sim", "glm5-nvfp4-rtxpro6000") or a key of
     # `profiles`. "sim" is the embedded default: `sentinel sim` on loopback.
     profile: str = "sim"
@@ -308,6 +314,12 @@ class ServerSettings(Section):
         if "\n" in key or "\r" in key:
             raise ValueError(f"api_key_file {path}: the key spans several lines (one line expected)")
         return {**data, "api_key": key}
+
+    @model_validator(mode="after")
+    def _router_is_external(self) -> ServerSettings:
+        if self.kind == "router" and self.mode != "external":
+            raise ValueError('kind = "router" needs mode = "external" (sentinel never launches a router)')
+        return self
 
     @model_validator(mode="after")
     def _register_key(self) -> ServerSettings:

@@ -26,6 +26,7 @@ import httpx
 
 from sentinel.log import get_logger
 from sentinel.netloc import url_host
+from sentinel.router import READINESS_PATH, RouterReadError, resolve_model
 from sentinel.supervise.backoff import RestartPolicy
 from sentinel.supervise.checks import Checks
 from sentinel.supervise.classify import RESTART_REASONS, Crash, classify_exit, decisive_lines
@@ -618,23 +619,47 @@ class Supervisor:
         return await self._deliberate_stop(runner, reason, detail)
 
     # ------------------------------------------------------------------ external mode
+    async def _use_router_model(self, ready: ProbeResult) -> ProbeResult:
+        """Point the canaries at the model the router serves (it 404s any other name); no stall check.
+
+        A router that is ready but lists no model is not ready for the canaries either: the
+        readiness result becomes a failure naming why, and the next poll tries again.
+        """
+        assert self._client is not None
+        try:
+            model = await resolve_model(self._client, self.settings.checks.health.timeout)
+        except RouterReadError as exc:
+            return ProbeResult("health", False, ready.duration, f"models_{exc.reason}", exc.detail, 200)
+        c = self.checks.settings
+        if c.canary.model != model or c.stall.enabled:
+            canary = c.canary.model_copy(update={"model": model})
+            # The router has no /metrics (and no /v1/loads): a stall is a worker's, seen by the
+            # sentinel on that worker's node, not through the router.
+            stall = c.stall.model_copy(update={"enabled": False})
+            self.checks.settings = c.model_copy(update={"canary": canary, "stall": stall})
+        return ready
+
     async def _run_external(self) -> None:
         """Observe a server someone else runs: states and checks, never a restart."""
         s = self.settings
         assert self._client is not None
         checks: list[asyncio.Task[None]] = []
         seen_at: float | None = None
+        # A router's /health is 200 with no worker at all: its readiness is /readiness.
+        path = READINESS_PATH if s.kind == "router" else "/health"
         try:
             while True:
-                r = await probe_health(self._client, "/health", "health", s.checks.health.timeout)
+                r = await probe_health(self._client, path, "health", s.checks.health.timeout)
                 alive = self.state in _ALIVE
+                if r.ok and not alive and s.kind == "router":
+                    r = await self._use_router_model(r)
                 if r.ok and not alive:
                     if seen_at is not None:
                         self.start_duration = time.monotonic() - seen_at
                     self.ready_timestamp = self.epoch = time.time()
                     self._ready_t0 = time.monotonic()
                     self.checks.reset()
-                    self.machine.set(ServerState.READY, "/health 200")
+                    self.machine.set(ServerState.READY, f"{path} 200")
                     checks = self.checks.start(self._client, allow_restart=False, include_health=False)
                 if r.reason == "refused":
                     await cancel_all(checks)
@@ -649,7 +674,7 @@ class Supervisor:
                 else:
                     seen_at = seen_at if seen_at is not None else time.monotonic()
                     self.checks.probes["health"] = r
-                    self.machine.set(ServerState.WARMING, f"/health {r.reason}")
+                    self.machine.set(ServerState.WARMING, f"{path} {r.reason}")
                     self._publish()
                 alive = self.state in _ALIVE
                 await asyncio.sleep(s.checks.health.interval if alive else s.startup_poll_interval)
