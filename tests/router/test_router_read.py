@@ -51,7 +51,7 @@ def value(families: list[Any], name: str, **labels: str) -> float | None:
         def collect(self) -> list[Any]:
             return families
 
-    reg.register(_C())  # type: ignore[arg-type]
+    reg.register(_C())
     return reg.get_sample_value(name, labels)
 
 
