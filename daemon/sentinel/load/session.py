@@ -8,6 +8,7 @@ its own (``/flush_cache``, ``/server_info``).
 from __future__ import annotations
 
 import asyncio
+import json
 
 import aiohttp
 
@@ -23,6 +24,22 @@ __all__ = [
 
 # aiohttp's per-response buffer for the auxiliary calls.
 _READ_BUFSIZE = 1 << 20
+# /v1/models lists a handful of models: far more is a broken or hostile server, not a model list.
+MODELS_MAX_BYTES = 1 << 20
+
+
+async def _read_capped(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The whole body, or ValueError once it passes ``limit`` bytes (never buffered past it)."""
+    if resp.content_length is not None and resp.content_length > limit:
+        raise ValueError(f"body of {resp.content_length} bytes over {limit}")
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise ValueError(f"body over {limit} bytes")
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def request_headers(spec: LoadSpec) -> dict[str, str]:
@@ -75,7 +92,7 @@ async def resolve_model(session: aiohttp.ClientSession, spec: LoadSpec) -> tuple
         async with asyncio.timeout(10.0):
             async with session.get(spec.base_url + "/v1/models", headers=headers) as resp:
                 if resp.status == 200:
-                    data = await resp.json(content_type=None)
+                    data = json.loads(await _read_capped(resp, MODELS_MAX_BYTES))
                     models = data.get("data") if isinstance(data, dict) else None
                     if isinstance(models, list) and models and isinstance(models[0], dict):
                         mid = models[0].get("id")
