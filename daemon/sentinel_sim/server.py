@@ -1,5 +1,7 @@
 """One simulated SGLang server: lifecycle, start-up phases, faults, and the engine's observers.
 
+How an armed fault plays out and how the server dies: ``crashing.py``.
+
 Lifecycle as a real server (0.5.9 and 0.5.23 alike; each version's texts: ``versions.py``),
 compressed by ``--speed``:
 
@@ -31,15 +33,8 @@ from typing import Any, Final, TextIO
 from aiohttp import web
 
 from sentinel_sim.config import SimConfig
-from sentinel_sim.crash import (
-    NAN_SANITIZED,
-    CrashKind,
-    crash_lines,
-    died_init_lines,
-    nan_assert_lines,
-    subprocess_crash_line,
-    tokenizer_lines,
-)
+from sentinel_sim.crash import CrashKind
+from sentinel_sim.crashing import Crasher
 from sentinel_sim.engine import Engine, Request
 from sentinel_sim.faults import Fault, FaultSet, check_fault_version, parse_fault_spec
 from sentinel_sim.looplag import LoopLag
@@ -56,16 +51,6 @@ __all__ = ["SGLANG_VERSION", "SimServer", "serve"]
 # The version of the in-process default (the CLI's --sglang-version picks per server: SimServer.version).
 SGLANG_VERSION: Final = "0.5.23"
 WARMUP_PROMPT: Final = "The capital city of France is"
-
-
-# crash:text=... while serving -> the crash kind.
-_SERVING_CRASH: Final[dict[str, CrashKind]] = {
-    "sampler": "exception",
-    "tokenizer": "tokenizer",
-    "nan": "nan",
-    "subprocess": "subprocess",
-    "died_init": "died_init",
-}
 
 
 def _constants(p: Profile) -> dict[str, float]:
@@ -167,8 +152,7 @@ class SimServer:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopped: asyncio.Event | None = None
         self._ready: asyncio.Event | None = None
-        self._dead = False
-        self._nan_warned = False
+        self._crasher = Crasher(self)
 
     # ---- public ------------------------------------------------------------------------------
     @property
@@ -308,7 +292,7 @@ class SimServer:
         self.faults.arm(fault, now=time.monotonic(), delay_s=delay)
         check_fault_version(fault, self.version)
         if fault.name in ("crash", "hang", "stall", "nan_sanitized"):
-            self.spawn(self._fault_timer(fault, delay), f"fault-{fault.name}")
+            self.spawn(self._crasher.fault_timer(fault, delay), f"fault-{fault.name}")
         return fault
 
     def clear_fault(self, name: str | None = None) -> list[str]:
@@ -316,41 +300,6 @@ class SimServer:
         if {"hang", "stall"} & set(cleared):
             self.engine.thaw()
         return cleared
-
-    async def _fault_timer(self, fault: Fault, delay: float) -> None:
-        if delay > 0:
-            await asyncio.sleep(delay)
-        if self.faults.get(fault.name) is not fault:
-            return  # cleared meanwhile
-        if fault.name == "crash":
-            self.crash(_SERVING_CRASH[fault.text("text")])
-        elif fault.name == "nan_sanitized":
-            if not self._nan_warned:  # "Logged once; further occurrences are silent."
-                self._nan_warned = True
-                self.log.scheduler(NAN_SANITIZED)
-        elif fault.name == "stall":
-            self.engine.freeze(fault.num("duration"))
-            await asyncio.sleep(self.server_seconds(fault.num("duration")))
-            if self.faults.get("stall") is fault:
-                self.faults.clear("stall")
-        elif fault.name == "hang":
-            self.engine.freeze(None)
-            watchdog = fault.num("watchdog")
-            if watchdog <= 0:
-                return
-            # SGLang's watchdog only counts while a batch is in flight (a health probe is one),
-            # and samples every timeout/2.
-            stuck_since: float | None = None
-            while self.faults.get("hang") is fault and self.engine.frozen_since is not None:
-                now = time.monotonic()
-                if not self.engine.busy:
-                    stuck_since = None
-                elif stuck_since is None:
-                    stuck_since = now
-                elif now - stuck_since >= self.server_seconds(watchdog):
-                    self._watchdog_crash(watchdog)
-                    return
-                await asyncio.sleep(self.server_seconds(watchdog) / 2)
 
     def hisparse_pools(self) -> tuple[int, float, int, float]:
         """``--enable-hisparse``: (gpu tokens, gpu usage, cpu tokens, cpu usage) of the Decode line.
@@ -364,72 +313,10 @@ class SimServer:
         device = min(device_capacity, e.kv_used)
         return device, device / device_capacity, e.kv_used, e.token_usage
 
-    def _watchdog_crash(self, timeout: float) -> None:
-        reqs = [*self.engine.running, *self.engine.waiting]
-        self.log.scheduler(
-            f"self.cur_batch.batch_size()={len(reqs)}, self.cur_batch.reqs={[r.rid for r in reqs][:8]}"
-        )
-        self.log.scheduler(f"Scheduler watchdog timeout (self.watchdog_timeout={timeout:g}, self.soft=False)")
-        self.crash("watchdog")
-
     def crash(self, kind: CrashKind) -> None:
-        """Die as SGLang dies: scheduler exception record + traceback, SIGQUIT line, SIGKILL."""
-        if self._dead:
-            return
-        self._dead = True
-        self.engine.freeze(None)
-        if kind in ("tokenizer", "nan", "died_init", "subprocess"):
-            self._crash_texts(kind)
-            return
-        if kind != "watchdog":
-            used = self.profile.gpu_mem_gb - 1.2
-            head, body = crash_lines(kind, used_gb=used, total_gb=self.profile.gpu_mem_gb)
-            self.log.scheduler(head)
-            if body:
-                self.log.raw(body)
-        if self.ready_at is None:
-            self.log.main("Received sigquit from a child process. It usually means the child failed.")
-        else:
-            self.log.main("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
-        self.exit_reason = f"crash:{kind}"
-        if self.on_fatal is not None:
-            self.on_fatal()
-        else:
-            self.spawn(self.stop(f"crash:{kind}"), "die")
-
-    def _crash_texts(self, kind: CrashKind) -> None:
-        """The crash texts of ``crash:text=...`` (crash.py says where each comes from)."""
-        log = self.log
-        if kind == "tokenizer":
-            head, body = tokenizer_lines()
-            log.main(head)
-            log.raw(body)
-            # kill_process_tree(include_parent=True): SIGKILL, no SIGQUIT line.
-        elif kind == "nan":
-            asserts, head, body = nan_assert_lines(self.version)
-            if asserts:
-                log.raw(asserts)
-            log.scheduler(head)
-            log.raw(body)
-            log.main("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
-        elif kind == "subprocess":
-            rank = max(0, self.profile.tp_size - 1)
-            log.main(subprocess_crash_line(rank, os.getpid() + 1 + rank))
-            log.main(
-                "SIGQUIT received. signum=3, frame=<frame at 0x7f3a2c1b9a40, file '/usr/lib/python3.12/"
-                "selectors.py', line 468, code select>. It usually means one child failed."
-            )
-        else:  # died_init: the main process's exception ends it with status 1, no SIGKILL.
-            log.raw(died_init_lines(self.version, rank=max(0, self.profile.tp_size - 1)))
-            self.exit_reason = "crash:died_init"
-            self.exit_code = 1
-            self.spawn(self.stop("crash:died_init"), "die")
-            return
-        self.exit_reason = f"crash:{kind}"
-        if self.on_fatal is not None:
-            self.on_fatal()
-        else:
-            self.spawn(self.stop(f"crash:{kind}"), "die")
+        """Die as SGLang dies: scheduler exception record + traceback, SIGQUIT line, SIGKILL
+        (``crashing.py``; once: a second crash is ignored)."""
+        self._crasher.crash(kind)
 
     # ---- start-up ----------------------------------------------------------------------------
     def _write_ready_file(self) -> None:

@@ -2,6 +2,7 @@
 
 - ``sentinel.sglang.logparse`` — SGLang server log line → typed event (batch lines, start-up
   milestones, health-check failures, crash signatures).
+- ``sentinel.sglang.logprefix`` — a log line's ``[timestamp ranks]`` prefix (``Ranks``).
 
 The catalog of SGLang 0.5.9's ``sglang:*`` metric families (type, labels, buckets) is test data:
 ``tests/support/sglang_metricnames.py``, generated next to it. Production code re-exposes

@@ -53,6 +53,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from sentinel.sglang.crashes import CRASH_PRIORITY, CrashKind, match_crash
+from sentinel.sglang.logprefix import NO_RANKS, PREFIX, Ranks, parse_ranks
 
 __all__ = [
     "CRASH_PRIORITY",
@@ -75,21 +76,6 @@ __all__ = [
     "parse_line",
     "unparsed_reason",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Ranks:
-    """The parallel ranks in a scheduler line's prefix (``[… DP0 TP0 EP0]``); ``None`` = not printed."""
-
-    dp: int | None = None
-    pp: int | None = None
-    attn_cp: int | None = None
-    moe_dp: int | None = None
-    tp: int | None = None
-    ep: int | None = None
-
-
-NO_RANKS = Ranks()
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,23 +260,9 @@ LogEvent = (
 )
 
 # ---------------------------------------------------------------------------------------------
-# Prefix: "[2026-04-08 14:05:21 TP0] " or "[2026-04-08 14:05:21.123 DP0 TP0 EP0] ".
-_PREFIX = re.compile(r"\[(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?((?: [A-Z_]+\d+)*)\] ")
-_RANK = re.compile(r" ([A-Z_]+?)(\d+)")
-_RANK_FIELDS = {"DP": "dp", "PP": "pp", "ATTN_CP": "attn_cp", "MOE_DP": "moe_dp", "TP": "tp", "EP": "ep"}
+# After the prefix (logprefix.py): "Decode batch, #running-req: ..." or "Decode batch [7], ...".
 _BATCH_HEAD = re.compile(r"(Decode|Prefill) batch(?: \[(\d+)\])?[,.] ")
 _BATCH_ANYWHERE = re.compile(r"(?<![\w])(Decode|Prefill) batch(?: \[(\d+)\])?[,.] (?=#)")
-
-
-def _ranks(text: str) -> Ranks:
-    if not text:
-        return NO_RANKS
-    values: dict[str, int] = {}
-    for name, number in _RANK.findall(text):
-        attr = _RANK_FIELDS.get(name)
-        if attr is not None:
-            values[attr] = int(number)
-    return Ranks(**values) if values else NO_RANKS
 
 
 def _bool(text: str) -> bool:
@@ -465,12 +437,12 @@ def _parse(line: str) -> LogEvent | None:
     ranks = NO_RANKS
     msg = line
     if line.startswith("["):
-        m = _PREFIX.match(line)
+        m = PREFIX.match(line)
         if m is not None:
             y, mo, d, h, mi, s, frac, rank_text = m.groups()
             micro = int(frac.ljust(6, "0")) if frac else 0
             ts = datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), micro)
-            ranks = _ranks(rank_text)
+            ranks = parse_ranks(rank_text)
             msg = line[m.end() :]
 
     # Hot path first: batch lines and access lines are nearly everything a busy server prints.
@@ -582,7 +554,7 @@ def unparsed_reason(line: str) -> tuple[str, str] | None:
         text = line.rstrip("\r\n")
         ts: datetime | None = None
         msg = text
-        m = _PREFIX.match(text) if text.startswith("[") else None
+        m = PREFIX.match(text) if text.startswith("[") else None
         if m is not None:
             ts, msg = datetime(2000, 1, 1), text[m.end() :]  # any non-None: the prefix was there
         result = _batch(msg, ts, NO_RANKS)
