@@ -38,7 +38,7 @@ from typing import Any
 import aiohttp
 import httpx
 
-from sentinel.load.engine import _split_events
+from sentinel.load.sink import split_events
 from sentinel.load.transport import HttpClient
 
 
@@ -102,7 +102,7 @@ async def httpx_raw(url: str, n: int, conc: int, counter: list[int]) -> None:
             async with sem, client.stream("POST", url, content=BODY) as resp:
                 buf = b""
                 async for data in resp.aiter_raw():
-                    events, buf = _split_events(buf + data if buf else data)
+                    events, buf = split_events(buf + data if buf else data)
                     _consume(events, counter)
 
         await asyncio.gather(*(one() for _ in range(n)))
@@ -132,7 +132,7 @@ async def aiohttp_readany(url: str, n: int, conc: int, counter: list[int]) -> No
             async with sem, session.post(url, data=BODY) as resp:
                 buf = b""
                 while data := await resp.content.readany():
-                    events, buf = _split_events(buf + data if buf else data)
+                    events, buf = split_events(buf + data if buf else data)
                     _consume(events, counter)
 
         await asyncio.gather(*(one() for _ in range(n)))
@@ -184,7 +184,7 @@ class _Sink:
         pass
 
     def on_data(self, data: bytes, now: float) -> None:
-        events, self.buf = _split_events(self.buf + data if self.buf else data)
+        events, self.buf = split_events(self.buf + data if self.buf else data)
         _consume(events, self.counter)
 
 

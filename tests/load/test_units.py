@@ -25,7 +25,8 @@ from sentinel.load import (
 from sentinel.load.arrivals import planned_offsets
 from sentinel.load.backends import NativeParser, StreamFailure
 from sentinel.load.datasets import PromptSource, load_jsonl
-from sentinel.load.engine import _duration, _split_events
+from sentinel.load.engine import _duration
+from sentinel.load.sink import split_events
 from sentinel.load.stats import percentile, summarize
 
 # ---------------------------------------------------------------- stats (numpy's conventions)
@@ -331,13 +332,13 @@ def test_spec_is_frozen_and_hides_the_key() -> None:
 
 
 def test_split_events_handles_partial_multi_crlf_comments_and_multiline() -> None:
-    events, rest = _split_events(b'data: {"a":1}\n\ndata: {"b"')
+    events, rest = split_events(b'data: {"a":1}\n\ndata: {"b"')
     assert events == [b'{"a":1}']
     assert rest == b'data: {"b"'
-    events, rest = _split_events(rest + b":2}\n\n: keep-alive\n\nevent: x\ndata: l1\ndata: l2\n\n")
+    events, rest = split_events(rest + b":2}\n\n: keep-alive\n\nevent: x\ndata: l1\ndata: l2\n\n")
     assert events == [b'{"b":2}', b"l1\nl2"]
     assert rest == b""
-    events, _ = _split_events(b"data:[DONE]\r\n\r\n")
+    events, _ = split_events(b"data:[DONE]\r\n\r\n")
     assert events == [b"[DONE]"]
 
 

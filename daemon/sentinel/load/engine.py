@@ -1,12 +1,13 @@
 """The load engine: one event loop, one connection pool, an absolute-time schedule.
 
 Streams go through `sentinel.load.transport` (asyncio protocol callbacks + httptools): the
-bytes of one socket read reach the response parser inside the read callback, stamped with the
-read's arrival time. aiohttp's client wakes a coroutine per read and stamps it only when that
-coroutine gets its turn (late under load); an aiohttp-based engine, measured in one session
-against this one, cost more client CPU per token (1.89x vs 2.57x bench_serving's efficiency at
-256/256, 2.66x vs 4.29x at 1024/1024) and had a higher Poisson p99 schedule lag (3.4-6 ms vs
-~2 ms); httpx parses HTTP in pure Python and cost 2-3x aiohttp's CPU per event
+bytes of one socket read reach the response parser inside the read callback
+(`sentinel.load.sink`), stamped with the read's arrival time. aiohttp's client wakes a
+coroutine per read and stamps it only when that coroutine gets its turn (late under load); an
+aiohttp-based engine, measured in one session against this one, cost more client CPU per token
+(1.89x vs 2.57x bench_serving's efficiency at 256/256, 2.66x vs 4.29x at 1024/1024) and had a
+higher Poisson p99 schedule lag (3.4-6 ms vs ~2 ms); httpx parses HTTP in pure Python and cost
+2-3x aiohttp's CPU per event
 (`benchmarks/load_http_clients.py`, `benchmarks/load_efficiency.py`, `benchmarks/load_accuracy.py`).
 aiohttp is still used for the few auxiliary calls (`/v1/models`): `sentinel.load.session`.
 
@@ -41,6 +42,7 @@ from sentinel.load.lag import LoopLagMonitor
 from sentinel.load.records import FailureReason, LoadCounters, RequestRecord
 from sentinel.load.result import RunResult
 from sentinel.load.session import make_session, request_headers, resolve_model, wait_ready
+from sentinel.load.sink import ResponseSink, http_error
 from sentinel.load.spec import ArrivalProcess, Backend, LoadSpec, SharedPrefixDataset
 from sentinel.load.transport import ConnectError, ConnectionLost, HttpClient, ProtocolError
 
@@ -48,133 +50,7 @@ __all__ = ["RecordCallback", "run_load"]
 
 RecordCallback = Callable[[RequestRecord], None]
 
-_ERROR_BODY_LIMIT = 2048
-# An unfinished SSE event (no blank line yet) or a whole non-streamed body larger than this is not
-# what SGLang sends (its largest event, the native stream's cumulative text at 32k tokens, is
-# ~150 KB): the request fails as malformed_stream instead of buffering a never-ending line.
-# Checked only off the fast path, where a read does not end an event anyway.
-EVENT_LIMIT = 4 << 20
-BODY_LIMIT = 64 << 20
 _PRECISE_WINDOW_S = 0.0015
-_DONE_EVENT = b"data: [DONE]\n\n"
-
-
-def _split_events(buf: bytes) -> tuple[list[bytes], bytes]:
-    """Complete SSE events (their data payloads) and the unfinished rest of the buffer."""
-    if b"\r" in buf:
-        buf = buf.replace(b"\r\n", b"\n")
-    parts = buf.split(b"\n\n")
-    rest = parts.pop()
-    out: list[bytes] = []
-    for ev in parts:
-        if ev.startswith(b"data: ") and b"\n" not in ev:
-            out.append(ev[6:])  # the only shape SGLang sends
-            continue
-        data = [
-            line[5:].lstrip(b" ") if line.startswith(b"data:") else b""
-            for line in ev.split(b"\n")
-            if line.startswith(b"data:")
-        ]
-        if data:  # events without data (comments, retry:, blank keep-alives) are skipped
-            out.append(b"\n".join(data))
-    return out, rest
-
-
-class _Sink:
-    """Receives a response's body bytes inside the connection's read callback, with the read's
-    arrival time (`transport.BodySink`)."""
-
-    __slots__ = (
-        "buf", "done", "error_body", "fast", "feed", "feed_event", "head", "more", "more_bytes", "ok", "rec",
-        "sent", "status", "stream", "whole",
-    )  # fmt: skip
-
-    def __init__(self, rec: RequestRecord, parser: ResponseParser, stream: bool) -> None:
-        self.rec = rec
-        self.feed = parser.feed_bytes
-        self.feed_event = parser.feed_event
-        self.fast = False  # a 200 stream whose first read was seen: on_data's first branch
-        self.stream = stream
-        self.sent = 0.0  # perf_counter() just before the request's bytes were written (on_sent)
-        self.status = 0
-        self.ok = False
-        self.done = False  # saw data: [DONE]
-        self.buf = b""  # an unfinished event
-        self.more: list[bytes] = []  # later reads of a long unfinished event (no newline yet)
-        self.more_bytes = 0  # their size, against EVENT_LIMIT
-        self.whole = bytearray()
-        self.error_body = bytearray()
-        self.head = b""  # the first bytes of a 200 body, to explain a stream that is not SSE
-
-    def on_sent(self, now: float) -> None:
-        self.sent = now
-
-    def on_status(self, status: int) -> None:
-        self.status = status
-        self.rec.http_status = status
-        self.ok = status == 200
-
-    def on_data(self, data: bytes, now: float) -> None:
-        # The common read of a stream, first: exactly one whole `data: ...` event, nothing
-        # buffered, past the first read (which keeps `head`).
-        if (
-            self.fast
-            and not self.buf
-            and data.startswith(b"data: ")
-            and data.endswith(b"\n\n")
-            and data.find(b"\n", 6) == len(data) - 2
-        ):
-            rel = now - self.sent
-            self.rec.latency = rel
-            if data == _DONE_EVENT:
-                self.done = True
-            else:
-                self.feed_event(data, rel)
-            return
-        if not self.ok:
-            # Only the head of an error body is kept, and a body that goes on past it (an
-            # endless or huge error page) is not waited for: raising here ends the request
-            # and drops the connection.
-            self.error_body += data[: _ERROR_BODY_LIMIT - len(self.error_body)]
-            if len(self.error_body) >= _ERROR_BODY_LIMIT:
-                raise StreamFailure(
-                    FailureReason.http(self.status), _http_error(self.status, bytes(self.error_body))
-                )
-            return
-        rel = now - self.sent
-        self.rec.latency = rel
-        if not self.head:
-            self.head = data[:200]
-            self.fast = self.stream
-        if not self.stream:
-            self.whole += data
-            if len(self.whole) > BODY_LIMIT:
-                raise StreamFailure(FailureReason.MALFORMED, f"response body over {BODY_LIMIT} bytes")
-            return
-        if self.buf:
-            if b"\n" not in data:  # the middle of a long event: gather, join once it ends
-                self.more.append(data)
-                self.more_bytes += len(data)
-                if self.more_bytes + len(self.buf) > EVENT_LIMIT:
-                    raise StreamFailure(FailureReason.MALFORMED, f"an SSE event over {EVENT_LIMIT} bytes")
-                return
-            if self.more:
-                data = b"".join(self.more) + data
-                self.more.clear()
-                self.more_bytes = 0
-        events, self.buf = _split_events(self.buf + data if self.buf else data)
-        if len(self.buf) > EVENT_LIMIT:
-            raise StreamFailure(FailureReason.MALFORMED, f"an SSE event over {EVENT_LIMIT} bytes")
-        feed = self.feed
-        fed = 0
-        for payload in events:
-            if payload == b"[DONE]":
-                self.done = True
-            else:
-                feed(payload, rel)
-                fed += 1
-        if fed > 1:
-            self.rec.shared_read_events += fed - 1
 
 
 class _LoraPicker:
@@ -268,7 +144,7 @@ class _Run:
 
     async def _execute(self, rec: RequestRecord, body: bytes) -> None:
         parser = make_parser(self.spec.backend, rec, self.spec.keep_text)
-        sink = _Sink(rec, parser, self.spec.stream)
+        sink = ResponseSink(rec, parser, self.spec.stream)
         sink.sent = time.perf_counter()  # until the bytes are written (a connect error keeps this)
         rec.sent = sink.sent - self.t0
         rec.dispatched = True
@@ -277,14 +153,16 @@ class _Run:
         finally:
             rec.sent = sink.sent - self.t0
 
-    async def _exchange(self, rec: RequestRecord, body: bytes, parser: ResponseParser, sink: _Sink) -> None:
+    async def _exchange(
+        self, rec: RequestRecord, body: bytes, parser: ResponseParser, sink: ResponseSink
+    ) -> None:
         spec = self.spec
         perf = time.perf_counter
         try:
             async with asyncio.timeout(spec.request_timeout_s):
                 status = await self.client.post(self.path, body, sink)
             if status != 200:
-                raise StreamFailure(FailureReason.http(status), _http_error(status, bytes(sink.error_body)))
+                raise StreamFailure(FailureReason.http(status), http_error(status, bytes(sink.error_body)))
             if rec.latency is None:
                 rec.latency = perf() - sink.sent
             if spec.stream:
@@ -350,21 +228,6 @@ class _Run:
             rec.error = f"{rec.output_len} output tokens < {rec.planned_output_len} requested with ignore_eos"
             return
         rec.success = True
-
-
-def _http_error(status: int, raw: bytes) -> str:
-    text = raw.decode("utf-8", "replace").strip()
-    try:
-        obj = json.loads(text)
-    except ValueError:
-        obj = None
-    if isinstance(obj, dict):
-        err = obj.get("error", obj.get("detail", obj.get("message")))
-        if isinstance(err, dict):
-            err = err.get("message", err)
-        if err is not None:
-            text = str(err)
-    return f"HTTP {status}: {text[:500]}" if text else f"HTTP {status}"
 
 
 async def _wait(

@@ -5,8 +5,9 @@ Why not aiohttp or httpx for the request path (numbers: `benchmarks/load_http_cl
 layers (stream reader, flow control, a coroutine wake-up per read) before we see a byte; on an
 SSE stream that is one chunk per token, and it was most of the client's CPU. Here the body
 bytes of one socket read go straight from the read callback to the request's sink with one
-timestamp. httptools (llhttp, the parser uvicorn uses) does the HTTP framing; the steady state
-of a stream (one read = one whole chunk) is unframed by a few byte operations instead.
+timestamp. httptools (llhttp, the parser uvicorn uses) does the HTTP framing
+(`sentinel.load.framing`); the steady state of a stream (one read = one whole chunk) is
+unframed here by a few byte operations instead.
 An aiohttp-based engine was built and measured against this one (same session, same
 simulator): streamed tokens per client CPU-second vs bench_serving fell from 2.57x to 1.89x
 (256/256) and from 4.29x to 2.66x (1024/1024), and the Poisson p99 schedule lag rose from about
@@ -41,12 +42,11 @@ import select
 import socket
 import ssl
 import time
-from typing import Any, Protocol, cast
+from typing import Any, cast
 from urllib.parse import urlsplit
 
-import httptools
-
 from sentinel.kernelstamp import ANCBUF_SIZE, SO_TIMESTAMPNS, TIMESPEC
+from sentinel.load.framing import BodySink, ConnectionLost, Exchange, ProtocolError, ResponseFraming
 
 __all__ = ["KEEPALIVE_S", "BodySink", "ConnectError", "ConnectionLost", "HttpClient", "ProtocolError"]
 
@@ -70,52 +70,8 @@ _STAMP_SLACK_S = 1.0
 _READ_SIZE = 65536
 
 
-class BodySink(Protocol):
-    def on_sent(self, now: float) -> None:
-        """The request is about to be handed to the kernel, at `now` (perf_counter)."""
-
-    def on_status(self, status: int) -> None: ...
-
-    def on_data(self, data: bytes, now: float) -> None:
-        """Body bytes (de-chunked) of one socket read; `now` = perf_counter() time it arrived."""
-
-
 class ConnectError(OSError):
     """The connection could not be opened (refused, unreachable, DNS, TLS)."""
-
-
-class ConnectionLost(ConnectionError):
-    """The server closed the connection before the response was complete."""
-
-
-class ProtocolError(ValueError):
-    """The server's bytes are not valid HTTP/1.1."""
-
-
-class _Exchange:
-    __slots__ = ("complete", "future", "received", "sent_at", "sink", "status")
-
-    def __init__(self, sink: BodySink, future: asyncio.Future[None]) -> None:
-        self.sink = sink
-        self.future = future
-        self.status = 0
-        self.received = False
-        self.complete = False
-        self.sent_at = 0.0
-
-    def fail(self, exc: BaseException) -> None:
-        if not self.future.done():
-            self.future.set_exception(exc)
-
-    def mark_sent(self) -> None:
-        # Called just BEFORE the request's first byte goes to the kernel: a stamp taken after
-        # send() returns can be late by a preemption (issue #20, under CPU contention: TTFT
-        # 0.61 ms against the server's 4.08 ms), and every time measured from it would
-        # then be short, down to impossible. From before the send, a response time is never
-        # earlier than the server could have produced it (bench_serving stamps before
-        # `session.post` for the same reason).
-        self.sent_at = now = _perf()
-        self.sink.on_sent(now)
 
 
 # perf_counter - time.time sampled this close together bound the error of the pair.
@@ -146,108 +102,6 @@ def clock_offset() -> float:
     return best
 
 
-class _Http:
-    """HTTP/1.1 response framing of one connection; the I/O is the subclass's."""
-
-    def __init__(self) -> None:
-        self.parser = httptools.HttpResponseParser(self)
-        self.exchange: _Exchange | None = None
-        self.closed = False
-        self.idle_since = 0.0
-        self.keep_alive = False
-        self._body: list[bytes] = []  # body pieces of the read being parsed
-        self._framed = False  # the response has Content-Length or Transfer-Encoding
-        # The parser's last event was the end of a chunk, and the read ended there: the next
-        # read starts with a chunk-size line, the one shape `_on_read` unframes itself.
-        self._chunk_end = False
-        self._boundary = False
-
-    def send(self, request: bytes, ex: _Exchange) -> None:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-    def _on_read(self, data: bytes, now: float) -> None:
-        ex = self.exchange
-        if ex is None:  # bytes on an idle connection: not HTTP we can trust any more
-            self.close()
-            return
-        ex.received = True
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self._body.clear()
-            ex.fail(ProtocolError(f"invalid HTTP from the server: {exc}"))
-            self.close()
-            return
-        self._boundary = self._chunk_end and data.endswith(b"\r\n")
-        pieces = self._body
-        if pieces:
-            # One call per read: a read holding many small chunks (a fast server, a client
-            # that fell behind) is joined once, not piece by piece.
-            body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-            pieces.clear()
-            self._deliver(ex, body, now)
-            if self.closed:
-                return
-        if ex.complete and not ex.future.done():
-            ex.future.set_result(None)
-
-    def _deliver(self, ex: _Exchange, body: bytes, now: float) -> None:
-        try:
-            ex.sink.on_data(body, now)
-        except Exception as exc:  # the sink's verdict (e.g. an in-band error) ends the request
-            ex.fail(exc)
-            self.close()
-
-    def _on_eof(self, exc: Exception | None) -> None:
-        self.closed = True
-        ex = self.exchange
-        if ex is None or ex.complete:
-            return
-        if exc is None and ex.status and not self._framed:
-            # A body without Content-Length or chunking ends at the server's clean close
-            # (HTTP/1.1 section 6.3); httptools has no feed_eof, so that end is ours to call.
-            ex.complete = True
-            if not ex.future.done():
-                ex.future.set_result(None)
-            return
-        ex.fail(ConnectionLost(f"the server closed the connection{f': {exc}' if exc else ''}"))
-
-    # -- httptools callbacks --
-    def on_message_begin(self) -> None:
-        self._framed = False
-        self._chunk_end = False
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() in (b"content-length", b"transfer-encoding"):
-            self._framed = True
-
-    def on_headers_complete(self) -> None:
-        ex = self.exchange
-        if ex is not None:
-            ex.status = self.parser.get_status_code()
-            ex.sink.on_status(ex.status)
-
-    def on_body(self, body: bytes) -> None:
-        self._chunk_end = False
-        self._body.append(body)
-
-    def on_chunk_header(self) -> None:
-        self._chunk_end = False
-
-    def on_chunk_complete(self) -> None:
-        self._chunk_end = True
-
-    def on_message_complete(self) -> None:
-        self._chunk_end = False
-        # Asked here: after the callback llhttp has reset for the next message and answers no.
-        self.keep_alive = self.parser.should_keep_alive()
-        if self.exchange is not None:
-            self.exchange.complete = True
-
-
 class _StampFaults:
     """Kernel stamps one client could not use (counted across its connections)."""
 
@@ -257,7 +111,7 @@ class _StampFaults:
         self.bad_stamps = 0
 
 
-class _SocketConnection(_Http):
+class _SocketConnection(ResponseFraming):
     """Plain TCP on a non-blocking socket, read with kernel receive timestamps where available."""
 
     def __init__(
@@ -346,7 +200,7 @@ class _SocketConnection(_Http):
                         return
         self._on_read(data, now)
 
-    def send(self, request: bytes, ex: _Exchange) -> None:
+    def send(self, request: bytes, ex: Exchange) -> None:
         ex.mark_sent()
         try:
             n = self.sock.send(request)
@@ -468,7 +322,7 @@ class _Poller:
         self.fd = -1
 
 
-class _TransportConnection(_Http, asyncio.Protocol):
+class _TransportConnection(ResponseFraming, asyncio.Protocol):
     """TLS (or a loop without add_reader) through an asyncio transport; user-space stamps."""
 
     def __init__(self) -> None:
@@ -485,9 +339,9 @@ class _TransportConnection(_Http, asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._on_eof(exc)
 
-    def send(self, request: bytes, ex: _Exchange) -> None:
+    def send(self, request: bytes, ex: Exchange) -> None:
         assert self.transport is not None
-        ex.mark_sent()  # before the write, see _Exchange.mark_sent
+        ex.mark_sent()  # before the write, see Exchange.mark_sent
         self.transport.write(request)
 
     def close(self) -> None:
@@ -516,8 +370,8 @@ class HttpClient:
             if "\r" in line or "\n" in line:
                 raise ValueError("header names and values cannot contain line breaks")
         self._head = ("\r\n".join(lines) + "\r\n").encode("latin-1")
-        self._idle: list[_Http] = []
-        self._all: set[_Http] = set()
+        self._idle: list[ResponseFraming] = []
+        self._all: set[ResponseFraming] = set()
         self._addrs: list[tuple[socket.AddressFamily, tuple[Any, ...]]] | None = None
         self._poller: _Poller | None = None
         self._unstamped = False  # a connection could not turn kernel stamps on
@@ -532,7 +386,7 @@ class HttpClient:
             self.ssl is None and bool(_SO_TIMESTAMPNS) and not self._unstamped and not self._faults.bad_stamps
         )
 
-    async def _connect(self) -> _Http:
+    async def _connect(self) -> ResponseFraming:
         try:
             async with asyncio.timeout(self.connect_timeout):
                 conn = await (self._open_tls() if self.ssl is not None else self._open_socket())
@@ -545,14 +399,14 @@ class HttpClient:
         self._all.add(conn)
         return conn
 
-    async def _open_tls(self) -> _Http:
+    async def _open_tls(self) -> ResponseFraming:
         loop = asyncio.get_running_loop()
         _, conn = await loop.create_connection(
             _TransportConnection, self.host, self.port, ssl=self.ssl, server_hostname=self.host
         )
         return conn
 
-    async def _open_socket(self) -> _Http:
+    async def _open_socket(self) -> ResponseFraming:
         loop = asyncio.get_running_loop()
         if self._addrs is None:
             infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
@@ -578,7 +432,7 @@ class HttpClient:
             return conn
         raise ConnectError(str(error) if error else f"no address for {self.host}")
 
-    def _take_idle(self) -> _Http | None:
+    def _take_idle(self) -> ResponseFraming | None:
         now = time.monotonic()
         while self._idle:
             conn = self._idle.pop()
@@ -620,7 +474,7 @@ class HttpClient:
             reused = conn is not None
             if conn is None:
                 conn = await self._connect()
-            ex = _Exchange(sink, asyncio.get_running_loop().create_future())
+            ex = Exchange(sink, asyncio.get_running_loop().create_future())
             conn.exchange = ex
             conn.send(request, ex)
             try:
