@@ -50,7 +50,7 @@ pytestmark = pytest.mark.slow
 RUNNING_CAP = 4
 SUBMITTED = 7  # 4 running, 3 queued
 SPEED = 20
-WARMUP_S = 3.0
+WARMUP_S = 4.0
 OVERVIEW = Path(__file__).resolve().parents[2] / "grafana" / "dashboards" / "sentinel-overview.json"
 
 
