@@ -59,3 +59,30 @@ def test_elsewhere_lines_are_plain_json(tmp_path: Path) -> None:
     assert len(lines) == 6
     for line in lines:
         assert json.loads(line)["level"] in {"debug", "info", "warning", "error", "critical"}
+
+
+_FLOATS = """
+import sys
+from sentinel.log import configure_logging, get_logger
+configure_logging("info", sys.argv[1])
+get_logger("sentinel.test").info("a_figure", elapsed_s=0.123456789012, rates=[1234.56789, 2], count=3)
+"""
+
+
+def _figures(fmt: str) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "JOURNAL_STREAM"}
+    done = subprocess.run(
+        [sys.executable, "-c", _FLOATS, fmt], capture_output=True, text=True, env=env, check=True, timeout=60
+    )
+    return done.stderr
+
+
+def test_console_lines_round_floats_json_keeps_them() -> None:
+    console = _figures("console")
+    assert "elapsed_s=0.1235" in console
+    assert "1235.0" in console
+    assert "1234.56789" not in console
+    assert "count=3" in console
+    record = json.loads(_figures("json"))
+    assert record["elapsed_s"] == 0.123456789012  # full precision for machines
+    assert record["rates"] == [1234.56789, 2]

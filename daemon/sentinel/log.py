@@ -22,7 +22,14 @@ import structlog
 
 from sentinel.redact import scrub_event
 
-__all__ = ["LogFormat", "SyslogLevelPrefix", "configure_logging", "get_logger", "stream_is_journal"]
+__all__ = [
+    "LogFormat",
+    "SyslogLevelPrefix",
+    "configure_logging",
+    "get_logger",
+    "round_floats",
+    "stream_is_journal",
+]
 
 LogFormat = Literal["auto", "json", "console"]
 
@@ -79,6 +86,34 @@ class SyslogLevelPrefix:
         return f"<{_SYSLOG_LEVELS.get(level, 6)}>{rendered}"
 
 
+def _round(value: Any, digits: int) -> Any:
+    if isinstance(value, float):
+        return float(f"{value:.{digits}g}")
+    return value
+
+
+def round_floats(digits: int = 4) -> structlog.types.Processor:
+    """Processor for the console: floats of an event shown to ``digits`` significant digits.
+
+    A person reads ``elapsed_s=0.1234`` faster than ``elapsed_s=0.12340876501798630``; the
+    figure is unchanged for a machine, so JSON lines (journald, files) keep full precision
+    and only the console renderer gets this. Floats inside lists/tuples one level down are
+    rounded too (a duration list); nested mappings are left as they are.
+    """
+
+    def processor(
+        logger: Any, method_name: str, event_dict: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
+        for key, value in event_dict.items():
+            if isinstance(value, float):
+                event_dict[key] = _round(value, digits)
+            elif isinstance(value, (list, tuple)) and any(isinstance(v, float) for v in value):
+                event_dict[key] = type(value)(_round(v, digits) for v in value)
+        return event_dict
+
+    return processor
+
+
 def configure_logging(level: str = "info", fmt: LogFormat = "auto") -> None:
     """Configure structlog and the stdlib root logger. Safe to call again (e.g. on SIGHUP)."""
     if fmt == "auto":
@@ -100,7 +135,7 @@ def configure_logging(level: str = "info", fmt: LogFormat = "auto") -> None:
         renderer = structlog.dev.ConsoleRenderer(
             colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
         )
-        pre = [structlog.processors.format_exc_info]
+        pre = [structlog.processors.format_exc_info, round_floats()]
     if stream_is_journal(sys.stderr):
         renderer = SyslogLevelPrefix(renderer)
     structlog.configure(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from structlog.testing import capture_logs
 
 from sentinel.config import load_settings
 from sentinel.daemon import Daemon, resolve_state_dir
@@ -81,7 +82,14 @@ async def test_calibration_runs_in_the_slot_and_sets_capacity(tmp_path: Path) ->
         from sentinel.supervise import ServerState
 
         await daemon.supervisor.wait_for_state(ServerState.READY, timeout_s=30)
-        assert await asyncio.wait_for(daemon.calibrate(), 90) == "completed"
+        with capture_logs() as logs:
+            assert await asyncio.wait_for(daemon.calibrate(), 90) == "completed"
+        events = [e for e in logs if e["event"].startswith("calibration_")]
+        # Said when the sweep starts (not only at its end): no stored result yet, so a full one.
+        assert events[0]["event"] == "calibration_started"
+        assert events[0]["mode"] == "full"
+        assert 0 < events[0]["budget_tokens"] <= 200 * 64
+        assert events[-1]["event"] == "calibration_done"
         status = daemon.status()
         assert status["schedule"]["recent"][-1]["kind"] == "calibration"
         assert 0 < status["schedule"]["budget"]["spent"] <= 200 * 64

@@ -125,6 +125,34 @@ def test_units_verify_cleanly(tmp_path: Path) -> None:
 
 
 @needs_promtool
+def test_sglang_unit_runs_what_sentinel_check_renders_for_its_version() -> None:
+    """deploy/sglang.service is written for SGLang 0.5.9; its ExecStart flags and Environment= are
+    what the launch profile renders for that version (`sentinel check` with 0.5.9 installed), so
+    the unit and the docs' "keep the flags in step with sentinel check" cannot drift apart."""
+    from sentinel.supervise.launch import render_command
+
+    unit = (DEPLOY / "sglang.service").read_text()
+    assert "0.5.9" in unit
+    # One restarter (README "One restarter", docs/supervise.md): no Restart= other than "no".
+    assert re.findall(r"^Restart=(?!no$).*", unit, re.M) == []
+    body = re.sub(r"\\\n\s*", " ", unit)
+    exec_start = re.search(r"^ExecStart=(.*)$", body, re.M)
+    assert exec_start is not None
+    # --log-level info is SGLang's default, spelled out in the unit for whoever reads it.
+    flags = exec_start.group(1).replace(" --log-level info", "").split()
+    flags = flags[flags.index("--model-path") :]
+    settings = load_settings(DEPLOY / "config.example.toml", environ={}).server
+    settings = settings.model_copy(update={"mode": "child", "profile": "glm5-nvfp4-rtxpro6000"})
+    command = render_command(settings, detected_version=(0, 5, 9))
+    argv = list(command.argv)
+    rendered = argv[argv.index("--model-path") :]
+    assert sorted(flags) == sorted(rendered)
+    env = dict(
+        kv.split("=", 1) for line in re.findall(r"^Environment=(.*)$", unit, re.M) for kv in line.split()
+    )
+    assert {k: env[k] for k in command.env} == dict(command.env)
+
+
 def test_alert_rules_check_and_unit_tests_as_shipped() -> None:
     assert PROMTOOL is not None
     rules = DEPLOY / "alerts.yml"

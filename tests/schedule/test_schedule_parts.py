@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +11,10 @@ import httpx
 import pytest
 
 from sentinel.config import ConfigError, load_settings
+from sentinel.load import ArrivalProcess
 from sentinel.schedule.breaker import BreakerSignals, trip_reason
 from sentinel.schedule.budget import WINDOW_SECONDS, TokenBudget
+from sentinel.schedule.executor import spec_for
 from sentinel.schedule.plan import plan_run
 from sentinel.schedule.polite import (
     LoadReadError,
@@ -269,6 +272,20 @@ def test_plan_scales_prompts_rate_and_concurrency() -> None:
     half = plan_run("r", p, 0.5)
     assert (half.num_prompts, half.request_rate, half.max_concurrency, half.full_size) == (32, 8, 16, False)
     assert plan_run("r", p, 0.001).num_prompts == 1
+
+
+def test_request_rate_inf_in_toml_sends_all_prompts_at_once(tmp_path: Path) -> None:
+    # TOML has no null: `inf` is the only way a config file can ask for a burst.
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[schedule.profiles.burst]\nnum_prompts = 32\nrequest_rate = inf\n")
+    p = load_settings(cfg, environ={}).schedule.profiles["burst"]
+    for scale in (1.0, 0.5):
+        plan = plan_run("burst", p, scale)
+        assert plan.request_rate is None
+        spec = spec_for(plan, "http://127.0.0.1:1")
+        assert (spec.arrival, spec.request_rate) == (ArrivalProcess.BURST, math.inf)
+        record = {"request_rate": plan.request_rate, "settings": plan.settings.model_dump()}
+        json.dumps(record, allow_nan=False)  # no Infinity in runs.jsonl
 
 
 def test_schedule_settings_validation(tmp_path: Path) -> None:

@@ -232,6 +232,17 @@ class CalibrationJob:
                 run.counters.completed += step.measurement.completed
                 run.counters.failed += step.measurement.failed
 
+            # Said before the sweep, not only after it: a sweep runs for minutes and the
+            # operator watching the journal should see why the server is suddenly busy. The
+            # mode is recalibrate()'s own choice (incremental from a stored conclusive result).
+            previous = await asyncio.to_thread(store.latest, conclusive=True)
+            _log.info(
+                "calibration_started",
+                mode="incremental" if previous is not None else "full",
+                budget_tokens=allowed,
+                max_requests=cal.max_requests,
+                max_duration_s=cal.max_duration,
+            )
             self.calibrating = True
             try:
                 result = await recalibrate(

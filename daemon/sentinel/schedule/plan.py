@@ -43,6 +43,10 @@ class RunPlan:
 def plan_run(profile: str, settings: LoadProfileSettings, scale: float) -> RunPlan:
     """Scale prompts, rate and concurrency together, so a shrunk run is a lighter copy of the profile."""
     scale = min(max(scale, 0.0), 1.0)
+    # TOML has no null: `request_rate = inf` is how a profile says "all at once" (bench_serving's
+    # --request-rate inf). From here on that is None, so no infinity reaches JSON or the engine.
+    if settings.request_rate is not None and math.isinf(settings.request_rate):
+        settings = settings.model_copy(update={"request_rate": None})
     prompts = max(1, math.floor(settings.num_prompts * scale)) if scale < 1.0 else settings.num_prompts
     rate = settings.request_rate * scale if settings.request_rate is not None and scale < 1.0 else None
     if scale >= 1.0:

@@ -40,7 +40,8 @@ class LoadProfileSettings(Section):
     # native: SGLang /generate with input_ids (exact lengths); chat/completions: the OpenAI routes.
     backend: Literal["native", "chat", "completions"] = "native"
     num_prompts: int = Field(default=64, ge=1, le=100_000)
-    # Requests per second (open loop, Poisson); None sends all prompts at once.
+    # Requests per second (open loop, Poisson); inf (TOML `request_rate = inf`) sends all prompts
+    # at once, as bench_serving's --request-rate inf.
     request_rate: float | None = Field(default=16.0, gt=0)
     max_concurrency: int | None = Field(default=None, ge=1)
     input_len: int = Field(default=256, ge=1)

@@ -75,7 +75,7 @@ class StateMachine:
         self.transitions[(old.value, new.value)] += 1
         change = StateChange(old, new, reason, self._since)
         level = _log.warning if new in (ServerState.UNHEALTHY, ServerState.FAILED) else _log.info
-        level("server state changed", old=old.value, new=new.value, reason=reason)
+        level("server_state_changed", old=old.value, new=new.value, reason=reason)
         for listener in list(self._listeners):
             try:
                 listener(change)
