@@ -320,6 +320,48 @@ def test_counts_leave_out_warmup_and_cancelled_requests() -> None:
     assert line.line(now[0]).startswith("done 1/3 | failed 1 | ")
 
 
+@dataclass
+class _Streaming:
+    tokens_seen: int
+
+
+def test_tokens_count_as_they_stream_not_only_at_completion() -> None:
+    counters = LoadCounters(sent=2, in_flight=2)
+    now = [0.0]
+    line = ProgressLine(counters, io.StringIO(), planned=2, clock=lambda: now[0])
+    line._note_phase(0.0)
+    # Nothing has completed yet, but 300 tokens have arrived on the two streams.
+    counters.streaming = {0: _Streaming(120), 1: _Streaming(180)}
+    now[0] = 2.0
+    assert line.line(now[0]) == "done 0/2 | failed 0 | in flight 2 | 150 out tok/s | 2.0 s"
+    # One finishes: its tokens move from the stream to the completed count, the total holds.
+    del counters.streaming[0]
+    counters.in_flight = 1
+    line.on_record(_record(False, True, 120))
+    assert line.line(now[0]) == "done 1/2 | failed 0 | in flight 1 | 150 out tok/s | 2.0 s"
+
+
+async def test_the_engine_publishes_the_streams_in_flight(sim_factory: Any) -> None:
+    """While a long request streams, its parser is in ``counters.streaming`` with its tokens."""
+    from sentinel.load import LoadSpec, RandomDataset, run_load
+
+    sim = sim_factory("--skip-server-warmup", "--speed", "1")
+    counters = LoadCounters()
+    spec = LoadSpec(
+        base_url=sim.base_url, dataset=RandomDataset(16, 40, 1.0), num_requests=1, warmup_requests=0
+    )
+    task = asyncio.create_task(run_load(spec, counters=counters))
+    seen = 0
+    while not task.done():
+        if counters.completed == 0:
+            seen = max([seen, *(p.tokens_seen for p in counters.streaming.values())])
+        await asyncio.sleep(0.05)
+    result = await task
+    assert result.metrics.completed == 1
+    assert 0 < seen < 40  # counted while streaming, before the request completed
+    assert counters.streaming == {}
+
+
 def test_duration_runs_show_time_against_the_duration() -> None:
     counters = LoadCounters(sent=1)
     now = [0.0]

@@ -148,10 +148,16 @@ class _Run:
         sink.sent = time.perf_counter()  # until the bytes are written (a connect error keeps this)
         rec.sent = sink.sent - self.t0
         rec.dispatched = True
+        streaming = self.counters.streaming
+        if not rec.warmup:
+            streaming[rec.index] = parser
         try:
             await self._exchange(rec, body, parser, sink)
         finally:
             rec.sent = sink.sent - self.t0
+            # Before `execute` counts the finished request: no await in between, so a reader
+            # sees its tokens either here or in the completed count, never both or neither.
+            streaming.pop(rec.index, None)
 
     async def _exchange(
         self, rec: RequestRecord, body: bytes, parser: ResponseParser, sink: ResponseSink

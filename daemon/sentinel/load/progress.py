@@ -12,9 +12,11 @@ result block that follows), ended with a newline so that the block starts on a c
 
 Counts come from the engine's per-request callback, not `LoadCounters.completed`, because the
 counters include warm-up requests (a 40-prompt run would otherwise end at "done 41/40").
-Output tokens are counted when a request finishes, so the live tok/s is bench_serving's output
-throughput so far (completed requests' tokens over the measured time): steady, and it converges
-to the block's figure instead of jumping with every completion.
+Output tokens are counted as they stream: the completed requests' tokens plus what the measured
+requests in flight have received so far (`LoadCounters.streaming`, read from each parser at the
+redraw, so the hot path does no extra work), over the measured time. A long run therefore shows
+its rate from the first tokens on, not only once requests start to complete; the summary that
+replaces the line at the end is the result's own output throughput (completed requests only).
 """
 
 from __future__ import annotations
@@ -114,7 +116,8 @@ class ProgressLine:
             return f"warm-up: done {self.warm_done} | in flight {c.in_flight} | {elapsed}"
         if self._duration_s is not None:
             elapsed = f"{now - self.measured_since:.1f}/{self._duration_s:g} s"
-        rate = self.output_tokens / max(now - self.measured_since, 1e-3)
+        streamed = self.output_tokens + sum(p.tokens_seen for p in c.streaming.values())
+        rate = streamed / max(now - self.measured_since, 1e-3)
         return (
             f"done {self.done}{self._of()} | failed {self.failed} | in flight {c.in_flight} | "
             f"{rate:,.0f} out tok/s | {elapsed}"

@@ -8,6 +8,7 @@ wall clock. Times inside one request (`ttft`, `chunk_times`...) are relative to 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 __all__ = ["FailureReason", "LoadCounters", "RequestRecord"]
 
@@ -85,6 +86,12 @@ class RequestRecord:
         return None if self.latency is None else self.sent + self.latency
 
 
+class StreamedTokens(Protocol):
+    """What the live count reads of a request's response parser."""
+
+    tokens_seen: int
+
+
 @dataclass(slots=True)
 class LoadCounters:
     """Live state of a run, safe to read at any time from the event loop that runs it.
@@ -96,6 +103,9 @@ class LoadCounters:
     planned: int | None = None  # requests the run will send, when known
     sent: int = 0
     in_flight: int = 0
+    # Measured requests in flight: index -> their response parser, whose ``tokens_seen`` is the
+    # output tokens streamed so far (the progress line's live count; no per-token bookkeeping).
+    streaming: dict[int, StreamedTokens] = field(default_factory=dict)
     completed: int = 0
     failed: int = 0
     output_tokens: int = 0
