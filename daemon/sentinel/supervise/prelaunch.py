@@ -34,6 +34,8 @@ __all__ = ["preflight_before_launch", "render_launch_command", "runner_for"]
 
 _log = get_logger(__name__)
 
+# A transient GPU failure (memory a dead server still holds) is checked again at this pace,
+# until ``gpu_release_wait`` has passed.
 _GPU_RELEASE_POLL = 2.0
 
 
