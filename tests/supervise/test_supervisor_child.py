@@ -285,7 +285,7 @@ async def test_stop_ends_even_when_a_task_drops_its_cancellation(
 async def test_an_internal_error_does_not_kill_the_supervisor(
     fast: Fast, fake_cmd: FakeCmd, port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sentinel.supervise.supervisor as module
+    import sentinel.supervise.prelaunch as module
     from sentinel.supervise.preflight import run_preflight as real
 
     calls = 0
@@ -328,7 +328,7 @@ async def test_waits_for_gpu_memory_release_instead_of_failing(
     profile = LaunchProfile(kind="command", needs_gpus=2, mem_fraction_static=0.85)
     cmd = LaunchCommand("fake-gpu", profile, base.argv, {})
     settings = fast(port, gpu_release_wait=20.0)
-    import sentinel.supervise.supervisor as module
+    import sentinel.supervise.prelaunch as module
 
     monkeypatch.setattr(module, "_GPU_RELEASE_POLL", 0.05)
     sup = Supervisor(settings, command=cmd, gpu_reader=gpus)

@@ -16,8 +16,9 @@ Public surface (what ``sentinel.daemon`` wires)::
 Modules: ``settings`` (the ``[schedule]`` section), ``scheduler`` (APScheduler jobs and the life of
 one run), ``plan`` (what a run does and reports), ``executor`` (a plan through the load engine),
 ``budget`` (the hourly token budget), ``polite`` (foreign traffic), ``breaker`` (abort reasons),
-``metrics`` (every series of this package). The state directory it writes to is the daemon's
-(:mod:`sentinel.statedir`: the supervisor and the calibration store keep their files there too).
+``history`` (the run and epoch records, restored at start), ``metrics`` (every series of this
+package). The state directory it writes to is the daemon's (:mod:`sentinel.statedir`: the
+supervisor and the calibration store keep their files there too).
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ Rules, and how they are kept:
 - Before a run: polite check (foreign traffic → run, shrink or skip) and the token budget
   (shrink to fit or skip). During a run: every check interval, the circuit breaker and the polite
   check again, the server epoch (a restart aborts the run) and the run's time limit.
+
+The records of runs and server epochs, and what is restored from them, are
+:mod:`~sentinel.schedule.history`'s.
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -46,12 +48,12 @@ from apscheduler.triggers.interval import IntervalTrigger
 from sentinel.load.records import LoadCounters
 from sentinel.log import get_logger
 from sentinel.schedule.budget import TokenBudget
+from sentinel.schedule.history import RunHistory
 from sentinel.schedule.ledger import LEDGER_FILE, BudgetLedger
 from sentinel.schedule.metrics import ScheduleMetrics
 from sentinel.schedule.monitor import GpuHealthView, LoadReader, RunMonitor, ServerView
 from sentinel.schedule.plan import RunExecutor, RunPlan, RunReport, plan_run
 from sentinel.schedule.polite import decide
-from sentinel.schedule.revoke import revoke_reference
 from sentinel.schedule.runrecord import RunContext, account_run, iso, report_from_counters
 from sentinel.schedule.settings import LoadProfileSettings, ScheduleSettings
 from sentinel.statedir import StateDir
@@ -60,8 +62,6 @@ __all__ = ["ExclusiveRun", "LoadScheduler"]
 
 _log = get_logger(__name__)
 
-RUNS_FILE = "runs.jsonl"
-RESTARTS_FILE = "restarts.jsonl"
 # How long an interrupted run may take to hand back its partial result before it is torn down.
 _CANCEL_GRACE_SECONDS = 10.0
 
@@ -106,8 +106,6 @@ class LoadScheduler:
         (a state directory reused for another target) are ignored at restore. ``served_model``
         goes into the records too (what the server was serving, for whoever reads them)."""
         self.settings = settings
-        self.target_url = target_url
-        self.served_model = served_model
         self.server = server
         self.executor = executor
         self.metrics = metrics
@@ -124,8 +122,7 @@ class LoadScheduler:
         self._scheduler: AsyncIOScheduler | None = None
         self._current: _Current | None = None
         self._last_epoch: float | None = None
-        self._recent: deque[dict[str, Any]] = deque(maxlen=50)
-        self._restarts: deque[dict[str, Any]] = deque(maxlen=50)
+        self._history = RunHistory(state, target_url=target_url, served_model=served_model)
         self._stopping = False
         self.last_tick = time.monotonic()
         # Completed runs of this daemon life (any profile); the daemon's calibrate-when-missing waits for one.
@@ -133,50 +130,15 @@ class LoadScheduler:
 
     # -- life cycle -----------------------------------------------------------------------------
 
-    def _write_run(self, record: dict[str, Any]) -> None:
-        if self.target_url is not None:
-            record["server_url"] = self.target_url
-            record["served_model"] = self.served_model
-        self.state.append(RUNS_FILE, record, self.settings.history_runs)
-
-    def _own_runs(self, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The records of this target. Only the URL is compared: a relaunch with another config is
-        still the same server's hour of budget. Records without one (written before targets were
-        recorded) are kept: the budget is a safety bound, and counting too much is the safe side."""
-        if self.target_url is None:
-            return runs
-        own = [r for r in runs if r.get("server_url") in (None, self.target_url)]
-        if len(own) != len(runs):
-            _log.warning(
-                "state_records_ignored",
-                file=RUNS_FILE,
-                kept=len(own),
-                ignored=len(runs) - len(own),
-                reason=f"recorded for another server than {self.target_url}",
-            )
-        return own
-
     def restore(self) -> None:
         """Reload the run and restart history: budget spending and the status page survive a restart."""
-        runs = self._own_runs(self.state.history(RUNS_FILE, limit=self.settings.history_runs))
-        ledger_since = self.budget.restore_ledger()
-        spent = []
-        for record in runs:
-            tokens = record.get("budget_tokens")
-            start, end = record.get("started_at"), record.get("finished_at")
-            if not (
-                isinstance(tokens, int) and isinstance(start, int | float) and isinstance(end, int | float)
-            ):
-                continue
-            if ledger_since is None or start < ledger_since:  # else the ledger has it already
-                spent.append((float(start), float(end), tokens))
-        self.budget.restore(spent)
-        self._recent.extend(runs[-self._recent.maxlen :] if self._recent.maxlen else runs)
-        restarts = self.state.history(RESTARTS_FILE, limit=self.settings.history_restarts)
-        self._restarts.extend(restarts[-50:])
-        if restarts and isinstance(restarts[-1].get("ready_at"), int | float):
+        s = self.settings
+        last = self._history.restore(
+            self.budget, runs_limit=s.history_runs, restarts_limit=s.history_restarts
+        )
+        if last is not None:
             # The same server life seen again (the daemon restarted, the server did not): no new epoch.
-            self._last_epoch = float(restarts[-1]["ready_at"])
+            self._last_epoch = last
 
     async def start(self) -> None:
         """Create the scheduler and its jobs. Must be called from the running event loop."""
@@ -303,18 +265,12 @@ class LoadScheduler:
             return
         self._last_epoch = epoch
         warm = self.server.started_warm()
-        record = {
-            "ready_at": epoch,
-            "ready_at_iso": iso(epoch),
-            "launch_hash": self.server.launch_hash(),
-            "seen_at": self._clock(),
-            # Already serving when first seen (sentinel restarted, the server did not).
-            "observed_running": warm,
-        }
-        self._restarts.append(record)
-        self.state.append(RESTARTS_FILE, record, self.settings.history_restarts)
-        _log.info(
-            "server_epoch", ready_at=iso(epoch), launch_hash=record["launch_hash"], observed_running=warm
+        self._history.add_epoch(
+            epoch,
+            launch_hash=self.server.launch_hash(),
+            seen_at=self._clock(),
+            warm=warm,
+            keep=self.settings.history_restarts,
         )
         if warm:
             return  # a warm server needs no fresh reference point: the schedule carries on
@@ -333,8 +289,7 @@ class LoadScheduler:
         self.metrics.skipped.labels(profile, reason).inc()
         _log.info("load_skipped", profile=profile, reason=reason, **extra)
         record = {"kind": "skip", "profile": profile, "reason": reason, "at": self._clock(), **extra}
-        self._recent.append(record)
-        self._write_run(record)
+        self._history.add_run(record, self.settings.history_runs)
         return f"skipped:{reason}"
 
     async def fire(self, profile: str) -> str:
@@ -427,14 +382,13 @@ class LoadScheduler:
         record = account_run(self.metrics, plan, report, outcome, abort_reason, ctx)
         if outcome == "completed":
             self.completed_runs += 1
-        self._recent.append(record)
-        self._write_run(record)
+        self._history.add_run(record, self.settings.history_runs)
         return outcome if abort_reason is None else f"{outcome}:{abort_reason}"
 
     def revoke_reference(self, since: float, reason: str) -> int:
         """A canary confirmed garbage: runs that finished since ``since`` (wall clock, the last
         passing canary) leave the reference series (schedule/revoke.py)."""
-        return revoke_reference(self.state, RUNS_FILE, self.metrics, self._recent, since, reason)
+        return self._history.revoke_reference(self.metrics, since, reason)
 
     async def _execute(
         self, plan: RunPlan, current: _Current, epoch: float
@@ -566,8 +520,7 @@ class LoadScheduler:
                 "launch_hash": self.server.launch_hash(),
                 "budget_tokens": min(run.charged, max_tokens),
             }
-            self._recent.append(record)
-            self._write_run(record)
+            self._history.add_run(record, self.settings.history_runs)
             return outcome
         finally:
             self._current = None
@@ -607,8 +560,8 @@ class LoadScheduler:
                 "completed": current.counters.completed,
                 "failed": current.counters.failed,
             },
-            "recent": list(self._recent),
-            "restarts": list(self._restarts),
+            "recent": list(self._history.recent),
+            "restarts": list(self._history.restarts),
             "budget": {
                 "tokens_per_hour": self.budget.tokens_per_hour,
                 "spent": self.budget.spent(),

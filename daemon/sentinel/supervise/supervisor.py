@@ -7,8 +7,10 @@ check policy asks for a restart → classify → back off → next life. More th
 :meth:`Supervisor.reset`. In external mode it only observes and reports.
 
 Seams: the check loops are :mod:`~sentinel.supervise.checks`, the on-disk restart history
-:mod:`~sentinel.supervise.history`, what others read :mod:`~sentinel.supervise.snapshot`; this
-module is the life cycle and the restart decisions.
+:mod:`~sentinel.supervise.history`, what others read :mod:`~sentinel.supervise.snapshot`, what
+to launch and the preflight before it :mod:`~sentinel.supervise.prelaunch`, external mode's
+observation loop :mod:`~sentinel.supervise.external`; this module is the life cycle and the
+restart decisions.
 """
 
 from __future__ import annotations
@@ -26,33 +28,25 @@ import httpx
 
 from sentinel.log import get_logger
 from sentinel.netloc import url_host
-from sentinel.router import READINESS_PATH, RouterReadError, resolve_model
 from sentinel.supervise.backoff import RestartPolicy
 from sentinel.supervise.checks import Checks
 from sentinel.supervise.classify import RESTART_REASONS, Crash, classify_exit, decisive_lines
+from sentinel.supervise.external import observe_external
 from sentinel.supervise.gaps import GapWatch
 from sentinel.supervise.garbage import GarbageListener, GarbageWatch
 from sentinel.supervise.history import HISTORY_FILE, RestartHistory
-from sentinel.supervise.launch import (
-    LaunchCommand,
-    SGLangVersion,
-    api_key_of,
-    config_hash_of,
-    detect_sglang_version,
-    python_of,
-    render_command,
-    resolve_profile,
-)
+from sentinel.supervise.launch import LaunchCommand, api_key_of, config_hash_of
 from sentinel.supervise.logbus import LineListener, LogBus, LogLine
 from sentinel.supervise.metrics import SupervisorCollector
 from sentinel.supervise.portowner import describe_holders, port_holders
-from sentinel.supervise.preflight import GpuReader, PreflightResult, run_preflight
+from sentinel.supervise.preflight import GpuReader, PreflightResult
+from sentinel.supervise.prelaunch import preflight_before_launch, render_launch_command, runner_for
 from sentinel.supervise.probes import ProbeResult, probe_health
-from sentinel.supervise.runners import ChildRunner, ExitInfo, LaunchError, Runner, SystemdRunner
+from sentinel.supervise.runners import ChildRunner, ExitInfo, LaunchError, Runner
 from sentinel.supervise.settings import ServerSettings
 from sentinel.supervise.snapshot import SupervisorSnapshot, frozen
 from sentinel.supervise.state import ServerState, StateListener, StateMachine
-from sentinel.supervise.tasks import cancel_all, cancel_and_wait, either
+from sentinel.supervise.tasks import cancel_and_wait, either
 
 __all__ = ["BeforeStopHook", "GarbageListener", "Supervisor"]
 
@@ -60,8 +54,6 @@ _log = get_logger(__name__)
 
 BeforeStopHook = Callable[[], Awaitable[None]]
 
-_ALIVE = (ServerState.READY, ServerState.UNHEALTHY)
-_GPU_RELEASE_POLL = 2.0
 # The log-line counters of the snapshot lag the lines by at most this (one snapshot per line
 # would cost more than the line).
 _LINE_COUNT_REFRESH = 1.0
@@ -212,23 +204,11 @@ class Supervisor:
         if self._task is not None:
             raise RuntimeError("supervisor already started")
         s = self.settings
+        if s.mode == "child" and self.command is None:
+            self.command = await render_launch_command(s)
+        self._runner = runner_for(s, self.command, self.bus, self._state_dir)
         if s.mode == "child":
-            if self.command is None:
-                _, profile = resolve_profile(s)
-                version, message = None, ""
-                if profile.kind == "sglang" and not profile.sglang_version:
-                    version, message = await asyncio.to_thread(detect_sglang_version, python_of(profile))
-                self.command = render_command(s, detected_version=version, detect_message=message)
-            self._runner = ChildRunner(
-                self.command,
-                self.bus,
-                secrets_dir=self._state_dir,
-                state_dir=self._state_dir,
-                launch_hash=self.config_hash,
-            )
             self._publish()  # the launch hash and SGLang version are known now
-        elif s.mode == "systemd":
-            self._runner = SystemdRunner(s.systemd, self.bus)
         # The probes need the key the server was started with (a profile may carry its own).
         api_key = api_key_of(s, self.command.profile if self.command is not None else None)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
@@ -241,7 +221,12 @@ class Supervisor:
         )
         self._history.restore(self.config_hash)
         _log.info("supervisor_starting", mode=s.mode, profile=s.profile, config_hash=self.config_hash)
-        main = self._run_external() if s.mode == "external" else self._run_managed()
+        if s.mode == "external":
+            main = observe_external(
+                s, self._client, checks=self.checks, machine=self.machine, figures=self, publish=self._publish
+            )
+        else:
+            main = self._run_managed()
         self._gap_task = asyncio.create_task(self.gaps.run(), name="sentinel-gap-watch")
         self._task = asyncio.create_task(main, name="sentinel-supervisor")
 
@@ -481,47 +466,25 @@ class Supervisor:
             await cancel_and_wait(exit_task)
 
     async def _preflight(self) -> _Outcome | None:
-        s = self.settings
-        cmd = self.command
-        if cmd is None:
-            try:
-                cmd = render_command(s)
-            except Exception:
-                return None  # systemd mode with a profile we cannot render: nothing to check
-        child = s.mode == "child"
-        detected: tuple[SGLangVersion | None, str] = (None, "")
-        if child and cmd.profile.kind == "sglang":
-            detected = await asyncio.to_thread(detect_sglang_version, python_of(cmd.profile))
-            if not cmd.profile.sglang_version and detected[0] not in (None, cmd.sglang_version):
-                # SGLang was upgraded under us: flags (--nsa-* / --dsa-*) must follow.
-                cmd = render_command(s, detected_version=detected[0])
-                _log.warning("sglang_version_changed_rerendered", version=detected[0])
-                self.command = cmd
-                if isinstance(self._runner, ChildRunner):
-                    self._runner.command = cmd
-                    self._runner.launch_hash = self.config_hash
-        deadline = time.monotonic() + s.gpu_release_wait
-        while True:
-            self.preflight = await run_preflight(
-                cmd, s, gpu_reader=self._gpu_reader, check_port_free=child, detected=detected
-            )
-            self._publish()
-            # The unit owns model path and interpreter in systemd mode; only GPU facts apply there.
-            relevant = [r for r in self.preflight if child or r.name in ("gpus", "known_bad")]
-            failed = [r for r in relevant if r.status == "fail"]
-            if not failed or not all(r.transient for r in failed) or time.monotonic() >= deadline:
-                break
-            _log.info("waiting_for_gpu_memory", detail=failed[0].message)
-            await asyncio.sleep(min(_GPU_RELEASE_POLL, max(0.0, deadline - time.monotonic())))
-        for r in relevant:
-            if r.status == "warn":
-                _log.warning("preflight_warning", check=r.name, message=r.message)
-        if not failed:
-            return None
-        first = failed[0]
-        detail = "; ".join(f"{r.name}: {r.message}" for r in failed)
-        _log.error("preflight_failed", detail=detail)
-        return _Outcome(first.reason, detail, Crash(first.reason, None, detail, time.time()))
+        crash = await preflight_before_launch(
+            self.settings,
+            self.command,
+            gpu_reader=self._gpu_reader,
+            on_results=self._set_preflight,
+            on_rerender=self._use_command,
+        )
+        return None if crash is None else _Outcome(crash.reason, crash.detail, crash)
+
+    def _set_preflight(self, results: list[PreflightResult]) -> None:
+        self.preflight = results
+        self._publish()
+
+    def _use_command(self, cmd: LaunchCommand) -> None:
+        """The command re-rendered for an SGLang upgraded under us: launched from now on."""
+        self.command = cmd
+        if isinstance(self._runner, ChildRunner):
+            self._runner.command = cmd
+            self._runner.launch_hash = self.config_hash
 
     async def _crash_outcome(self, exit_task: asyncio.Task[ExitInfo]) -> _Outcome:
         exit_info = exit_task.result()
@@ -617,66 +580,3 @@ class Supervisor:
         reason = restart_req.result()
         detail = "restart requested" if reason == "manual" else f"check {reason} failed"
         return await self._deliberate_stop(runner, reason, detail)
-
-    # ------------------------------------------------------------------ external mode
-    async def _use_router_model(self, ready: ProbeResult) -> ProbeResult:
-        """Point the canaries at the model the router serves (it 404s any other name); no stall check.
-
-        A router that is ready but lists no model is not ready for the canaries either: the
-        readiness result becomes a failure naming why, and the next poll tries again.
-        """
-        assert self._client is not None
-        try:
-            model = await resolve_model(self._client, self.settings.checks.health.timeout)
-        except RouterReadError as exc:
-            return ProbeResult("health", False, ready.duration, f"models_{exc.reason}", exc.detail, 200)
-        c = self.checks.settings
-        if c.canary.model != model or c.stall.enabled:
-            canary = c.canary.model_copy(update={"model": model})
-            # The router has no /metrics (and no /v1/loads): a stall is a worker's, seen by the
-            # sentinel on that worker's node, not through the router.
-            stall = c.stall.model_copy(update={"enabled": False})
-            self.checks.settings = c.model_copy(update={"canary": canary, "stall": stall})
-        return ready
-
-    async def _run_external(self) -> None:
-        """Observe a server someone else runs: states and checks, never a restart."""
-        s = self.settings
-        assert self._client is not None
-        checks: list[asyncio.Task[None]] = []
-        seen_at: float | None = None
-        # A router's /health is 200 with no worker at all: its readiness is /readiness.
-        path = READINESS_PATH if s.kind == "router" else "/health"
-        try:
-            while True:
-                r = await probe_health(self._client, path, "health", s.checks.health.timeout)
-                alive = self.state in _ALIVE
-                if r.ok and not alive and s.kind == "router":
-                    r = await self._use_router_model(r)
-                if r.ok and not alive:
-                    if seen_at is not None:
-                        self.start_duration = time.monotonic() - seen_at
-                    self.ready_timestamp = self.epoch = time.time()
-                    self._ready_t0 = time.monotonic()
-                    self.checks.reset()
-                    self.machine.set(ServerState.READY, f"{path} 200")
-                    checks = self.checks.start(self._client, allow_restart=False, include_health=False)
-                if r.reason == "refused":
-                    await cancel_all(checks)
-                    seen_at = None
-                    self.up = False
-                    self.epoch = None
-                    self.checks.probes["health"] = r
-                    self.machine.set(ServerState.STOPPED, "port refused")
-                    self._publish()
-                elif r.ok or alive:
-                    self.checks.record(r, s.checks.health, "health", allow_restart=False)
-                else:
-                    seen_at = seen_at if seen_at is not None else time.monotonic()
-                    self.checks.probes["health"] = r
-                    self.machine.set(ServerState.WARMING, f"{path} {r.reason}")
-                    self._publish()
-                alive = self.state in _ALIVE
-                await asyncio.sleep(s.checks.health.interval if alive else s.startup_poll_interval)
-        finally:
-            await cancel_all(checks)
