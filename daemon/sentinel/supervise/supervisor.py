@@ -246,7 +246,9 @@ class Supervisor:
                         await self._run_hooks()
                     exit_info = await runner.terminate(self.settings.stop_timeout)
                     if exit_info is not None:
-                        _log.info("server_stopped", exit=exit_info.description)
+                        # Our own stop: "killed by signal 9" here is SGLang ending its own tree
+                        # after our SIGTERM (or our SIGKILL after stop_timeout), not a crash.
+                        _log.info("server_stopped", requested_by="sentinel", exit=exit_info.description)
                 await runner.close()
             if self._client is not None:
                 await self._client.aclose()
