@@ -8,8 +8,8 @@ import pytest
 
 from sentinel.calibrate.signals import ServerSampler, parse_sample
 
-SAMPLES = Path("/work/shared/reference/samples")
-# The reference samples live beside the repository in the shared folder; CI carries a copy.
+# Real SGLang output (copies of the project's reference samples, kept in the repository).
+SAMPLES = Path(__file__).resolve().parents[1] / "collect" / "samples"
 REAL = SAMPLES / "sglang-metrics-docs-production-metrics.txt"
 
 _L = 'engine_type="unified",model_name="glm-5",pp_rank="0",moe_ep_rank="0",tp_rank='

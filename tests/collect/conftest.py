@@ -11,7 +11,6 @@ from prometheus_client.registry import Collector
 
 from sentinel.collect.gpu import FakeNvml, GpuCollector, GpuPoller
 
-SAMPLES = Path("/work/shared/reference/samples")
 REPO_SAMPLES = Path(__file__).resolve().parent / "samples"
 
 

@@ -28,7 +28,8 @@ from sentinel.schedule.polite import (
 from sentinel.schedule.settings import BreakerSettings, LoadProfileSettings, PoliteSettings
 from sentinel.statedir import StateDir
 
-SAMPLES = Path("/work/shared/reference/samples")
+# Real SGLang output (copies of the project's reference samples, kept in the repository).
+SAMPLES = Path(__file__).resolve().parents[1] / "collect" / "samples"
 
 # --- state directory -----------------------------------------------------------------------------
 

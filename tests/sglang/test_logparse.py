@@ -29,9 +29,8 @@ from sentinel.sglang.logparse import (
     parse_line,
 )
 
-SAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "samples"
-if not SAMPLES.is_dir():  # the repo may live elsewhere than /work/main
-    SAMPLES = Path("/work/shared/reference/samples")
+# Real SGLang output (copies of the project's reference samples, kept in the repository).
+SAMPLES = Path(__file__).resolve().parents[1] / "collect" / "samples"
 
 
 def sample_lines(name: str) -> list[str]:

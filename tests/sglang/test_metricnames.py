@@ -16,7 +16,8 @@ from support.sglang_metricnames import FAMILIES, VERSIONS, MetricFamily, by_name
 # (``pip download --no-deps sglang==0.5.9`` / ``==0.5.23``, then unzip each into s59 / s23).
 WHEEL_DIR = Path(os.environ.get("SGLANG_WHEEL_DIR", "/tmp/sgl"))
 WHEELS = {"0.5.9": WHEEL_DIR / "s59" / "sglang", "0.5.23": WHEEL_DIR / "s23" / "sglang"}
-SAMPLES = Path("/work/shared/reference/samples")
+# Real SGLang output (copies of the project's reference samples, kept in the repository).
+SAMPLES = Path(__file__).resolve().parents[1] / "collect" / "samples"
 SCHEDULER_LABELS = ("model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank")
 
 

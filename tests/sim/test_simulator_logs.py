@@ -20,7 +20,8 @@ from sentinel.sglang.logparse import (
 )
 from sentinel_sim import serve
 
-SAMPLES = Path("/work/shared/reference/samples")
+# Real SGLang output (copies of the project's reference samples, kept in the repository).
+SAMPLES = Path(__file__).resolve().parents[1] / "collect" / "samples"
 
 
 def _fields(event: object) -> set[str]:
