@@ -1,4 +1,4 @@
-"""Fixtures of the daemon tests: a stand-in for systemd's notify socket."""
+"""Fixtures of the daemon tests: a stand-in for systemd's notify socket, the daemons a test started."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
+
+from support.daemon_proc import DaemonProcess
 
 
 class Receiver:
@@ -59,3 +61,12 @@ def notify_receiver() -> Iterator[Callable[[str | bytes], Receiver]]:
     yield make
     for r in made:
         r.close()
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[DaemonProcess]]:
+    """Append every :class:`DaemonProcess` a test starts: each is killed at teardown, whatever happened."""
+    started: list[DaemonProcess] = []
+    yield started
+    for d in started:
+        d.kill()

@@ -10,22 +10,16 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+
+from support.daemon_proc import DaemonProcess, alive, clean_env, descendants, free_port
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_config(tmp_path: Path, state: Path) -> tuple[Path, int]:
@@ -81,116 +75,22 @@ check_interval_seconds = 0.2
     return cfg, exporter_port
 
 
-def descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-class Daemon:
-    def __init__(self, cfg: Path, port: int, env: dict[str, str], log: Path) -> None:
-        self.url = f"http://127.0.0.1:{port}"
-        self.log = log
-        self._out = log.open("wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sentinel", "run", "--config", str(cfg)],
-            stdout=self._out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-
-    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        text = httpx.get(self.url + "/metrics", timeout=5).text
-        out = {}
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-        return out
-
-    def value(self, metrics: dict[Any, float], name: str, **labels: str) -> float | None:
-        return metrics.get((name, tuple(sorted(labels.items()))))
-
-    def wait(self, what: str, check: Callable[[], bool], timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(
-                    f"daemon exited ({self.proc.returncode}) waiting for {what}:\n{self.tail()}"
-                )
-            try:
-                if check():
-                    return
-            except (httpx.HTTPError, KeyError, TypeError):
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"timed out waiting for {what}:\n{self.tail()}")
-
-    def tail(self) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(30)
-        finally:
-            self._out.close()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-        self._out.close()
-
-
-@pytest.fixture
-def daemons() -> Iterator[list[Daemon]]:
-    started: list[Daemon] = []
-    yield started
-    for d in started:
-        d.kill()
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SENTINEL_")}
-    env.update(extra)
-    return env
+# This file's checks parse /metrics: a ValueError there is a failure, not a retry.
+_TOLERATE = (httpx.HTTPError, KeyError, TypeError)
 
 
 def test_daemon_end_to_end(
-    tmp_path: Path, daemons: list[Daemon], notify_receiver: Callable[[str | bytes], Any]
+    tmp_path: Path, daemons: list[DaemonProcess], notify_receiver: Callable[[str | bytes], Any]
 ) -> None:
     state = tmp_path / "state"
     cfg, port = write_config(tmp_path, state)
     notify = notify_receiver(str(tmp_path / "notify.sock"))
-    d = Daemon(
+    d = DaemonProcess(
         cfg,
         port,
-        _env(NOTIFY_SOCKET=str(tmp_path / "notify.sock"), WATCHDOG_USEC="1000000"),
         tmp_path / "daemon1.log",
+        env={"NOTIFY_SOCKET": str(tmp_path / "notify.sock"), "WATCHDOG_USEC": "1000000"},
+        tolerate=_TOLERATE,
     )
     daemons.append(d)
     notify.wait_for("READY=1", timeout=30)
@@ -226,7 +126,7 @@ def test_daemon_end_to_end(
         capture_output=True,
         text=True,
         timeout=30,
-        env=_env(),
+        env=clean_env(),
     )
     assert status.returncode in (0, 1), status.stderr
     assert "server      ready" in status.stdout
@@ -272,7 +172,7 @@ def test_daemon_end_to_end(
     }
 
     # State survives a daemon restart: history on the status page, spending in the budget.
-    d2 = Daemon(cfg, port, _env(), tmp_path / "daemon2.log")
+    d2 = DaemonProcess(cfg, port, tmp_path / "daemon2.log", tolerate=_TOLERATE)
     daemons.append(d2)
     d2.wait("the exporter", lambda: httpx.get(d2.url + "/status.json", timeout=5).status_code == 200, 30)
     snapshot = httpx.get(d2.url + "/status.json", timeout=5).json()

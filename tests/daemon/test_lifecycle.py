@@ -6,31 +6,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
+from support.daemon_proc import DaemonProcess, clean_env, free_port
+
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SENTINEL_")}
-    env.update(extra)
-    return env
 
 
 def write_config(
@@ -96,90 +83,16 @@ run_on_ready = false
     return cfg, exporter_port, server_port
 
 
-class Daemon:
-    def __init__(self, cfg: Path, port: int, log: Path, env: dict[str, str] | None = None) -> None:
-        self.url = f"http://127.0.0.1:{port}"
-        self.log = log
-        self._out = log.open("wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sentinel", "run", "--config", str(cfg)],
-            stdout=self._out,
-            stderr=subprocess.STDOUT,
-            env=env or _env(),
-            start_new_session=True,
-        )
-
-    def status(self, auth: tuple[str, str] | None = None) -> dict[str, Any]:
-        result: dict[str, Any] = httpx.get(self.url + "/status.json", timeout=5, auth=auth).json()
-        return result
-
-    def wait(self, what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(
-                    f"daemon exited ({self.proc.returncode}) waiting for {what}:\n{self.tail()}"
-                )
-            try:
-                if check():
-                    return
-            except (httpx.HTTPError, KeyError, TypeError, ValueError):
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"timed out waiting for {what}:\n{self.tail()}")
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def tail(self) -> str:
-        return "\n".join(self.text().splitlines()[-40:])
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        out = []
-        for line in self.text().splitlines():
-            start = line.find("{")
-            if start < 0:
-                continue
-            try:
-                record = json.loads(line[start:])
-            except ValueError:
-                continue
-            if record.get("event") == name:
-                out.append(record)
-        return out
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(30)
-        finally:
-            self._out.close()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-        self._out.close()
-
-
-@pytest.fixture
-def daemons() -> Iterator[list[Daemon]]:
-    started: list[Daemon] = []
-    yield started
-    for d in started:
-        d.kill()
-
-
-def _ready(d: Daemon, auth: tuple[str, str] | None = None) -> bool:
+def _ready(d: DaemonProcess, auth: tuple[str, str] | None = None) -> bool:
     return bool(d.status(auth)["server"]["state"] == "ready")
 
 
 def test_a_second_daemon_on_the_same_state_dir_exits_2_naming_the_first(
-    tmp_path: Path, daemons: list[Daemon]
+    tmp_path: Path, daemons: list[DaemonProcess]
 ) -> None:
     state = tmp_path / "state"
     cfg, port, _ = write_config(tmp_path, state)
-    first = Daemon(cfg, port, tmp_path / "first.log")
+    first = DaemonProcess(cfg, port, tmp_path / "first.log")
     daemons.append(first)
     first.wait("ready", lambda: _ready(first))
     assert (state / "sentinel.pid").read_text().strip() == str(first.proc.pid)
@@ -191,7 +104,7 @@ def test_a_second_daemon_on_the_same_state_dir_exits_2_naming_the_first(
         [sys.executable, "-m", "sentinel", "run", "--config", str(other)],
         capture_output=True,
         text=True,
-        env=_env(),
+        env=clean_env(),
         timeout=60,
     )
     assert second.returncode == 2, second.stderr
@@ -234,7 +147,7 @@ def _result(url: str, served_model: str, launch_hash: str | None, throughput: fl
 
 
 def test_the_daemon_loads_only_its_own_calibrations_and_says_why(
-    tmp_path: Path, daemons: list[Daemon]
+    tmp_path: Path, daemons: list[DaemonProcess]
 ) -> None:
     from sentinel.config import load_settings
     from sentinel.supervise.launch import render_command
@@ -254,7 +167,7 @@ def test_the_daemon_loads_only_its_own_calibrations_and_says_why(
         _result("http://10.0.0.9:30000", "sim", own_hash, 2.0)
     )
     (store / "calibration-20260104T000000.000000Z.json").write_text(_result(url, "sim", None, 3.0))
-    d = Daemon(cfg, port, tmp_path / "d.log")
+    d = DaemonProcess(cfg, port, tmp_path / "d.log")
     daemons.append(d)
     d.wait("capacity", lambda: d.status()["capacity"]["output_throughput"] is not None)
     assert d.status()["capacity"]["output_throughput"] == 777.0
@@ -267,7 +180,7 @@ def test_the_daemon_loads_only_its_own_calibrations_and_says_why(
     assert d.stop() == 0
 
 
-def test_foreign_run_records_are_ignored_with_counts(tmp_path: Path, daemons: list[Daemon]) -> None:
+def test_foreign_run_records_are_ignored_with_counts(tmp_path: Path, daemons: list[DaemonProcess]) -> None:
     state = tmp_path / "state"
     cfg, port, server_port = write_config(tmp_path, state)
     state.mkdir()
@@ -279,7 +192,7 @@ def test_foreign_run_records_are_ignored_with_counts(tmp_path: Path, daemons: li
          "finished_at": now - 30, "budget_tokens": 2000, "server_url": f"http://127.0.0.1:{server_port}"},
     ]  # fmt: skip
     (state / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    d = Daemon(cfg, port, tmp_path / "d.log")
+    d = DaemonProcess(cfg, port, tmp_path / "d.log")
     daemons.append(d)
     d.wait("ready", lambda: _ready(d))
     (ignored,) = d.events("state_records_ignored")
@@ -386,7 +299,7 @@ def test_config_shows_the_state_dir_run_uses_and_prints_loadable_toml(
 
 
 def test_sentinel_api_key_env_is_accepted(tmp_path: Path) -> None:
-    env = _env(SENTINEL_API_KEY="sk-from-env-12345", SENTINEL_STATE_DIR=str(tmp_path / "s"))
+    env = clean_env(SENTINEL_API_KEY="sk-from-env-12345", SENTINEL_STATE_DIR=str(tmp_path / "s"))
     done = subprocess.run(
         [sys.executable, "-m", "sentinel", "config"], capture_output=True, text=True, env=env, timeout=60
     )
@@ -409,7 +322,7 @@ def test_sigterm_in_the_first_second_exits_0_cleanly(tmp_path: Path, delay: floa
         [sys.executable, "-m", "sentinel", "run", "--config", str(cfg)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        env=_env(),
+        env=clean_env(),
         start_new_session=True,
     )
     try:
@@ -456,7 +369,7 @@ def _users_file(tmp_path: Path, user: str, password: str) -> Path:
     return path
 
 
-def test_reset_from_failed_through_sentinel_reset(tmp_path: Path, daemons: list[Daemon]) -> None:
+def test_reset_from_failed_through_sentinel_reset(tmp_path: Path, daemons: list[DaemonProcess]) -> None:
     state = tmp_path / "state"
     users = _users_file(tmp_path, "ops", "correct horse")
     password = tmp_path / "password"
@@ -470,7 +383,7 @@ def test_reset_from_failed_through_sentinel_reset(tmp_path: Path, daemons: list[
         restart="max_restarts = 1",
         exporter=f"basic_auth_users_file = '{users}'",
     )
-    d = Daemon(cfg, port, tmp_path / "d.log")
+    d = DaemonProcess(cfg, port, tmp_path / "d.log")
     daemons.append(d)
     auth = ("ops", "correct horse")
     d.wait("failed", lambda: d.status(auth)["server"]["state"] == "failed")
@@ -482,7 +395,7 @@ def test_reset_from_failed_through_sentinel_reset(tmp_path: Path, daemons: list[
     assert httpx.post(d.url + "/reset", timeout=5).status_code == 401
     assert httpx.get(d.url + "/reset", timeout=5, auth=auth).status_code == 405
     run = [sys.executable, "-m", "sentinel", "reset", "--url", d.url]
-    refused = subprocess.run(run, capture_output=True, text=True, env=_env(), timeout=60)
+    refused = subprocess.run(run, capture_output=True, text=True, env=clean_env(), timeout=60)
     assert refused.returncode == 1
     assert "--user" in refused.stderr
     assert d.status(auth)["server"]["state"] == "failed"
@@ -491,7 +404,7 @@ def test_reset_from_failed_through_sentinel_reset(tmp_path: Path, daemons: list[
         [*run, "--user", "ops", "--password-file", str(password)],
         capture_output=True,
         text=True,
-        env=_env(),
+        env=clean_env(),
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
@@ -508,7 +421,7 @@ def test_reset_from_failed_through_sentinel_reset(tmp_path: Path, daemons: list[
     assert d.stop() == 0
 
 
-def _crashes(d: Daemon, auth: tuple[str, str]) -> float:
+def _crashes(d: DaemonProcess, auth: tuple[str, str]) -> float:
     from prometheus_client.parser import text_string_to_metric_families
 
     text = httpx.get(d.url + "/metrics", timeout=5, auth=auth).text

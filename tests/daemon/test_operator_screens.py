@@ -14,20 +14,17 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from sentinel.cli.status import health_code, summarize
+from support.daemon_proc import DaemonProcess, clean_env, free_port
 from support.headless_chromium import CHROMIUM, dump_dom, screenshot
 
 pytestmark = pytest.mark.slow
@@ -36,86 +33,24 @@ pytestmark = pytest.mark.slow
 _SCREENS = os.environ.get("SENTINEL_SCREENS_DIR")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _start(tmp_path: Path, config: str) -> DaemonProcess:
+    """The daemon on ``config`` with its exporter on a free port (``@EXPORTER_PORT@``)."""
+    port = free_port()
+    cfg = tmp_path / "sentinel.toml"
+    cfg.write_text(config.replace("@EXPORTER_PORT@", str(port)))
+    # The screens are captured at each state the server passes through: polled every 50 ms, as
+    # before, so that a short-lived state is not missed.
+    return DaemonProcess(cfg, port, tmp_path / "daemon.log", poll=0.05)
 
 
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("SENTINEL_")}
-
-
-class _Daemon:
-    def __init__(self, tmp_path: Path, config: str) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        cfg = tmp_path / "sentinel.toml"
-        cfg.write_text(config.replace("@EXPORTER_PORT@", str(self.port)))
-        self.cfg = cfg
-        self.log = tmp_path / "daemon.log"
-        self._out = self.log.open("wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sentinel", "run", "--config", str(cfg)],
-            stdout=self._out,
-            stderr=subprocess.STDOUT,
-            env=_env(),
-            start_new_session=True,
-        )
-
-    def status(self) -> dict[str, Any]:
-        doc: dict[str, Any] = httpx.get(self.url + "/status.json", timeout=5).json()
-        return doc
-
-    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        text = httpx.get(self.url + "/metrics", timeout=5).text
-        return {
-            (s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text)
-            for s in family.samples
-        }
-
-    def wait(self, what: str, check: Callable[[], bool], timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"daemon exited waiting for {what}:\n{self.tail()}"
-            try:
-                if check():
-                    return
-            except (httpx.HTTPError, KeyError, TypeError, ValueError):
-                pass
-            time.sleep(0.05)
-        raise AssertionError(f"timed out waiting for {what}:\n{self.tail()}")
-
-    def cli_status(self) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "sentinel", "status", "--url", self.url],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=_env(),
-        )
-
-    def tail(self) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        self._out.close()
-
-
-@pytest.fixture
-def daemons() -> Iterator[list[_Daemon]]:
-    started: list[_Daemon] = []
-    yield started
-    for d in started:
-        d.kill()
+def _cli_status(d: DaemonProcess) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sentinel", "status", "--url", d.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_env(),
+    )
 
 
 _CRASH_LOOP = """
@@ -178,11 +113,11 @@ def _text(dom: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom))
 
 
-def test_crash_loop_screens(tmp_path: Path, daemons: list[_Daemon]) -> None:
+def test_crash_loop_screens(tmp_path: Path, daemons: list[DaemonProcess]) -> None:
     config = _CRASH_LOOP.replace("@STATE@", str(tmp_path / "state")).replace(
-        "@SERVER_PORT@", str(_free_port())
+        "@SERVER_PORT@", str(free_port())
     )
-    d = _Daemon(tmp_path, config)
+    d = _start(tmp_path, config)
     daemons.append(d)
     pages: dict[str, tuple[str, dict[str, Any]]] = {}
 
@@ -255,7 +190,7 @@ def test_crash_loop_screens(tmp_path: Path, daemons: list[_Daemon]) -> None:
     assert "Scheduler hit an exception" in text
     if shot is not None:
         assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
-    cli = d.cli_status()
+    cli = _cli_status(d)
     assert cli.returncode == 1, cli.stdout + cli.stderr
     out = cli.stdout
     assert out.startswith("sentinel: DEGRADED")
@@ -314,11 +249,11 @@ step_min_requests = 4
 """
 
 
-def test_lower_bound_calibration_screens(tmp_path: Path, daemons: list[_Daemon]) -> None:
+def test_lower_bound_calibration_screens(tmp_path: Path, daemons: list[DaemonProcess]) -> None:
     config = _LOWER_BOUND.replace("@STATE@", str(tmp_path / "state")).replace(
-        "@SERVER_PORT@", str(_free_port())
+        "@SERVER_PORT@", str(free_port())
     )
-    d = _Daemon(tmp_path, config)
+    d = _start(tmp_path, config)
     daemons.append(d)
     d.wait("a calibration", lambda: bool(d.status()["capacity"]), 120)
     doc = d.status()

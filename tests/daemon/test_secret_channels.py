@@ -8,54 +8,24 @@ simulator refuses requests without it), or the test would prove nothing.
 
 from __future__ import annotations
 
-import os
 import secrets
-import signal
-import socket
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from support.daemon_proc import DaemonProcess, clean_env, descendants, free_port
+
 pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("SENTINEL_")}
-
-
-def test_the_api_key_leaks_through_no_channel(tmp_path: Path) -> None:
+def test_the_api_key_leaks_through_no_channel(tmp_path: Path, daemons: list[DaemonProcess]) -> None:
     key = "sk-" + secrets.token_hex(16)
     state = tmp_path / "state"
-    server_port, exporter_port = _free_port(), _free_port()
+    server_port, exporter_port = free_port(), free_port()
     cfg = tmp_path / "sentinel.toml"
     cfg.write_text(
         f"""
@@ -94,67 +64,49 @@ run_on_ready = false
     for argv in (["check", "--json"], ["config"]):
         out = subprocess.run(
             [sys.executable, "-m", "sentinel", *argv, "--config", str(cfg)],
-            capture_output=True, text=True, timeout=120, env=_env(),
+            capture_output=True, text=True, timeout=120, env=clean_env(),
         )  # fmt: skip
         assert out.stdout.lstrip().startswith("{"), out.stderr
         cli_outputs.append(out.stdout + out.stderr)
     assert '"api_key": "<set>"' in cli_outputs[1]
 
     url = f"http://127.0.0.1:{exporter_port}"
-    with log_path.open("wb") as log_file:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "sentinel", "run", "--config", str(cfg)],
-            stdout=log_file, stderr=subprocess.STDOUT, env=_env(), start_new_session=True,
-        )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, log_path.read_text()[-3000:]
-            assert time.monotonic() < deadline, log_path.read_text()[-3000:]
-            try:
-                metrics = httpx.get(url + "/metrics", timeout=5).text
-                if 'sentinel_load_runs_total{outcome="completed",profile="reference"} 1' in metrics or (
-                    'outcome="completed",profile="reference"} 2' in metrics
-                ):
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
+    d = DaemonProcess(cfg, exporter_port, log_path, tolerate=(httpx.HTTPError,), poll=0.3)
+    daemons.append(d)
 
-        # The key is in force: the simulator (the child) refuses a request without it.
-        api = f"http://127.0.0.1:{server_port}/v1/models"
-        assert httpx.get(api, timeout=5).status_code == 401
-        assert httpx.get(api, headers={"Authorization": f"Bearer {key}"}, timeout=5).status_code == 200
+    def completed_run() -> bool:
+        metrics = d.metrics_text()
+        return 'sentinel_load_runs_total{outcome="completed",profile="reference"} 1' in metrics or (
+            'outcome="completed",profile="reference"} 2' in metrics
+        )
 
-        channels: dict[str, str] = {"cli": "\n".join(cli_outputs)}
-        for pid in (proc.pid, *_descendants(proc.pid)):
-            try:
-                channels[f"cmdline {pid}"] = (
-                    Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-                )
-                channels[f"environ {pid}"] = (
-                    Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
-                )
-            except OSError:
-                continue  # a short-lived helper that is gone already
-        assert any("sim" in v for k, v in channels.items() if k.startswith("cmdline"))
-        for path in ("/metrics", "/status.json", "/", "/calibration/latest.json", "/calibration/report"):
-            channels[path] = httpx.get(url + path, timeout=10).text
-        # Stop first so every buffered line (server.log, the daemon's log) is on disk.
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(30) == 0
-        channels["daemon log"] = log_path.read_text(errors="replace")
-        secrets_file = None
-        for file in state.rglob("*"):
-            if file.is_file():
-                if file.name == "server-secrets.yaml":
-                    secrets_file = file  # the one place the key is meant to be: 0600, for the child
-                    continue
-                channels[str(file)] = file.read_text(errors="replace")
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+    d.wait("a completed reference run", completed_run, 60)
+
+    # The key is in force: the simulator (the child) refuses a request without it.
+    api = f"http://127.0.0.1:{server_port}/v1/models"
+    assert httpx.get(api, timeout=5).status_code == 401
+    assert httpx.get(api, headers={"Authorization": f"Bearer {key}"}, timeout=5).status_code == 200
+
+    channels: dict[str, str] = {"cli": "\n".join(cli_outputs)}
+    for pid in (d.proc.pid, *descendants(d.proc.pid)):
+        try:
+            channels[f"cmdline {pid}"] = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            channels[f"environ {pid}"] = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+        except OSError:
+            continue  # a short-lived helper that is gone already
+    assert any("sim" in v for k, v in channels.items() if k.startswith("cmdline"))
+    for path in ("/metrics", "/status.json", "/", "/calibration/latest.json", "/calibration/report"):
+        channels[path] = httpx.get(url + path, timeout=10).text
+    # Stop first so every buffered line (server.log, the daemon's log) is on disk.
+    assert d.stop() == 0
+    channels["daemon log"] = log_path.read_text(errors="replace")
+    secrets_file = None
+    for file in state.rglob("*"):
+        if file.is_file():
+            if file.name == "server-secrets.yaml":
+                secrets_file = file  # the one place the key is meant to be: 0600, for the child
+                continue
+            channels[str(file)] = file.read_text(errors="replace")
 
     leaks = [name for name, text in channels.items() if key in text]
     assert leaks == []

@@ -43,7 +43,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from support.live_prometheus import PROMETHEUS, Box, Prometheus, SentinelDaemon, free_port
+from support.daemon_proc import DaemonProcess, free_port
+from support.live_prometheus import PROMETHEUS, Box, Prometheus
 
 pytestmark = pytest.mark.slow
 
@@ -114,7 +115,7 @@ def _box(workdir: Path, sim_args: list[str], *, faults: tuple[str, ...] = (), po
     )
 
 
-def _metrics(daemon: SentinelDaemon) -> dict[str, list[tuple[dict[str, str], float]]]:
+def _metrics(daemon: DaemonProcess) -> dict[str, list[tuple[dict[str, str], float]]]:
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
     for family in text_string_to_metric_families(daemon.metrics_text()):
         for s in family.samples:
@@ -126,7 +127,7 @@ def _value(samples: dict[str, list[tuple[dict[str, str], float]]], name: str, **
     return sum(v for have, v in samples.get(name, []) if labels.items() <= have.items())
 
 
-def _status(daemon: SentinelDaemon) -> dict[str, Any]:
+def _status(daemon: DaemonProcess) -> dict[str, Any]:
     """``sentinel status --json``: the operator's command, not only the exporter's route."""
     done = subprocess.run(
         [sys.executable, "-m", "sentinel", "status", "--json", "--url", daemon.url],
@@ -140,7 +141,7 @@ def _status(daemon: SentinelDaemon) -> dict[str, Any]:
     return doc
 
 
-def _status_json(daemon: SentinelDaemon) -> dict[str, Any]:
+def _status_json(daemon: DaemonProcess) -> dict[str, Any]:
     doc: dict[str, Any] = httpx.get(daemon.url + "/status.json", timeout=5).json()
     return doc
 
@@ -200,7 +201,7 @@ def boxes() -> Iterator[list[Box]]:
         box.close()
 
 
-def _wait_ready(daemon: SentinelDaemon, timeout: float = 40) -> None:
+def _wait_ready(daemon: DaemonProcess, timeout: float = 40) -> None:
     daemon.wait("server ready", lambda: _status_json(daemon)["server"]["state"] == "ready", timeout)
 
 

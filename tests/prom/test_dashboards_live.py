@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from support.live_prometheus import Box, Prometheus, SentinelDaemon, has_data, requires_prometheus
+from support.daemon_proc import DaemonProcess
+from support.live_prometheus import Box, Prometheus, has_data, requires_prometheus
 
 pytestmark = [pytest.mark.slow, requires_prometheus]
 
@@ -28,7 +29,7 @@ SCRAPE_S = 1.0
 
 
 class Live:
-    def __init__(self, box: Box, daemon: SentinelDaemon, prom: Prometheus, started: float) -> None:
+    def __init__(self, box: Box, daemon: DaemonProcess, prom: Prometheus, started: float) -> None:
         self.box, self.daemon, self.prom, self.started = box, daemon, prom, started
 
 

@@ -15,9 +15,7 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -26,12 +24,14 @@ from typing import Any
 import httpx
 import pytest
 
+from support.daemon_proc import DaemonProcess, descendants, free_port
+
 __all__ = [
     "PROMETHEUS",
     "PROMTOOL",
     "Box",
+    "DaemonProcess",
     "Prometheus",
-    "SentinelDaemon",
     "descendants",
     "free_port",
     "has_data",
@@ -44,12 +44,6 @@ PROMTOOL = shutil.which("promtool")
 requires_prometheus = pytest.mark.skipif(
     PROMETHEUS is None, reason="prometheus missing (Debian package prometheus; scripts/test installs it)"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait(what: str, check: Callable[[], bool], timeout: float, tail: Callable[[], str]) -> None:
@@ -68,27 +62,6 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
-
-
-def descendants(pid: int) -> set[int]:
-    """Every process below ``pid`` (the server child runs in a session of its own)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
 
 
 def _static(name: str, address: str) -> dict[str, Any]:
@@ -344,75 +317,27 @@ class Box:
         self.config = workdir / "sentinel.toml"
         doc = _merge(fast_config(workdir / "state", self.server_port, self.exporter_port), overrides)
         self.config.write_text(to_toml(doc))
-        self.daemons: list[SentinelDaemon] = []
+        self.daemons: list[DaemonProcess] = []
 
     @property
     def exporter(self) -> str:
         return f"127.0.0.1:{self.exporter_port}"
 
-    def start(self) -> SentinelDaemon:
-        daemon = SentinelDaemon(self.config, self.exporter_port, self.workdir / "sentinel.log")
+    def start(self) -> DaemonProcess:
+        # One log for all of a box's daemons, unbuffered so that a failing test's tail shows the
+        # last lines, not the last block; checks here retry on these only, polled every 0.1 s.
+        daemon = DaemonProcess(
+            self.config,
+            self.exporter_port,
+            self.workdir / "sentinel.log",
+            env={"PYTHONUNBUFFERED": "1"},
+            append=True,
+            tolerate=(httpx.HTTPError, KeyError, ValueError),
+            poll=0.1,
+        )
         self.daemons.append(daemon)
         return daemon
 
     def close(self) -> None:
         for d in self.daemons:
             d.kill()
-
-
-class SentinelDaemon:
-    """``sentinel run --config <file>`` in its own process group (the simulator is its child)."""
-
-    def __init__(self, config: Path, exporter_port: int, log: Path) -> None:
-        self.config = config
-        self.url = f"http://127.0.0.1:{exporter_port}"
-        self.log = log
-        self._out = log.open("ab")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SENTINEL_")}
-        env["PYTHONUNBUFFERED"] = "1"  # a failing test's tail shows the last lines, not the last block
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sentinel", "run", "--config", str(config)],
-            stdout=self._out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-        )
-
-    def tail(self) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
-
-    def metrics_text(self) -> str:
-        return httpx.get(self.url + "/metrics", timeout=5).text
-
-    def wait(self, what: str, check: Callable[[], bool], timeout: float) -> None:
-        def alive_and(check: Callable[[], bool]) -> bool:
-            if self.proc.poll() is not None:
-                raise AssertionError(
-                    f"sentinel exited ({self.proc.returncode}) waiting for {what}:\n{self.tail()}"
-                )
-            return check()
-
-        _wait(what, lambda: alive_and(check), timeout, self.tail)
-
-    def stop(self, timeout: float = 30) -> int:
-        """SIGTERM, as systemd stops it; the daemon stops its server child."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        finally:
-            self.kill()
-
-    def server_children(self) -> set[int]:
-        return descendants(self.proc.pid)
-
-    def kill(self) -> None:
-        """Teardown: whatever is left, the server child included, is SIGKILLed."""
-        left = descendants(self.proc.pid) if self.proc.poll() is None else set()
-        _kill_group(self.proc)
-        for pid in left:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        if not self._out.closed:
-            self._out.close()
