@@ -30,6 +30,7 @@ async def models_server() -> AsyncIterator[tuple[str, dict[str, web.StreamRespon
 
     app = web.Application()
     app.router.add_get("/v1/models", models)
+    app.router.add_get("/server_info", models)  # the same body: read_capped serves both readers
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -68,3 +69,25 @@ async def test_an_oversized_model_list_is_refused_not_buffered(
     assert model == "default"
     assert note is not None
     assert "ValueError" in note
+
+
+@pytest.mark.parametrize("oversized", [False, True], ids=["small", "oversized"])
+async def test_bench_server_info_is_read_under_the_same_cap(
+    models_server: tuple[str, dict[str, web.StreamResponse | bytes]], oversized: bool
+) -> None:
+    from sentinel.cli.bench import _SERVER_INFO_MAX_BYTES, _server_info
+    from sentinel.load import compute_metrics
+    from sentinel.load.result import RunResult
+
+    url, replies = models_server
+    pad = b" " * (_SERVER_INFO_MAX_BYTES + 1 if oversized else 10)
+    replies["body"] = b'{"version": "0.5.23", "pad": "' + pad + b'"}'
+    replies["chunked"] = b"1"  # no Content-Length: the cap must hold while reading
+    result = RunResult(_spec(url), compute_metrics([], duration=1.0), [], started_at=0.0)
+    async with make_session(_spec(url)) as session:
+        await _server_info(session, _spec(url), result)
+    if oversized:
+        assert result.server_info is None  # refused, not buffered whole
+    else:
+        assert result.server_info is not None
+        assert result.server_info["version"] == "0.5.23"

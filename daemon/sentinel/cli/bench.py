@@ -426,19 +426,16 @@ _SERVER_INFO_MAX_BYTES = 4 << 20  # SGLang's is ~10 KB (server_args and internal
 
 async def _server_info(session: Any, spec: LoadSpec, result: RunResult) -> None:
     """bench_serving records /get_server_info and its spec-decoding accept length."""
+    from sentinel.load.session import read_capped
+
     for path in ("/server_info", "/get_server_info"):
         try:
             async with asyncio.timeout(5.0):
                 async with session.get(spec.base_url + path, headers=_auth_headers(spec)) as resp:
                     if resp.status != 200:
                         continue
-                    # Bounded: the timeout covers the whole exchange, this the bytes (a hostile
-                    # or broken server's endless body must not fill memory).
-                    body = bytearray()
-                    async for piece in resp.content.iter_chunked(1 << 16):
-                        body += piece
-                        if len(body) > _SERVER_INFO_MAX_BYTES:
-                            raise ValueError("server_info too large")
+                    # Bounded: the timeout covers the whole exchange, read_capped the bytes.
+                    body = await read_capped(resp, _SERVER_INFO_MAX_BYTES)
             info = (
                 await asyncio.to_thread(json.loads, bytes(body)) if len(body) > 1 << 16 else json.loads(body)
             )

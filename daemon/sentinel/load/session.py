@@ -17,6 +17,7 @@ from sentinel.load.transport import KEEPALIVE_S
 
 __all__ = [
     "make_session",
+    "read_capped",
     "request_headers",
     "resolve_model",
     "wait_ready",
@@ -28,8 +29,10 @@ _READ_BUFSIZE = 1 << 20
 MODELS_MAX_BYTES = 1 << 20
 
 
-async def _read_capped(resp: aiohttp.ClientResponse, limit: int) -> bytes:
-    """The whole body, or ValueError once it passes ``limit`` bytes (never buffered past it)."""
+async def read_capped(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The whole body of an auxiliary call, or ValueError once it passes ``limit`` bytes (never
+    buffered past it): a hostile or broken server's endless body must not fill memory. The
+    caller's timeout bounds the time."""
     if resp.content_length is not None and resp.content_length > limit:
         raise ValueError(f"body of {resp.content_length} bytes over {limit}")
     parts: list[bytes] = []
@@ -92,7 +95,7 @@ async def resolve_model(session: aiohttp.ClientSession, spec: LoadSpec) -> tuple
         async with asyncio.timeout(10.0):
             async with session.get(spec.base_url + "/v1/models", headers=headers) as resp:
                 if resp.status == 200:
-                    data = json.loads(await _read_capped(resp, MODELS_MAX_BYTES))
+                    data = json.loads(await read_capped(resp, MODELS_MAX_BYTES))
                     models = data.get("data") if isinstance(data, dict) else None
                     if isinstance(models, list) and models and isinstance(models[0], dict):
                         mid = models[0].get("id")
