@@ -304,14 +304,23 @@ def _runs(recent: Sequence[Mapping[str, Any]], current: Mapping[str, Any] | None
     return f'<section class="wide"><h2>Load runs (newest first)</h2>{head}{table}{note}</section>'
 
 
-def _budget(budget: Mapping[str, Any], next_runs: Mapping[str, Any], now: float) -> str:
+def _firing(job: str, ts: Any, now: float, server_ready: bool) -> str:
+    when = _e(_ts(ts, now))
+    if not server_ready and job.startswith(("load:", "ready:")):
+        # A load job fires on schedule but skips (counted, reason server_not_ready) while the server is not
+        # ready; listing it bare would promise a run that will not happen.
+        when += ' <span class="muted">(skips unless the server is ready)</span>'
+    return f"<tr><th>{_e(job)}</th><td>{when}</td></tr>"
+
+
+def _budget(budget: Mapping[str, Any], next_runs: Mapping[str, Any], now: float, server_ready: bool) -> str:
     limit = budget.get("tokens_per_hour")
     spent = budget.get("spent")
     share = (
         spent / limit if isinstance(spent, int | float) and isinstance(limit, int | float) and limit else None
     )
     rows = "".join(
-        f"<tr><th>{_e(job)}</th><td>{_e(_ts(ts, now))}</td></tr>"
+        _firing(str(job), ts, now, server_ready)
         for job, ts in sorted(next_runs.items(), key=lambda kv: kv[1])
         if not str(job).startswith("server_watch")
     )
@@ -386,7 +395,7 @@ def render_status_page(snapshot: Mapping[str, Any]) -> str:
         + _server(server, now)
         + _probes(snapshot.get("probes") or [], state, now)
         + _runs(sched.get("recent") or [], sched.get("current"), now)
-        + _budget(sched.get("budget") or {}, sched.get("next_runs") or {}, now)
+        + _budget(sched.get("budget") or {}, sched.get("next_runs") or {}, now, state == "ready")
         + _capacity(snapshot.get("capacity") or {}, report_url, bool(snapshot.get("calibrating")), now)
         + _restarts(sched.get("restarts") or [], now)
         + _collectors(snapshot.get("collectors") or [], state)

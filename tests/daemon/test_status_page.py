@@ -277,3 +277,13 @@ def test_status_document_cuts_long_canary_answers_and_knows_staleness() -> None:
     assert down["health"]["detail"] == "server restarting"
     assert down["stall"]["success"] is None
     assert down["stall"]["stale"] is True
+
+
+def test_next_firings_say_load_jobs_skip_while_the_server_is_not_ready() -> None:
+    ready = render_status_page(snapshot())
+    assert "skips unless the server is ready" not in ready
+    failed = snapshot()
+    failed["server"] = dict(failed["server"], state="failed")
+    failed["schedule"] = dict(failed["schedule"], next_runs={"ready:reference": time.time() + 5})
+    assert "ready:reference" in render_status_page(failed)
+    assert "skips unless the server is ready" in render_status_page(failed)
