@@ -121,8 +121,9 @@ def table(
     *,
     row_classes: Sequence[str] | None = None,
 ) -> str:
-    """One ``<table>``: a header row, then the rows (``row_classes[i]``: row i's class)."""
-    out = ["<table><tr>" + "".join(_cell("th", h) for h in head) + "</tr>"]
+    """One ``<table>``: a header row (none when ``head`` is empty), then the rows
+    (``row_classes[i]``: row i's class)."""
+    out = ["<table>" + ("<tr>" + "".join(_cell("th", h) for h in head) + "</tr>" if head else "")]
     for i, row in enumerate(rows):
         cls = row_classes[i] if row_classes is not None and i < len(row_classes) else ""
         attr = f" class={cls}" if cls else ""

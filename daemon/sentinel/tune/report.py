@@ -197,7 +197,7 @@ def _verdict(doc: Mapping[str, Any], by_id: Mapping[str, Mapping[str, Any]]) -> 
             f"{doc.get('started_at') or _DASH} / {doc.get('finished_at') or 'not finished'}",
         ],
     ]
-    return "".join(out) + table(["", ""], rows)
+    return "".join(out) + table([], rows)
 
 
 _CONFIG_HEAD = (
@@ -333,7 +333,7 @@ def _details(trials: list[Mapping[str, Any]]) -> str:
             f"<details><summary>{esc(_tid(t))} — {esc(t.get('status') or _DASH)} — "
             f"{esc(_flags_text(t))}</summary>"
             f"<pre>{esc(shlex.join(redact_argv(argv))) if argv else '(no argv recorded)'}</pre>"
-            + table(["", ""], rows)
+            + table([], rows)
             + (table(head, round_rows) if round_rows else "<p class=sub>No round measured.</p>")
             + "</details>"
         )
