@@ -3,7 +3,7 @@
 Flags that bench_serving also has keep its names and meanings (`--backend`, `--num-prompts`,
 `--request-rate`, `--random-range-ratio`...), so an operator's bench_serving command line works
 after swapping the program name. Ours are added beside them (`--arrival`, `--duration`,
-`--api-key-file`, `--cache-hit-ratio`, `--request-timeout`).
+`--api-key-file`, `--cache-hit-ratio`, `--request-timeout`, `--output-csv`, `--output-html`).
 
 Exit status: 0 when at least one request succeeded; 1 when none did (the message says why:
 unreachable server, refused key, refused model...), 2 for bad usage, 130 when interrupted.

@@ -35,13 +35,17 @@ def _ok(result: RunResult) -> list[RequestRecord]:
     return [r for r in result.measured if r.success]
 
 
+def _mark_percentiles(ax: Any, sorted_ms: list[float], digits: int) -> None:
+    for q, color in _PCTS:
+        v = percentile(sorted_ms, q)
+        ax.axvline(v, color=color, linestyle="--", linewidth=1, label=f"p{q:g} {v:,.{digits}f} ms")
+
+
 def _cdf(ax: Any, values_ms: list[float], name: str) -> None:
     xs = sorted(values_ms)
     n = len(xs)
     ax.plot(xs, [(i + 1) / n for i in range(n)], drawstyle="steps-post", color="#1f77b4")
-    for q, color in _PCTS:
-        v = percentile(xs, q)
-        ax.axvline(v, color=color, linestyle="--", linewidth=1, label=f"p{q:g} {v:,.1f} ms")
+    _mark_percentiles(ax, xs, 1)
     ax.set_xlabel(f"{name} (ms)")
     ax.set_ylabel("fraction of requests ≤ x")
     ax.set_ylim(0, 1.02)
@@ -97,9 +101,7 @@ def _plot_itl(plt: Any, itls: list[float]) -> bytes:
     fig, ax = plt.subplots(figsize=(7, 3.6))
     ax.hist(ms, bins=min(80, max(10, int(math.sqrt(len(ms))))), color="#1f77b4")
     ax.set_yscale("log")  # the tail (a late chunk, a prefill interleaved) is what one looks for
-    for q, color in _PCTS:
-        v = percentile(ms, q)
-        ax.axvline(v, color=color, linestyle="--", linewidth=1, label=f"p{q:g} {v:,.2f} ms")
+    _mark_percentiles(ax, ms, 2)
     ax.set_xlabel("inter-token latency (ms)")
     ax.set_ylabel("tokens (log)")
     ax.set_title(f"ITL distribution ({len(ms)} entries, pooled over requests)")

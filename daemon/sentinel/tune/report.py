@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sentinel.atomic import atomic_write_bytes
 from sentinel.redact import redact_argv
 from sentinel.reportkit import Cell, ReportError, draw_plots, esc, img_tag, load_pyplot, page, png, table
 
@@ -396,7 +397,8 @@ def write_report(doc: Mapping[str, Any], directory: Path) -> Path:
     path = directory / "index.html"
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        # Atomic: the report is rewritten as the tune goes on, while someone may have it open.
+        atomic_write_bytes(path, text.encode("utf-8"))
     except OSError as exc:
         raise ReportError(f"cannot write the tune report to {directory}: {exc.strerror or exc}") from None
     return path
