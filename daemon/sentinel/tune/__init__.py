@@ -1,0 +1,1 @@
+"""``sentinel tune``: the fastest launch configuration that still answers correctly."""
