@@ -199,6 +199,9 @@ class ApiBase:
         fault = self.srv.faults.active("garbage", time.monotonic())
         if fault is not None:
             return _GARBAGE[fault.text("style")] * (end - start)
+        if self.profile.output_garbage:
+            # A known-bad backend combination (launchmodel.py): every token is garbage.
+            return _GARBAGE[self.profile.output_garbage] * (end - start)
         return "".join(req.script.slice(start, end))
 
     @staticmethod
