@@ -18,7 +18,14 @@ import argparse
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-__all__ = ["LAUNCH_DEFAULTS", "LaunchFlags", "add_launch_arguments", "check_version", "launch_flags_from"]
+__all__ = [
+    "LAUNCH_DEFAULTS",
+    "LaunchFlags",
+    "add_launch_arguments",
+    "check_version",
+    "deprecation_warnings",
+    "launch_flags_from",
+]
 
 # fmt: off
 _ATTENTION_059: Final = (
@@ -205,3 +212,15 @@ def check_version(flags: LaunchFlags, version: str) -> None:
             raise ValueError(f"{name} must be at least 1, got {v}")
     if flags.cuda_graph_bs is not None and min(flags.cuda_graph_bs) < 1:
         raise ValueError(f"--cuda-graph-bs sizes must be at least 1, got {list(flags.cuda_graph_bs)}")
+
+
+def deprecation_warnings(flags: LaunchFlags, version: str) -> list[str]:
+    """The warnings SGLang ``version``'s argparse prints for ``flags`` (0.5.23
+    ``arg_groups/argparse_actions.py`` DeprecatedStoreTrueAction, in print_deprecated_warning's
+    yellow)."""
+    if version == "0.5.9" or not any(dest == "disable_cuda_graph" for dest, _ in flags.given):
+        return []
+    return [
+        "\033[1;33m'--disable-cuda-graph' is deprecated and will be removed in a future release. "
+        "Use '--cuda-graph-backend-{decode,prefill}=disabled' instead.\033[0m"
+    ]

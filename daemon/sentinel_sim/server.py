@@ -37,6 +37,7 @@ from sentinel_sim.crash import CrashKind
 from sentinel_sim.crashing import Crasher
 from sentinel_sim.engine import Engine, Request
 from sentinel_sim.faults import Fault, FaultSet, check_fault_version, parse_fault_spec
+from sentinel_sim.launchflags import deprecation_warnings
 from sentinel_sim.launchmodel import server_args_fields
 from sentinel_sim.looplag import LoopLag
 from sentinel_sim.metrics import SimMetrics
@@ -394,6 +395,8 @@ class SimServer:
             (f for f in self._startup_faults if f.name == "crash" and f.text("phase") == "startup"), None
         )
         t0 = time.monotonic()
+        for warning in deprecation_warnings(self.config.launch, self.version):
+            log.main(warning)
         args = ", ".join(f"{k}={v!r}" for k, v in self.server_args().items())
         log.main(f"server_args=ServerArgs({args})")
         log.all_ranks("Init torch distributed begin.")

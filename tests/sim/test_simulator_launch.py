@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
+import signal
 
 import httpx
 import pytest
@@ -330,3 +331,21 @@ def test_good_launch_flags_pass_check_args(capsys: pytest.CaptureFixture[str]) -
         "--enable-torch-compile",
     )  # fmt: skip
     assert (code, err) == (0, "")
+
+
+def test_the_oom_start_up_is_a_dead_process_like_sglangs(sim_factory) -> None:  # type: ignore[no-untyped-def]
+    sim = sim_factory("--mem-fraction-static", "0.95", wait_ready=False)
+    assert sim.wait_exit(30) == -signal.SIGKILL
+    log = sim.stderr_text()
+    assert "torch.OutOfMemoryError: CUDA out of memory." in log
+    assert "Received sigquit from a child process" in log
+    assert classify_crash(log.splitlines()) == CrashKind.CUDA_OOM
+
+
+async def test_disable_cuda_graph_is_deprecated_in_0_5_23_only() -> None:
+    for version, warned in (("0.5.23", True), ("0.5.9", False)):
+        err = io.StringIO()
+        config = SimConfig(port=0, speed=1000, sglang_version=version, launch=_flags("--disable-cuda-graph"))
+        async with serve(config, err=err):
+            pass
+        assert ("'--disable-cuda-graph' is deprecated" in err.getvalue()) is warned
