@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sentinel.cli.bench_flags import REJECTED_DATASETS, add_rejected_options, rejected_messages
+from sentinel.cli.bench_trace import add_trace_options, check_trace_flags, mooncake_dataset, trace_warnings
 from sentinel.cli.common import CliError, add_common_options, ignoring_sighup
 from sentinel.cli.target import API_KEY_ENVS, add_target_options, read_api_key, target_base_url
 from sentinel.redact import redact_obj
@@ -76,9 +77,11 @@ def register(sub: Any) -> None:
             "generated-shared-prefix",
             "jsonl",
             "custom",
+            "mooncake",
             *REJECTED_DATASETS,
         ),
-        help="random, random-ids, generated-shared-prefix; with --dataset-path: sharegpt, openai, custom",
+        help="random, random-ids, generated-shared-prefix; with --dataset-path: sharegpt, openai, custom, "
+        "mooncake",
     )
     d.add_argument(
         "--dataset-path", type=Path, default=None, help="JSONL prompts (prompt|messages|input_ids)"
@@ -91,6 +94,12 @@ def register(sub: Any) -> None:
         type=int,
         default=None,
         help="sharegpt: fixed output length (else the reference's)",
+    )
+    d.add_argument(
+        "--sharegpt-context-len",
+        type=int,
+        default=None,
+        help="sharegpt: drop pairs longer than this (prompt + output tokens); needs --tokenizer",
     )
     d.add_argument("--random-input-len", type=int, default=1024)
     d.add_argument("--random-output-len", type=int, default=1024)
@@ -107,6 +116,14 @@ def register(sub: Any) -> None:
         help="token ids, not text (what the native backend sends)",
     )
     d.add_argument("--gsp-fast-prepare", action="store_true", help="accepted; preparation is always fast")
+    d.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="local tokenizer.json (or a directory with one): retokenized output counts, trace prompt "
+        "lengths; needs the tokenizers library; no hub download",
+    )
     r = p.add_argument_group("request")
     r.add_argument("--temperature", type=float, default=0.0)
     r.add_argument("--top-p", type=float, default=1.0, help="sent only when < 1")
@@ -155,6 +172,7 @@ def register(sub: Any) -> None:
         help="SLOs for goodput, KEY in ttft, tpot, e2el, e.g. --goodput ttft:500 tpot:50",
     )
     o.add_argument("--cache-report", action="store_true", help="print Cache Hit Details")
+    add_trace_options(p)
     add_rejected_options(p)
     p.set_defaults(handler=_handle)
 
@@ -202,6 +220,7 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
         Backend,
         JsonlDataset,
         LoadSpec,
+        MooncakeDataset,
         RandomDataset,
         SharedPrefixDataset,
         ShareGPTDataset,
@@ -213,6 +232,7 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
         refused.append(f"--dataset-name {args.dataset_name}: {REJECTED_DATASETS[args.dataset_name]}")
     if refused:
         raise CliError("bench_serving flags not supported by sentinel bench:\n  " + "\n  ".join(refused), 2)
+    check_trace_flags(args)
     headers: dict[str, str] = {}
     for item in args.header:
         key, sep, value = item.partition("=")
@@ -239,8 +259,13 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
     base_url = target_base_url(args, "127.0.0.1", 30000)
     try:
         backend = Backend.parse(args.backend)
-        dataset: RandomDataset | JsonlDataset | ShareGPTDataset | SharedPrefixDataset
-        if args.dataset_name in ("jsonl", "custom"):
+        tokenizer = _tokenizer(args.tokenizer)
+        dataset: RandomDataset | JsonlDataset | ShareGPTDataset | SharedPrefixDataset | MooncakeDataset
+        num = args.num_prompts
+        if args.dataset_name == "mooncake":
+            dataset, num = mooncake_dataset(args, backend)
+            arrival = ArrivalProcess.TRACE
+        elif args.dataset_name in ("jsonl", "custom"):
             if args.dataset_path is None:
                 raise CliError(f"--dataset-name {args.dataset_name} needs --dataset-path", 2)
             dataset = JsonlDataset(args.dataset_path, output_len=args.random_output_len)
@@ -256,7 +281,9 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
                 raise CliError(
                     "--dataset-name sharegpt needs --dataset-path (sentinel bench downloads nothing)", 2
                 )
-            dataset = ShareGPTDataset(args.dataset_path, output_len=args.sharegpt_output_len)
+            dataset = ShareGPTDataset(
+                args.dataset_path, output_len=args.sharegpt_output_len, context_len=args.sharegpt_context_len
+            )
         elif args.dataset_name == "generated-shared-prefix":
             if args.gsp_system_prompt_len is not None or args.gsp_question_len is not None:
                 sys_len = args.gsp_system_prompt_len or 0
@@ -275,7 +302,6 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
                 # The native backend always sends random prompts as input_ids.
                 raise CliError("--tokenize-prompt needs --backend sglang (token ids go to /generate)", 2)
             dataset = RandomDataset(args.random_input_len, args.random_output_len, args.random_range_ratio)
-        num = args.num_prompts
         if num is None and args.duration is None:
             num = 1000  # bench_serving's default
         return LoadSpec(
@@ -305,9 +331,19 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
             stream=not args.disable_stream,
             request_timeout_s=args.request_timeout,
             keep_text=args.output_details,
+            tokenizer=tokenizer,
         )
     except SpecError as exc:
         raise CliError(str(exc), 2) from None
+
+
+def _tokenizer(path: Path | None) -> Path | None:
+    """--tokenizer, checked now (exit 2 before the run): a local file, the library installed."""
+    if path is None:
+        return None
+    from sentinel.load.tokenizer import load_tokenizer
+
+    return load_tokenizer(path).path
 
 
 def _handle(args: argparse.Namespace) -> int:
@@ -322,6 +358,8 @@ def _bench_command(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
     configure_logging(args.log_level or settings.log.level, args.log_format or settings.log.format)
     spec = build_spec(args)
+    for warning in trace_warnings(args):
+        print(f"sentinel bench: {warning}", file=sys.stderr)
     show_progress = sys.stderr.isatty() and not args.disable_tqdm
     flush = args.flush_cache_timeout if args.flush_cache else None
     result, interrupted = run_on_loop(_bench(spec, show_progress, flush), spec.arrival)
@@ -336,11 +374,11 @@ def run_on_loop(main: Coroutine[Any, Any, _T], arrival: ArrivalProcess) -> _T:
     less client CPU per streamed token, but under load it wakes timers late (libuv computes the
     poll timeout from the time cached at the start of the iteration), and a Poisson schedule's
     p99 lag was 4.7 ms on it against 0.86 ms on asyncio's own loop. So scheduled arrivals
-    (Poisson, constant rate) run on asyncio's loop, unscheduled ones (all at once, closed loop:
-    nothing to be late for) on uvloop when installed."""
+    (Poisson, constant rate, a trace's timestamps) run on asyncio's loop, unscheduled ones (all
+    at once, closed loop: nothing to be late for) on uvloop when installed."""
     from sentinel.load.spec import ArrivalProcess
 
-    if arrival in (ArrivalProcess.POISSON, ArrivalProcess.CONSTANT):
+    if arrival in (ArrivalProcess.POISSON, ArrivalProcess.CONSTANT, ArrivalProcess.TRACE):
         return asyncio.run(main)
     try:
         import uvloop

@@ -98,6 +98,8 @@ class _Run:
         self.run_id = f"{int(time.time() * 1e3):x}{secrets.token_hex(3)}"
         self.slots: asyncio.Queue[float] | None = None
         self.lora = _LoraPicker(spec)
+        # A client tokenizer re-counts the generated text after the run, so the text is kept.
+        self.keep_text = spec.keep_text or spec.tokenizer is not None
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
@@ -143,7 +145,7 @@ class _Run:
                     get_logger(__name__).exception("load_on_record_failed", index=rec.index)
 
     async def _execute(self, rec: RequestRecord, body: bytes) -> None:
-        parser = make_parser(self.spec.backend, rec, self.spec.keep_text)
+        parser = make_parser(self.spec.backend, rec, self.keep_text)
         sink = ResponseSink(rec, parser, self.spec.stream)
         sink.sent = time.perf_counter()  # until the bytes are written (a connect error keeps this)
         rec.sent = sink.sent - self.t0
@@ -178,7 +180,7 @@ class _Run:
                     obj = json.loads(bytes(sink.whole))
                 except ValueError:
                     raise StreamFailure(FailureReason.MALFORMED, "response is not JSON") from None
-                parse_whole(spec.backend, rec, spec.keep_text, obj, rec.latency)
+                parse_whole(spec.backend, rec, self.keep_text, obj, rec.latency)
                 sink.done = True
         except StreamFailure as exc:
             rec.failure = exc.reason
@@ -291,7 +293,15 @@ async def run_load(
                     model, note = await resolve_model(aux, spec)
                     if note:
                         notes.append(note)
-        return await _run(spec, client, counters, on_record, cancel_task, source, model, notes)
+        result = await _run(spec, client, counters, on_record, cancel_task, source, model, notes)
+        if spec.tokenizer is not None:
+            from sentinel.load.tokenizer import load_tokenizer
+
+            # bench_serving's retokenized count: successful requests' text, special tokens out.
+            texts = [r.text or "" for r in result.measured if r.success]
+            counts = await asyncio.to_thread(load_tokenizer(spec.tokenizer).count_many, texts)
+            result.retokenized_output_tokens = sum(counts)
+        return result
     finally:
         cancel_task.cancel()
         await client.close()
@@ -474,7 +484,7 @@ async def _dispatch(
     limit = spec.num_requests
     deadline = spec.duration_s
     closed = spec.arrival is ArrivalProcess.CLOSED
-    precise = spec.arrival in (ArrivalProcess.POISSON, ArrivalProcess.CONSTANT)
+    precise = spec.arrival in (ArrivalProcess.POISSON, ArrivalProcess.CONSTANT, ArrivalProcess.TRACE)
     slots = run.slots
     # Closed loop: bodies built ahead, while the dispatcher waits for a slot. Streams often end
     # together (one engine step finishes a batch); built on demand, the first request of such
@@ -482,7 +492,7 @@ async def _dispatch(
     # 128 streams) before any went out: a delay of the client's own making.
     ahead: collections.deque[tuple[RequestRecord, bytes]] = collections.deque()
     n_ahead = min(spec.max_concurrency or 0, 256) if closed else 0
-    for i, offset in enumerate(planned_offsets(spec)):
+    for i, offset in enumerate(planned_offsets(spec, source.trace_offsets)):
         if limit is not None and i >= limit:
             break
         if deadline is not None and (offset >= deadline or (closed and run.now() >= deadline)):
