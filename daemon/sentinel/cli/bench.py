@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sentinel.cli.bench_flags import REJECTED_DATASETS, add_rejected_options, rejected_messages
+from sentinel.cli.bench_ramp import StepValues, format_ramp_summary, ramp_steps
 from sentinel.cli.bench_trace import add_trace_options, check_trace_flags, mooncake_dataset, trace_warnings
 from sentinel.cli.common import CliError, add_common_options, ignoring_sighup
 from sentinel.cli.target import API_KEY_ENVS, add_target_options, read_api_key, target_base_url
@@ -140,7 +141,14 @@ def register(sub: Any) -> None:
     r.add_argument("--lora-zipf-alpha", type=float, default=1.5, help="Zipf alpha for skewed")
     r.add_argument("--return-routed-experts", action="store_true", help="native: return_routed_experts")
     a = p.add_argument_group("arrivals")
-    a.add_argument("--request-rate", type=float, default=math.inf, help="req/s; inf sends all at once")
+    a.add_argument(
+        "--request-rate",
+        type=float,
+        nargs="+",
+        action=StepValues,
+        default=math.inf,
+        help="req/s; inf sends all at once; several values: one run per value (a ramp)",
+    )
     a.add_argument(
         "--arrival",
         choices=("poisson", "constant", "burst", "closed"),
@@ -152,7 +160,14 @@ def register(sub: Any) -> None:
         action="store_true",
         help="poisson with --num-prompts: rescale the gaps to average exactly 1/rate (default: free draws)",
     )
-    a.add_argument("--max-concurrency", type=int, default=None)
+    a.add_argument(
+        "--max-concurrency",
+        type=int,
+        nargs="+",
+        action=StepValues,
+        default=None,
+        help="requests in flight at most; several values: one run per value (a ramp)",
+    )
     a.add_argument("--duration", type=float, default=None, help="stop sending after this many seconds")
     a.add_argument("--warmup-requests", type=int, default=1)
     a.add_argument("--disable-stream", action="store_true")
@@ -357,6 +372,9 @@ def _bench_command(args: argparse.Namespace) -> int:
 
     settings = load_settings(args.config)
     configure_logging(args.log_level or settings.log.level, args.log_format or settings.log.format)
+    steps = ramp_steps(args)
+    if steps:
+        return _ramp(steps)
     spec = build_spec(args)
     for warning in trace_warnings(args):
         print(f"sentinel bench: {warning}", file=sys.stderr)
@@ -364,6 +382,28 @@ def _bench_command(args: argparse.Namespace) -> int:
     flush = args.flush_cache_timeout if args.flush_cache else None
     result, interrupted = run_on_loop(_bench(spec, show_progress, flush), spec.arrival)
     return _report(args, result, interrupted)
+
+
+def _ramp(steps: list[tuple[str, argparse.Namespace]]) -> int:
+    """One run per step (`sentinel.cli.bench_ramp`), then the summary; stops at a failed step."""
+    specs = [(label, ns, build_spec(ns)) for label, ns in steps]  # every step checked first
+    done: list[tuple[str, RunResult]] = []
+    code = 0
+    try:
+        for k, (label, ns, spec) in enumerate(specs, 1):
+            print(f"\nRamp step {k}/{len(specs)}: {label}", flush=True)
+            show_progress = sys.stderr.isatty() and not ns.disable_tqdm
+            flush = ns.flush_cache_timeout if ns.flush_cache else None
+            result, interrupted = run_on_loop(_bench(spec, show_progress, flush), spec.arrival)
+            if not result.warmup_failed:
+                done.append((label, result))
+            code = _report(ns, result, interrupted)
+            if code:
+                break
+    finally:
+        if done:
+            print(format_ramp_summary(done), flush=True)
+    return code
 
 
 def run_on_loop(main: Coroutine[Any, Any, _T], arrival: ArrivalProcess) -> _T:
@@ -521,6 +561,8 @@ def _report(args: argparse.Namespace, result: RunResult, interrupted: bool) -> i
     if args.output_file is not None:
         record = result.to_dict(details=args.output_details)
         record["tag"] = args.tag
+        if getattr(args, "ramp_step", None) is not None:
+            record["ramp_step"] = args.ramp_step
         try:
             with args.output_file.open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps(record) + "\n")
