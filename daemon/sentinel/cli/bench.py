@@ -109,6 +109,12 @@ def register(sub: Any) -> None:
     d.add_argument("--gsp-system-prompt-len", type=int, default=None, help="shared prefix tokens")
     d.add_argument("--gsp-question-len", type=int, default=None, help="unique suffix tokens")
     d.add_argument("--gsp-output-len", type=int, default=None)
+    d.add_argument(
+        "--gsp-num-turns",
+        type=int,
+        default=1,
+        help="generated-shared-prefix, chat backend: turns per conversation, each after the last reply",
+    )
     d.add_argument("--cache-hit-ratio", type=float, default=0.5, help="shared-prefix target cache hit ratio")
     d.add_argument("--seed", type=int, default=1)
     d.add_argument(
@@ -248,6 +254,8 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
     if refused:
         raise CliError("bench_serving flags not supported by sentinel bench:\n  " + "\n  ".join(refused), 2)
     check_trace_flags(args)
+    if args.gsp_num_turns != 1 and args.dataset_name != "generated-shared-prefix":
+        raise CliError("--gsp-num-turns needs --dataset-name generated-shared-prefix", 2)
     headers: dict[str, str] = {}
     for item in args.header:
         key, sep, value = item.partition("=")
@@ -306,11 +314,14 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
                 input_len, ratio = sys_len + q_len, sys_len / (sys_len + q_len)
             else:
                 input_len, ratio = args.random_input_len, args.cache_hit_ratio
+            if args.tokenize_prompt and args.gsp_num_turns > 1:
+                raise CliError("--tokenize-prompt requires --gsp-num-turns=1 (as bench_serving)", 2)
             dataset = SharedPrefixDataset(
                 input_len=input_len,
                 output_len=args.gsp_output_len or args.random_output_len,
                 cache_hit_ratio=ratio,
                 num_groups=args.gsp_num_groups,
+                num_turns=args.gsp_num_turns,
             )
         else:
             if args.tokenize_prompt and backend is not Backend.SGLANG:

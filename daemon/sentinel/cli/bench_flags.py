@@ -64,7 +64,6 @@ REJECTED: dict[str, str] = {
     "--gsp-prompts-per-group": "the request count is --num-prompts, spread over --gsp-num-groups",
     "--gsp-range-ratio": _GSP,
     "--gsp-send-routing-key": _GSP + " (no X-SMG-Routing-Key header; --header sets a fixed one)",
-    "--gsp-num-turns": _GSP + " (multi-turn is not implemented)",
     "--gsp-ordered": _GSP + " (requests go round-robin over the groups)",
     "--gsp-group-distribution": _GSP + " (groups are used uniformly)",
     "--gsp-zipf-alpha": _GSP + " (groups are used uniformly)",

@@ -59,6 +59,8 @@ class Prompt:
     output_len: int
     group: int | None = None  # shared-prefix group
     extra: Mapping[str, Any] | None = None  # merged into this request's body (openai dataset)
+    # Multi-turn: the user messages of turns 2.. (`content` is turn 1's messages).
+    turns: tuple[str, ...] = ()
 
 
 def _ids(rng: random.Random, n: int) -> list[int]:
@@ -246,6 +248,11 @@ class PromptSource:
         group = i % ds.num_groups
         n_suffix = ds.input_len - ds.prefix_len
         prefix = self._prefixes[group]
+        if isinstance(prefix, str) and ds.num_turns > 1:
+            # bench_serving's multi-turn shape: "<system prompt>\n\n<question 1>", then questions.
+            questions = [_words(self._rng, n_suffix) for _ in range(ds.num_turns)]
+            first = [{"role": "user", "content": f"{prefix}\n\n{questions[0]}"}]
+            return Prompt(first, 0, ds.output_len, group, turns=tuple(questions[1:]))
         if isinstance(prefix, str):
             suffix = _words(self._rng, n_suffix)
             text = f"{prefix} {suffix}" if prefix else suffix

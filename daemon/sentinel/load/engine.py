@@ -29,7 +29,7 @@ import json
 import random
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import aiohttp
@@ -45,6 +45,7 @@ from sentinel.load.session import make_session, request_headers, resolve_model, 
 from sentinel.load.sink import ResponseSink, http_error
 from sentinel.load.spec import ArrivalProcess, Backend, LoadSpec, SharedPrefixDataset
 from sentinel.load.transport import ConnectError, ConnectionLost, HttpClient, ProtocolError
+from sentinel.load.turns import converse
 
 __all__ = ["RecordCallback", "run_load"]
 
@@ -98,16 +99,26 @@ class _Run:
         self.run_id = f"{int(time.time() * 1e3):x}{secrets.token_hex(3)}"
         self.slots: asyncio.Queue[float] | None = None
         self.lora = _LoraPicker(spec)
-        # A client tokenizer re-counts the generated text after the run, so the text is kept.
-        self.keep_text = spec.keep_text or spec.tokenizer is not None
+        # A client tokenizer re-counts the generated text after the run, and a conversation's
+        # next turn carries the reply: the text is kept for both.
+        self.keep_text = spec.keep_text or spec.tokenizer is not None or spec.turns > 1
+        # Multi-turn: the measured requests' records (later turns join as they are sent) and
+        # the conversations still to continue, by their first turn's index.
+        self.records: list[RequestRecord] = []
+        self.conversations: dict[int, Prompt] = {}
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
 
     def prepare(self, index: int, offset: float, prompt: Prompt) -> tuple[RequestRecord, bytes]:
         """A measured request's record and serialised body."""
-        rec = RequestRecord(index=index, warmup=False, planned=offset, prompt_len=prompt.prompt_len)
+        # A conversation's turns take the indexes after its first (unique rids).
+        rec = RequestRecord(
+            index=index * self.spec.turns, warmup=False, planned=offset, prompt_len=prompt.prompt_len
+        )
         rec.planned_output_len = prompt.output_len
+        if prompt.turns:
+            self.conversations[rec.index] = prompt
         return rec, self.body(rec, prompt, prompt.output_len)
 
     def body(self, rec: RequestRecord, prompt: Prompt, output_len: int) -> bytes:
@@ -115,8 +126,18 @@ class _Run:
         lora = self.lora.next(rec.warmup)
         return build_body(self.spec, prompt, model=self.model, rid=rec.rid, output_len=output_len, lora=lora)
 
-    async def execute(self, rec: RequestRecord, body: bytes) -> None:
-        """Send one request and fill its record; never raises except on cancellation."""
+    def start(self, rec: RequestRecord, body: bytes) -> Coroutine[Any, Any, None]:
+        """What a dispatched arrival runs: one request, or a whole conversation."""
+        prompt = self.conversations.pop(rec.index, None)
+        if prompt is None:
+            return self.execute(rec, body)
+        return converse(self, rec, body, prompt, self.records)
+
+    async def execute(self, rec: RequestRecord, body: bytes, *, release: bool = True) -> None:
+        """Send one request and fill its record; never raises except on cancellation.
+
+        `release`: give back the concurrency slot when done (a conversation keeps it until its
+        last turn)."""
         counters = self.counters
         counters.sent += 1
         counters.in_flight += 1
@@ -134,7 +155,7 @@ class _Run:
                 counters.output_tokens += rec.output_len
             elif rec.failure != FailureReason.CANCELLED:
                 counters.failed += 1
-            if self.slots is not None:
+            if self.slots is not None and release:
                 self.slots.put_nowait(self.now())
             if self.on_record is not None:
                 try:
@@ -361,7 +382,8 @@ async def _run(
 
     # ---- measured phase ----
     run = _Run(spec, client, counters, on_record, model)
-    counters.planned = spec.num_requests
+    run.records = records
+    counters.planned = None if spec.num_requests is None else spec.num_requests * spec.turns
     lag = LoopLagMonitor()
     inflight: set[asyncio.Task[None]] = set()
     cancelled = cancel_task.done()
@@ -539,7 +561,7 @@ async def _dispatch(
                 break
         rec.ready = ready
         records.append(rec)
-        task = asyncio.create_task(run.execute(rec, body))
+        task = asyncio.create_task(run.start(rec, body))
         inflight.add(task)
         task.add_done_callback(inflight.discard)
     return False

@@ -14,6 +14,7 @@ import math
 
 from sentinel.load.result import RunResult
 from sentinel.load.spec import ArrivalProcess
+from sentinel.load.turns import per_turn_lines
 
 __all__ = ["format_result_block"]
 
@@ -170,6 +171,7 @@ def _extras(result: RunResult) -> list[str]:
         _row("Events sharing a read (%):", m.shared_read_ratio * 100, ".2f"),
         _row("Client-bound:", "YES - " + "; ".join(m.client_bound_reasons) if m.client_bound else "no"),
     ]
+    lines += per_turn_lines(result.measured)
     lines.extend(f"note: {n}" for n in result.notes)
     lines.append("=" * 50)
     return lines

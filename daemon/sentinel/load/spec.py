@@ -188,11 +188,17 @@ class SharedPrefixDataset:
     output_len: int = 256
     cache_hit_ratio: float = 0.5
     num_groups: int = 1
+    # bench_serving's --gsp-num-turns: each request is a conversation of this many turns on a
+    # chat backend; turn 1 is the prefix and a question, each later turn one more question of
+    # the same length after the history so far (the real assistant replies), sent when the
+    # previous turn has finished (sentinel.load.turns).
+    num_turns: int = 1
 
     def __post_init__(self) -> None:
         _check_len("input_len", self.input_len)
         _check_len("output_len", self.output_len)
         _check_len("num_groups", self.num_groups)
+        _check_len("num_turns", self.num_turns)
         if not 0.0 <= self.cache_hit_ratio < 1.0:
             raise SpecError(f"cache_hit_ratio must be within [0, 1), got {self.cache_hit_ratio}")
 
@@ -356,6 +362,12 @@ class LoadSpec:
             raise SpecError(
                 "sharegpt context_len (--sharegpt-context-len) needs a client tokenizer (--tokenizer)"
             )
+        multi_turn = isinstance(self.dataset, SharedPrefixDataset) and self.dataset.num_turns > 1
+        if multi_turn and self.backend is not Backend.OPENAI_CHAT:
+            # bench_serving asserts the same (MULTI_TURN_BACKENDS): a history is chat messages.
+            raise SpecError(
+                "multi-turn conversations (num_turns > 1) need the chat backend (sglang-oai-chat)"
+            )
         files = JsonlDataset | ShareGPTDataset | MooncakeDataset
         if isinstance(self.dataset, files) and not self.dataset.path.is_file():
             raise SpecError(f"dataset file not found: {self.dataset.path}")
@@ -363,6 +375,11 @@ class LoadSpec:
     @property
     def url(self) -> str:
         return self.base_url + self.backend.path
+
+    @property
+    def turns(self) -> int:
+        """Requests per planned arrival: a conversation's turns (1 unless multi-turn)."""
+        return self.dataset.num_turns if isinstance(self.dataset, SharedPrefixDataset) else 1
 
     @property
     def target_concurrency(self) -> int | None:
