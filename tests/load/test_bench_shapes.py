@@ -120,8 +120,8 @@ async def test_a_failed_step_ends_the_ramp(capsys: pytest.CaptureFixture[str]) -
 # ---- multi-turn ----
 
 _GSP = [
-    "--backend", "sglang-oai-chat", "--dataset-name", "generated-shared-prefix", "--gsp-system-prompt-len", "24",
-    "--gsp-question-len", "6", "--gsp-output-len", "5",
+    "--backend", "sglang-oai-chat", "--dataset-name", "generated-shared-prefix",
+    "--gsp-system-prompt-len", "24", "--gsp-question-len", "6", "--gsp-output-len", "5",
 ]  # fmt: skip
 
 
@@ -158,7 +158,8 @@ async def test_turns_carry_the_real_replies_and_hold_the_slot(
     for conv in (bodies[:3], bodies[3:]):
         first, second, third = (b["messages"] for b in conv)
         assert first[0]["content"].count("\n\n") == 1  # "<system prompt>\n\n<question>", as bench_serving
-        assert second[:1] == first and third[:3] == second  # the history grows, never rewritten
+        assert second[:1] == first  # the history grows, never rewritten
+        assert third[:3] == second
         assert second[1] == {"role": "assistant", "content": " tok" * 5}  # the fake's real reply
         assert [m["role"] for m in third] == ["user", "assistant", "user", "assistant", "user"]
     assert (
@@ -178,8 +179,8 @@ async def test_multi_turn_on_the_sim(
     sim = sim_factory("--skip-server-warmup")
     out = tmp_path / "res.jsonl"
     argv = [
-        "--base-url", sim.base_url, *_GSP, "--gsp-num-turns", "3", "--num-prompts", "3", "--max-concurrency", "2",
-        "--output-file", str(out),
+        "--base-url", sim.base_url, *_GSP, "--gsp-num-turns", "3", "--num-prompts", "3",
+        "--max-concurrency", "2", "--output-file", str(out),
     ]  # fmt: skip
     assert await _bench(*argv) == 0
     text = capsys.readouterr().out
