@@ -190,6 +190,10 @@ async def test_multi_turn_on_the_sim(
     res = json.loads(out.read_text())
     assert res["completed"] == 9
     assert res["peak_in_flight"] <= 2
+    assert [(t["turn"], t["completed"]) for t in res["per_turn"]] == [(1, 3), (2, 3), (3, 3)]
+    prompt_tokens = [t["prompt_tokens"] for t in res["per_turn"]]
+    assert prompt_tokens == sorted(prompt_tokens)
+    assert len(set(prompt_tokens)) == 3
     truth = [r for r in sim.control("/requests")["requests"] if "-w" not in r["rid"]]
     assert len(truth) == 9
     # Each later turn's prompt holds the earlier ones: the server saw them grow.

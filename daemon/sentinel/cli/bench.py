@@ -398,6 +398,8 @@ def _bench_command(args: argparse.Namespace) -> int:
 def _ramp(steps: list[tuple[str, argparse.Namespace]]) -> int:
     """One run per step (`sentinel.cli.bench_ramp`), then the summary; stops at a failed step."""
     specs = [(label, ns, build_spec(ns)) for label, ns in steps]  # every step checked first
+    for warning in trace_warnings(steps[0][1]):
+        print(f"sentinel bench: {warning}", file=sys.stderr)
     done: list[tuple[str, RunResult]] = []
     code = 0
     try:

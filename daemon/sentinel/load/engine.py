@@ -439,7 +439,8 @@ async def _run(
         max_loop_lag=spec.max_loop_lag_s,
     )
     ds = spec.dataset
-    if isinstance(ds, SharedPrefixDataset) and metrics.completed:
+    # Not for conversations: their history, not the target ratio, is what a prefix cache reuses.
+    if isinstance(ds, SharedPrefixDataset) and ds.num_turns == 1 and metrics.completed:
         achieved = metrics.cache_hit_ratio
         if achieved is None:
             notes.append("the server reported no cached_tokens; the prefix-cache hit ratio was not checked")

@@ -24,6 +24,7 @@ from sentinel.load.spec import (
     ShareGPTDataset,
 )
 from sentinel.load.stats import Summary
+from sentinel.load.turns import per_turn_figures
 
 __all__ = ["RunResult"]
 
@@ -193,6 +194,9 @@ class RunResult:
             "shared_read_events": m.shared_read_events,
             "shared_read_ratio": m.shared_read_ratio,
         }
+        turns = per_turn_figures(self.records)
+        if turns:
+            out["per_turn"] = turns  # multi-turn runs only (--gsp-num-turns)
         if details:
             out.update(self.details())
         return out

@@ -20,7 +20,7 @@ from sentinel.load.stats import Summary, summarize
 if TYPE_CHECKING:
     from sentinel.load.datasets import Prompt
 
-__all__ = ["converse", "per_turn_lines"]
+__all__ = ["converse", "per_turn_figures", "per_turn_lines"]
 
 
 async def converse(
@@ -47,25 +47,41 @@ async def converse(
         await run.execute(rec, body, release=t == last)
 
 
-def _ms(s: Summary) -> str:
-    return f"{s.mean * 1e3:.2f}" if s.count else "n/a"
+def _mean_ms(s: Summary) -> float | None:
+    return s.mean * 1e3 if s.count else None
 
 
-def per_turn_lines(records: list[RequestRecord]) -> list[str]:
-    """``Turn t:`` rows (requests, mean TTFT, mean E2E, cached tokens); none for single turns."""
+def per_turn_figures(records: list[RequestRecord]) -> list[dict[str, Any]]:
+    """Per turn of the successful measured requests: count, mean TTFT and E2E (ms), cached and
+    prompt tokens (server-reported); empty unless the run had conversations."""
     by_turn: dict[int, list[RequestRecord]] = defaultdict(list)
     for r in records:
         if r.turn and not r.warmup and r.success:
             by_turn[r.turn].append(r)
     if len(by_turn) < 2:
         return []
+    return [
+        {
+            "turn": t,
+            "completed": len(rs),
+            "mean_ttft_ms": _mean_ms(summarize([r.ttft for r in rs if r.ttft is not None])),
+            "mean_e2e_latency_ms": _mean_ms(summarize([r.latency for r in rs if r.latency is not None])),
+            "cached_tokens": sum(r.cached_tokens or 0 for r in rs),
+            "prompt_tokens": sum(r.prompt_tokens or 0 for r in rs),
+        }
+        for t, rs in sorted(by_turn.items())
+    ]
+
+
+def per_turn_lines(records: list[RequestRecord]) -> list[str]:
+    """``Turn t`` rows for the Sentinel block; none for single requests."""
+
+    def ms(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.2f}"
+
     lines = []
-    for t in sorted(by_turn):
-        rs = by_turn[t]
-        ttft = summarize([r.ttft for r in rs if r.ttft is not None])
-        e2e = summarize([r.latency for r in rs if r.latency is not None])
-        cached = sum(r.cached_tokens or 0 for r in rs)
-        prompt = sum(r.prompt_tokens or 0 for r in rs)
-        label = f"Turn {t} (ok, TTFT/E2E ms, cached/prompt):"
-        lines.append(f"{label:<40} {len(rs)}, {_ms(ttft)}/{_ms(e2e)}, {cached}/{prompt}")
+    for f in per_turn_figures(records):
+        label = f"Turn {f['turn']} (ok, TTFT/E2E ms, cached/prompt):"
+        ttft, e2e = ms(f["mean_ttft_ms"]), ms(f["mean_e2e_latency_ms"])
+        lines.append(f"{label:<40} {f['completed']}, {ttft}/{e2e}, {f['cached_tokens']}/{f['prompt_tokens']}")
     return lines
