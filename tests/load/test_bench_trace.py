@@ -137,7 +137,11 @@ async def test_malformed_trace_line_exits_2_naming_file_and_line(
         (["--use-trace-timestamps"], "--use-trace-timestamps needs --dataset-name mooncake"),
         (
             ["--dataset-name", "mooncake", "--dataset-path", "TRACE", "--mooncake-num-rounds", "0"],
-            "num_rounds",
+            "--mooncake-num-rounds must be >= 1",
+        ),
+        (
+            ["--dataset-name", "mooncake", "--dataset-path", "TRACE", "--mooncake-slowdown-factor", "-1"],
+            "--mooncake-slowdown-factor must be a number >= 0",
         ),
     ],
 )

@@ -71,6 +71,11 @@ def mooncake_dataset(args: argparse.Namespace, backend: Backend) -> tuple[Moonca
         )
     if args.arrival is not None:
         raise CliError("--arrival does not go with --dataset-name mooncake: the trace's timestamps are", 2)
+    factor = args.mooncake_slowdown_factor
+    if not (factor >= 0 and math.isfinite(factor)):
+        raise CliError(f"--mooncake-slowdown-factor must be a number >= 0, got {factor:g}", 2)
+    if args.mooncake_num_rounds < 1:
+        raise CliError(f"--mooncake-num-rounds must be >= 1, got {args.mooncake_num_rounds}", 2)
     if not args.dataset_path.is_file():
         raise CliError(f"dataset file not found: {args.dataset_path}", 2)
     ds = MooncakeDataset(
