@@ -247,6 +247,7 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
         ShareGPTDataset,
         SpecError,
     )
+    from sentinel.load.tokenizer import load_tokenizer
 
     refused = rejected_messages(args)
     if args.dataset_name in REJECTED_DATASETS:
@@ -282,7 +283,8 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
     base_url = target_base_url(args, "127.0.0.1", 30000)
     try:
         backend = Backend.parse(args.backend)
-        tokenizer = _tokenizer(args.tokenizer)
+        # Checked now (exit 2 before the run): a local file, and the library installed.
+        tokenizer = None if args.tokenizer is None else load_tokenizer(args.tokenizer).path
         dataset: RandomDataset | JsonlDataset | ShareGPTDataset | SharedPrefixDataset | MooncakeDataset
         num = args.num_prompts
         if args.dataset_name == "mooncake":
@@ -361,15 +363,6 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
         )
     except SpecError as exc:
         raise CliError(str(exc), 2) from None
-
-
-def _tokenizer(path: Path | None) -> Path | None:
-    """--tokenizer, checked now (exit 2 before the run): a local file, the library installed."""
-    if path is None:
-        return None
-    from sentinel.load.tokenizer import load_tokenizer
-
-    return load_tokenizer(path).path
 
 
 def _handle(args: argparse.Namespace) -> int:
