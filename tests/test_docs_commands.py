@@ -87,6 +87,22 @@ SKIP: dict[str, str] = {
     "--random-input-len 256 --random-output-len 256 --random-range-ratio 1 --output-file runs.jsonl": (
         "needs the simulator of the line before (tests/load/test_bench_command.py runs bench)"
     ),
+    # docs/bench.md's Datasets examples: tests/load/test_bench_datasets_docs.py runs each on a simulator.
+    **{
+        cmd: "needs the simulator of the line before (tests/load/test_bench_datasets_docs.py runs it)"
+        for cmd in (
+            "sentinel bench --num-prompts 8 --random-input-len 64 --random-output-len 16 --request-rate 8",
+            "sentinel bench --backend sglang-oai-chat --dataset-name sharegpt --dataset-path "
+            "docs/examples/sharegpt_small.json --num-prompts 8 --sharegpt-output-len 16",
+            "sentinel bench --dataset-name mooncake --dataset-path docs/examples/mooncake_trace.jsonl "
+            "--mooncake-num-rounds 2",
+            "sentinel bench --num-prompts 8 --random-input-len 64 --random-output-len 16 "
+            "--request-rate 4 8 16",
+            "sentinel bench --backend sglang-oai-chat --dataset-name generated-shared-prefix "
+            "--gsp-system-prompt-len 64 --gsp-question-len 16 --gsp-output-len 8 --gsp-num-turns 3 "
+            "--num-prompts 4 --max-concurrency 2",
+        )
+    },
     "sentinel sim": "a server until stopped (tests/sim run it)",
     "sentinel sim --port 0 --ready-file /tmp/sim.json --speed 50 --enable-metrics": "a server until stopped",
     ".venv/bin/python benchmarks/profile_figures.py": "a benchmark (about a minute at real time)",

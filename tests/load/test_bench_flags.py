@@ -62,6 +62,13 @@ def test_every_bench_serving_flag_is_known_and_documented(flag: str) -> None:
     assert f"| {verdict} |" in rows[0], rows[0]
 
 
+def test_the_docs_counts_of_accepted_and_refused_flags_are_the_parsers() -> None:
+    refused = [f for f in FLAGS if f in REJECTED]
+    assert len(refused) == len(REJECTED)  # every refused flag is one of bench_serving's
+    counts = f"Of its 87 flags, {len(FLAGS) - len(refused)} are accepted and {len(refused)} refused."
+    assert counts in " ".join(DOCS.read_text(encoding="utf-8").split())
+
+
 @pytest.mark.parametrize("flag", sorted(REJECTED))
 def test_a_refused_flag_exits_2_with_its_reason(flag: str) -> None:
     args = _args(flag, "x", "y")  # values are taken whatever the flag had in bench_serving

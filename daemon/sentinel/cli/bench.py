@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sentinel.cli.bench_flags import REJECTED_DATASETS, add_rejected_options, rejected_messages
 from sentinel.cli.bench_outputs import check_outputs, write_reports
+from sentinel.cli.bench_ramp import StepValues, format_ramp_summary, ramp_steps
+from sentinel.cli.bench_trace import add_trace_options, check_trace_flags, mooncake_dataset, trace_warnings
 from sentinel.cli.common import CliError, add_common_options, ignoring_sighup
 from sentinel.cli.target import API_KEY_ENVS, add_target_options, read_api_key, target_base_url
 from sentinel.redact import redact_obj
@@ -78,9 +80,11 @@ def register(sub: Any) -> None:
             "generated-shared-prefix",
             "jsonl",
             "custom",
+            "mooncake",
             *REJECTED_DATASETS,
         ),
-        help="random, random-ids, generated-shared-prefix; with --dataset-path: sharegpt, openai, custom",
+        help="random, random-ids, generated-shared-prefix; with --dataset-path: sharegpt, openai, custom, "
+        "mooncake",
     )
     d.add_argument(
         "--dataset-path", type=Path, default=None, help="JSONL prompts (prompt|messages|input_ids)"
@@ -94,6 +98,12 @@ def register(sub: Any) -> None:
         default=None,
         help="sharegpt: fixed output length (else the reference's)",
     )
+    d.add_argument(
+        "--sharegpt-context-len",
+        type=int,
+        default=None,
+        help="sharegpt: drop pairs longer than this (prompt + output tokens); needs --tokenizer",
+    )
     d.add_argument("--random-input-len", type=int, default=1024)
     d.add_argument("--random-output-len", type=int, default=1024)
     d.add_argument("--random-range-ratio", type=float, default=0.0, help="0: uniform [1, L]; 1: exactly L")
@@ -101,6 +111,12 @@ def register(sub: Any) -> None:
     d.add_argument("--gsp-system-prompt-len", type=int, default=None, help="shared prefix tokens")
     d.add_argument("--gsp-question-len", type=int, default=None, help="unique suffix tokens")
     d.add_argument("--gsp-output-len", type=int, default=None)
+    d.add_argument(
+        "--gsp-num-turns",
+        type=int,
+        default=1,
+        help="generated-shared-prefix, chat backend: turns per conversation, each after the last reply",
+    )
     d.add_argument("--cache-hit-ratio", type=float, default=0.5, help="shared-prefix target cache hit ratio")
     d.add_argument("--seed", type=int, default=1)
     d.add_argument(
@@ -109,6 +125,14 @@ def register(sub: Any) -> None:
         help="token ids, not text (what the native backend sends)",
     )
     d.add_argument("--gsp-fast-prepare", action="store_true", help="accepted; preparation is always fast")
+    d.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="local tokenizer.json (or a directory with one): retokenized output counts, trace prompt "
+        "lengths; needs the tokenizers library; no hub download",
+    )
     r = p.add_argument_group("request")
     r.add_argument("--temperature", type=float, default=0.0)
     r.add_argument("--top-p", type=float, default=1.0, help="sent only when < 1")
@@ -125,7 +149,14 @@ def register(sub: Any) -> None:
     r.add_argument("--lora-zipf-alpha", type=float, default=1.5, help="Zipf alpha for skewed")
     r.add_argument("--return-routed-experts", action="store_true", help="native: return_routed_experts")
     a = p.add_argument_group("arrivals")
-    a.add_argument("--request-rate", type=float, default=math.inf, help="req/s; inf sends all at once")
+    a.add_argument(
+        "--request-rate",
+        type=float,
+        nargs="+",
+        action=StepValues,
+        default=math.inf,
+        help="req/s; inf sends all at once; several values: one run per value (a ramp)",
+    )
     a.add_argument(
         "--arrival",
         choices=("poisson", "constant", "burst", "closed"),
@@ -137,7 +168,14 @@ def register(sub: Any) -> None:
         action="store_true",
         help="poisson with --num-prompts: rescale the gaps to average exactly 1/rate (default: free draws)",
     )
-    a.add_argument("--max-concurrency", type=int, default=None)
+    a.add_argument(
+        "--max-concurrency",
+        type=int,
+        nargs="+",
+        action=StepValues,
+        default=None,
+        help="requests in flight at most; several values: one run per value (a ramp)",
+    )
     a.add_argument("--duration", type=float, default=None, help="stop sending after this many seconds")
     a.add_argument("--warmup-requests", type=int, default=1)
     a.add_argument("--disable-stream", action="store_true")
@@ -167,6 +205,7 @@ def register(sub: Any) -> None:
         help="SLOs for goodput, KEY in ttft, tpot, e2el, e.g. --goodput ttft:500 tpot:50",
     )
     o.add_argument("--cache-report", action="store_true", help="print Cache Hit Details")
+    add_trace_options(p)
     add_rejected_options(p)
     p.set_defaults(handler=_handle)
 
@@ -214,17 +253,22 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
         Backend,
         JsonlDataset,
         LoadSpec,
+        MooncakeDataset,
         RandomDataset,
         SharedPrefixDataset,
         ShareGPTDataset,
         SpecError,
     )
+    from sentinel.load.tokenizer import load_tokenizer
 
     refused = rejected_messages(args)
     if args.dataset_name in REJECTED_DATASETS:
         refused.append(f"--dataset-name {args.dataset_name}: {REJECTED_DATASETS[args.dataset_name]}")
     if refused:
         raise CliError("bench_serving flags not supported by sentinel bench:\n  " + "\n  ".join(refused), 2)
+    check_trace_flags(args)
+    if args.gsp_num_turns != 1 and args.dataset_name != "generated-shared-prefix":
+        raise CliError("--gsp-num-turns needs --dataset-name generated-shared-prefix", 2)
     headers: dict[str, str] = {}
     for item in args.header:
         key, sep, value = item.partition("=")
@@ -251,8 +295,14 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
     base_url = target_base_url(args, "127.0.0.1", 30000)
     try:
         backend = Backend.parse(args.backend)
-        dataset: RandomDataset | JsonlDataset | ShareGPTDataset | SharedPrefixDataset
-        if args.dataset_name in ("jsonl", "custom"):
+        # Checked now (exit 2 before the run): a local file, and the library installed.
+        tokenizer = None if args.tokenizer is None else load_tokenizer(args.tokenizer).path
+        dataset: RandomDataset | JsonlDataset | ShareGPTDataset | SharedPrefixDataset | MooncakeDataset
+        num = args.num_prompts
+        if args.dataset_name == "mooncake":
+            dataset, num = mooncake_dataset(args, backend)
+            arrival = ArrivalProcess.TRACE
+        elif args.dataset_name in ("jsonl", "custom"):
             if args.dataset_path is None:
                 raise CliError(f"--dataset-name {args.dataset_name} needs --dataset-path", 2)
             dataset = JsonlDataset(args.dataset_path, output_len=args.random_output_len)
@@ -268,7 +318,9 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
                 raise CliError(
                     "--dataset-name sharegpt needs --dataset-path (sentinel bench downloads nothing)", 2
                 )
-            dataset = ShareGPTDataset(args.dataset_path, output_len=args.sharegpt_output_len)
+            dataset = ShareGPTDataset(
+                args.dataset_path, output_len=args.sharegpt_output_len, context_len=args.sharegpt_context_len
+            )
         elif args.dataset_name == "generated-shared-prefix":
             if args.gsp_system_prompt_len is not None or args.gsp_question_len is not None:
                 sys_len = args.gsp_system_prompt_len or 0
@@ -276,18 +328,20 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
                 input_len, ratio = sys_len + q_len, sys_len / (sys_len + q_len)
             else:
                 input_len, ratio = args.random_input_len, args.cache_hit_ratio
+            if args.tokenize_prompt and args.gsp_num_turns > 1:
+                raise CliError("--tokenize-prompt requires --gsp-num-turns=1 (as bench_serving)", 2)
             dataset = SharedPrefixDataset(
                 input_len=input_len,
                 output_len=args.gsp_output_len or args.random_output_len,
                 cache_hit_ratio=ratio,
                 num_groups=args.gsp_num_groups,
+                num_turns=args.gsp_num_turns,
             )
         else:
             if args.tokenize_prompt and backend is not Backend.SGLANG:
                 # The native backend always sends random prompts as input_ids.
                 raise CliError("--tokenize-prompt needs --backend sglang (token ids go to /generate)", 2)
             dataset = RandomDataset(args.random_input_len, args.random_output_len, args.random_range_ratio)
-        num = args.num_prompts
         if num is None and args.duration is None:
             num = 1000  # bench_serving's default
         return LoadSpec(
@@ -317,6 +371,7 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
             stream=not args.disable_stream,
             request_timeout_s=args.request_timeout,
             keep_text=args.output_details,
+            tokenizer=tokenizer,
         )
     except SpecError as exc:
         raise CliError(str(exc), 2) from None
@@ -333,12 +388,43 @@ def _bench_command(args: argparse.Namespace) -> int:
 
     settings = load_settings(args.config)
     configure_logging(args.log_level or settings.log.level, args.log_format or settings.log.format)
+    steps = ramp_steps(args)
+    if steps:
+        return _ramp(steps)
     spec = build_spec(args)
     check_outputs(args)
+    for warning in trace_warnings(args):
+        print(f"sentinel bench: {warning}", file=sys.stderr)
     show_progress = sys.stderr.isatty() and not args.disable_tqdm
     flush = args.flush_cache_timeout if args.flush_cache else None
     result, interrupted = run_on_loop(_bench(spec, show_progress, flush), spec.arrival)
     return _report(args, result, interrupted)
+
+
+def _ramp(steps: list[tuple[str, argparse.Namespace]]) -> int:
+    """One run per step (`sentinel.cli.bench_ramp`), then the summary; stops at a failed step."""
+    specs = [(label, ns, build_spec(ns)) for label, ns in steps]  # every step checked first
+    for _, ns in steps:
+        check_outputs(ns)
+    for warning in trace_warnings(steps[0][1]):
+        print(f"sentinel bench: {warning}", file=sys.stderr)
+    done: list[tuple[str, RunResult]] = []
+    code = 0
+    try:
+        for k, (label, ns, spec) in enumerate(specs, 1):
+            print(f"\nRamp step {k}/{len(specs)}: {label}", flush=True)
+            show_progress = sys.stderr.isatty() and not ns.disable_tqdm
+            flush = ns.flush_cache_timeout if ns.flush_cache else None
+            result, interrupted = run_on_loop(_bench(spec, show_progress, flush), spec.arrival)
+            if not result.warmup_failed:
+                done.append((label, result))
+            code = _report(ns, result, interrupted)
+            if code:
+                break
+    finally:
+        if done:
+            print(format_ramp_summary(done), flush=True)
+    return code
 
 
 def run_on_loop(main: Coroutine[Any, Any, _T], arrival: ArrivalProcess) -> _T:
@@ -349,11 +435,11 @@ def run_on_loop(main: Coroutine[Any, Any, _T], arrival: ArrivalProcess) -> _T:
     less client CPU per streamed token, but under load it wakes timers late (libuv computes the
     poll timeout from the time cached at the start of the iteration), and a Poisson schedule's
     p99 lag was 4.7 ms on it against 0.86 ms on asyncio's own loop. So scheduled arrivals
-    (Poisson, constant rate) run on asyncio's loop, unscheduled ones (all at once, closed loop:
-    nothing to be late for) on uvloop when installed."""
+    (Poisson, constant rate, a trace's timestamps) run on asyncio's loop, unscheduled ones (all
+    at once, closed loop: nothing to be late for) on uvloop when installed."""
     from sentinel.load.spec import ArrivalProcess
 
-    if arrival in (ArrivalProcess.POISSON, ArrivalProcess.CONSTANT):
+    if arrival in (ArrivalProcess.POISSON, ArrivalProcess.CONSTANT, ArrivalProcess.TRACE):
         return asyncio.run(main)
     try:
         import uvloop
@@ -496,6 +582,8 @@ def _report(args: argparse.Namespace, result: RunResult, interrupted: bool) -> i
     if args.output_file is not None:
         record = result.to_dict(details=args.output_details)
         record["tag"] = args.tag
+        if getattr(args, "ramp_step", None) is not None:
+            record["ramp_step"] = args.ramp_step
         try:
             with args.output_file.open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps(record) + "\n")

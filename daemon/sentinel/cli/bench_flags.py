@@ -20,13 +20,12 @@ _PROFILER = (
     "sentinel bench does not drive SGLang's torch profiler (/start_profile, /stop_profile): "
     "profile with the server's own endpoints"
 )
-_TRACE = "trace-replay datasets (mooncake, agentic-trace) are not implemented"
+_TRACE = "the agentic-trace dataset is not implemented (mooncake trace replay is: --dataset-name mooncake)"
 _GSP = "generated-shared-prefix in sentinel bench has groups, prefix and question lengths only"
 
 # --dataset-name values bench_serving 0.5.23 has and sentinel bench refuses.
 REJECTED_DATASETS: dict[str, str] = {
     "agentic-trace": _TRACE,
-    "mooncake": _TRACE,
     "mmmu": _MULTIMODAL,
     "image": _MULTIMODAL,
     "longbench_v2": "longbench_v2 is not implemented (a Hugging Face download)",
@@ -38,20 +37,15 @@ REJECTED: dict[str, str] = {
     "--agentic-max-turns": _TRACE,
     "--speed-bench-category": "the speed-bench dataset is not implemented (it is a Hugging Face download)",
     "--speed-bench-output-len": "the speed-bench dataset is not implemented (it is a Hugging Face download)",
-    "--tokenizer": (
-        "no client tokenizer: token counts are the server's own (usage, meta_info), "
-        "and transformers is not a dependency"
-    ),
-    "--sharegpt-context-len": "needs a client tokenizer to count prompt tokens (see --tokenizer)",
     "--image-count": _MULTIMODAL,
     "--image-resolution": _MULTIMODAL,
     "--random-image-count": _MULTIMODAL,
     "--image-format": _MULTIMODAL,
     "--image-content": _MULTIMODAL,
-    "--use-trace-timestamps": _TRACE,
     "--print-requests": "not implemented: use --output-details (per-request records in --output-file)",
     "--apply-chat-template": (
-        "needs a client tokenizer; use --backend sglang-oai-chat, where the server applies its template"
+        "needs the model's chat template (transformers); use --backend sglang-oai-chat, "
+        "where the server applies its template"
     ),
     "--profile": _PROFILER,
     "--plot-throughput": (
@@ -73,13 +67,9 @@ REJECTED: dict[str, str] = {
     "--gsp-prompts-per-group": "the request count is --num-prompts, spread over --gsp-num-groups",
     "--gsp-range-ratio": _GSP,
     "--gsp-send-routing-key": _GSP + " (no X-SMG-Routing-Key header; --header sets a fixed one)",
-    "--gsp-num-turns": _GSP + " (multi-turn is not implemented)",
     "--gsp-ordered": _GSP + " (requests go round-robin over the groups)",
     "--gsp-group-distribution": _GSP + " (groups are used uniformly)",
     "--gsp-zipf-alpha": _GSP + " (groups are used uniformly)",
-    "--mooncake-slowdown-factor": _TRACE,
-    "--mooncake-num-rounds": _TRACE,
-    "--mooncake-workload": _TRACE,
     "--fake-prefill": "decode-only benchmarking against a fake-transfer PD decode server is not implemented",
     "--rust-client": "bench_serving's optional Rust HTTP client; sentinel bench always uses its own",
     "--rust-worker-threads": "bench_serving's optional Rust HTTP client; sentinel bench always uses its own",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from sentinel.load.spec import ArrivalProcess, LoadSpec
 
@@ -47,14 +47,19 @@ def _rescaled(rng: random.Random, rate: float, count: int) -> Iterator[float]:
         yield t
 
 
-def planned_offsets(spec: LoadSpec) -> Iterator[float]:
+def planned_offsets(spec: LoadSpec, trace: Sequence[float] = ()) -> Iterator[float]:
     """Offsets for the measured phase; endless when the run is bounded by duration only.
+
+    TRACE replays `trace`, the dataset's own offsets (`PromptSource.trace_offsets`), read before
+    the clock starts.
 
     CLOSED and BURST plan every request at 0: a closed loop's sends are then released by the
     concurrency gate (a freed slot), which the engine records as the time it could be sent.
     """
     if spec.arrival is ArrivalProcess.POISSON:
         return _poisson(spec.request_rate, spec.seed, spec.num_requests, spec.exact_rate)
+    if spec.arrival is ArrivalProcess.TRACE:
+        return iter(trace)
     if spec.arrival is ArrivalProcess.CONSTANT:
         gap = 1.0 / spec.request_rate
         return (i * gap for i in itertools.count())

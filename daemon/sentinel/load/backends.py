@@ -327,8 +327,11 @@ class OpenAIParser(ResponseParser):
             self._chunk(
                 now, n, reasoning=bool(reasoning_text) and not content_text, content=bool(content_text)
             )
-            if self.keep_text and isinstance(content_text, str):
-                self.texts.append(content_text)
+            if self.keep_text:
+                # bench_serving's generated_text: reasoning then content (_combine_openai_chat_content).
+                for part in (reasoning_text, content_text):
+                    if isinstance(part, str):
+                        self.texts.append(part)
         fr = choice.get("finish_reason")
         if fr is not None:
             self.finished = True

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,7 @@ from sentinel.load.spec import (
     Backend,
     JsonlDataset,
     LoadSpec,
+    MooncakeDataset,
     RandomDataset,
     SharedPrefixDataset,
     ShareGPTDataset,
@@ -58,6 +59,8 @@ class Prompt:
     output_len: int
     group: int | None = None  # shared-prefix group
     extra: Mapping[str, Any] | None = None  # merged into this request's body (openai dataset)
+    # Multi-turn: the user messages of turns 2.. (`content` is turn 1's messages).
+    turns: tuple[str, ...] = ()
 
 
 def _ids(rng: random.Random, n: int) -> list[int]:
@@ -121,8 +124,13 @@ def load_jsonl(dataset: JsonlDataset, backend: Backend) -> list[Prompt]:
     return prompts
 
 
-def load_sharegpt(dataset: ShareGPTDataset, backend: Backend, seed: int) -> list[Prompt]:
-    """bench_serving's ShareGPT sampling (see `ShareGPTDataset`); errors name the entry."""
+def load_sharegpt(
+    dataset: ShareGPTDataset, backend: Backend, seed: int, count: Callable[[str], int] | None = None
+) -> list[Prompt]:
+    """bench_serving's ShareGPT sampling (see `ShareGPTDataset`); errors name the entry.
+
+    `count`: the client tokenizer's prompt count (--tokenizer). With it, lengths are counted as
+    bench_serving counts them (prompt and reference completion), and `context_len` prunes."""
     try:
         data = json.loads(dataset.path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
@@ -145,18 +153,21 @@ def load_sharegpt(dataset: ShareGPTDataset, backend: Backend, seed: int) -> list
     random.Random(seed).shuffle(pairs)
     prompts: list[Prompt] = []
     for prompt, completion in pairs:
-        if dataset.output_len is not None:
-            out = dataset.output_len
-        else:
-            out = -(-len(completion) // _CHARS_PER_TOKEN)
-            if out < 2:
-                continue
-        if -(-len(prompt) // _CHARS_PER_TOKEN) < 2:
-            continue  # bench_serving prunes prompts under 2 tokens
+        if count is not None:  # exact, as bench_serving: the tokenizer's counts, 0 = unknown below
+            plen = count(prompt)
+            out = dataset.output_len if dataset.output_len is not None else count(completion)
+            est_plen = plen
+        else:  # estimated; the figures use the server's prompt_tokens
+            plen, est_plen = 0, -(-len(prompt) // _CHARS_PER_TOKEN)
+            out = dataset.output_len or -(-len(completion) // _CHARS_PER_TOKEN)
+        if est_plen < 2 or out < 2:
+            continue  # bench_serving prunes sequences under 2 tokens
+        if dataset.context_len and plen + out > dataset.context_len:
+            continue  # and, with --sharegpt-context-len, those too long for the model
         content: str | list[dict[str, Any]] = prompt
         if backend is Backend.OPENAI_CHAT:
             content = [{"role": "user", "content": prompt}]
-        prompts.append(Prompt(content, 0, out))
+        prompts.append(Prompt(content, plen, out))
     if not prompts:
         raise SpecError(f"dataset {dataset.path} has no usable conversation")
     return prompts
@@ -175,11 +186,17 @@ class PromptSource:
         self._text = spec.backend is not Backend.SGLANG
         self._file: list[Prompt] | None = None
         self._prefixes: list[str | list[int]] = []
+        # Trace datasets: each prompt's planned send offset (the engine's schedule), in order.
+        self.trace_offsets: list[float] = []
+        self._trace_warmup: Prompt | None = None
         ds = spec.dataset
-        if isinstance(ds, JsonlDataset):
+        if isinstance(ds, MooncakeDataset):
+            self._file = self._load_trace(ds)
+        elif isinstance(ds, JsonlDataset):
             self._file = load_jsonl(ds, spec.backend)
         elif isinstance(ds, ShareGPTDataset):
-            self._file = load_sharegpt(ds, spec.backend, spec.seed)
+            count = self._counter() if spec.tokenizer is not None else None
+            self._file = load_sharegpt(ds, spec.backend, spec.seed, count)
         elif isinstance(ds, SharedPrefixDataset):
             # Prefixes come from their own generator so they do not depend on the run length.
             prng = random.Random(spec.seed ^ 0x5EED)
@@ -188,6 +205,28 @@ class PromptSource:
                 for _ in range(ds.num_groups)
             ]
         self._i = 0
+
+    def _load_trace(self, ds: MooncakeDataset) -> list[Prompt]:
+        from sentinel.load.trace import load_mooncake, mooncake_prompts, warmup_text
+
+        sessions = load_mooncake(ds)
+        count = self._counter()
+        prompts: list[Prompt] = []
+        for s in sessions:
+            for text in mooncake_prompts(s, ds.num_rounds):
+                prompts.append(Prompt(text, count(text), s.output_len))
+                self.trace_offsets.append(s.offset)
+        text = warmup_text(sessions[0])
+        self._trace_warmup = Prompt(text, count(text), min(sessions[0].output_len, 32))
+        return prompts
+
+    def _counter(self) -> Callable[[str], int]:
+        """Prompt lengths with the client tokenizer (bench_serving's prompt_len), else 0: unknown."""
+        if self._spec.tokenizer is None:
+            return lambda _text: 0
+        from sentinel.load.tokenizer import load_tokenizer
+
+        return load_tokenizer(self._spec.tokenizer).count_prompt
 
     def __iter__(self) -> Iterator[Prompt]:
         return self
@@ -209,6 +248,11 @@ class PromptSource:
         group = i % ds.num_groups
         n_suffix = ds.input_len - ds.prefix_len
         prefix = self._prefixes[group]
+        if isinstance(prefix, str) and ds.num_turns > 1:
+            # bench_serving's multi-turn shape: "<system prompt>\n\n<question 1>", then questions.
+            questions = [_words(self._rng, n_suffix) for _ in range(ds.num_turns)]
+            first = [{"role": "user", "content": f"{prefix}\n\n{questions[0]}"}]
+            return Prompt(first, 0, ds.output_len, group, turns=tuple(questions[1:]))
         if isinstance(prefix, str):
             suffix = _words(self._rng, n_suffix)
             text = f"{prefix} {suffix}" if prefix else suffix
@@ -222,6 +266,9 @@ class PromptSource:
         cache), they come from a separate random stream: the measured prompts are the same with
         or without warm-up and none is pre-cached. With shared prefixes they cycle through the
         groups, so every prefix is cached before the measured phase."""
+        if self._trace_warmup is not None:
+            # bench_serving's: copies of one prompt built from the first session's blocks.
+            return [self._trace_warmup] * n
         probe = PromptSource(self._spec, stream_seed=self._spec.seed + 1_000_003)
         ds = self._spec.dataset
         groups = ds.num_groups if isinstance(ds, SharedPrefixDataset) else 1

@@ -29,7 +29,7 @@ import json
 import random
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import aiohttp
@@ -45,6 +45,7 @@ from sentinel.load.session import make_session, request_headers, resolve_model, 
 from sentinel.load.sink import ResponseSink, http_error
 from sentinel.load.spec import ArrivalProcess, Backend, LoadSpec, SharedPrefixDataset
 from sentinel.load.transport import ConnectError, ConnectionLost, HttpClient, ProtocolError
+from sentinel.load.turns import converse
 
 __all__ = ["RecordCallback", "run_load"]
 
@@ -98,14 +99,26 @@ class _Run:
         self.run_id = f"{int(time.time() * 1e3):x}{secrets.token_hex(3)}"
         self.slots: asyncio.Queue[float] | None = None
         self.lora = _LoraPicker(spec)
+        # A client tokenizer re-counts the generated text after the run, and a conversation's
+        # next turn carries the reply: the text is kept for both.
+        self.keep_text = spec.keep_text or spec.tokenizer is not None or spec.turns > 1
+        # Multi-turn: the measured requests' records (later turns join as they are sent) and
+        # the conversations still to continue, by their first turn's index.
+        self.records: list[RequestRecord] = []
+        self.conversations: dict[int, Prompt] = {}
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
 
     def prepare(self, index: int, offset: float, prompt: Prompt) -> tuple[RequestRecord, bytes]:
         """A measured request's record and serialised body."""
-        rec = RequestRecord(index=index, warmup=False, planned=offset, prompt_len=prompt.prompt_len)
+        # A conversation's turns take the indexes after its first (unique rids).
+        rec = RequestRecord(
+            index=index * self.spec.turns, warmup=False, planned=offset, prompt_len=prompt.prompt_len
+        )
         rec.planned_output_len = prompt.output_len
+        if prompt.turns:
+            self.conversations[rec.index] = prompt
         return rec, self.body(rec, prompt, prompt.output_len)
 
     def body(self, rec: RequestRecord, prompt: Prompt, output_len: int) -> bytes:
@@ -113,8 +126,18 @@ class _Run:
         lora = self.lora.next(rec.warmup)
         return build_body(self.spec, prompt, model=self.model, rid=rec.rid, output_len=output_len, lora=lora)
 
-    async def execute(self, rec: RequestRecord, body: bytes) -> None:
-        """Send one request and fill its record; never raises except on cancellation."""
+    def start(self, rec: RequestRecord, body: bytes) -> Coroutine[Any, Any, None]:
+        """What a dispatched arrival runs: one request, or a whole conversation."""
+        prompt = self.conversations.pop(rec.index, None)
+        if prompt is None:
+            return self.execute(rec, body)
+        return converse(self, rec, body, prompt, self.records)
+
+    async def execute(self, rec: RequestRecord, body: bytes, *, release: bool = True) -> None:
+        """Send one request and fill its record; never raises except on cancellation.
+
+        `release`: give back the concurrency slot when done (a conversation keeps it until its
+        last turn)."""
         counters = self.counters
         counters.sent += 1
         counters.in_flight += 1
@@ -132,7 +155,7 @@ class _Run:
                 counters.output_tokens += rec.output_len
             elif rec.failure != FailureReason.CANCELLED:
                 counters.failed += 1
-            if self.slots is not None:
+            if self.slots is not None and release:
                 self.slots.put_nowait(self.now())
             if self.on_record is not None:
                 try:
@@ -143,7 +166,7 @@ class _Run:
                     get_logger(__name__).exception("load_on_record_failed", index=rec.index)
 
     async def _execute(self, rec: RequestRecord, body: bytes) -> None:
-        parser = make_parser(self.spec.backend, rec, self.spec.keep_text)
+        parser = make_parser(self.spec.backend, rec, self.keep_text)
         sink = ResponseSink(rec, parser, self.spec.stream)
         sink.sent = time.perf_counter()  # until the bytes are written (a connect error keeps this)
         rec.sent = sink.sent - self.t0
@@ -178,7 +201,7 @@ class _Run:
                     obj = json.loads(bytes(sink.whole))
                 except ValueError:
                     raise StreamFailure(FailureReason.MALFORMED, "response is not JSON") from None
-                parse_whole(spec.backend, rec, spec.keep_text, obj, rec.latency)
+                parse_whole(spec.backend, rec, self.keep_text, obj, rec.latency)
                 sink.done = True
         except StreamFailure as exc:
             rec.failure = exc.reason
@@ -291,7 +314,15 @@ async def run_load(
                     model, note = await resolve_model(aux, spec)
                     if note:
                         notes.append(note)
-        return await _run(spec, client, counters, on_record, cancel_task, source, model, notes)
+        result = await _run(spec, client, counters, on_record, cancel_task, source, model, notes)
+        if spec.tokenizer is not None:
+            from sentinel.load.tokenizer import load_tokenizer
+
+            # bench_serving's retokenized count: successful requests' text, special tokens out.
+            texts = [r.text or "" for r in result.measured if r.success]
+            counts = await asyncio.to_thread(load_tokenizer(spec.tokenizer).count_many, texts)
+            result.retokenized_output_tokens = sum(counts)
+        return result
     finally:
         cancel_task.cancel()
         await client.close()
@@ -351,7 +382,8 @@ async def _run(
 
     # ---- measured phase ----
     run = _Run(spec, client, counters, on_record, model)
-    counters.planned = spec.num_requests
+    run.records = records
+    counters.planned = None if spec.num_requests is None else spec.num_requests * spec.turns
     lag = LoopLagMonitor()
     inflight: set[asyncio.Task[None]] = set()
     cancelled = cancel_task.done()
@@ -407,7 +439,8 @@ async def _run(
         max_loop_lag=spec.max_loop_lag_s,
     )
     ds = spec.dataset
-    if isinstance(ds, SharedPrefixDataset) and metrics.completed:
+    # Not for conversations: their history, not the target ratio, is what a prefix cache reuses.
+    if isinstance(ds, SharedPrefixDataset) and ds.num_turns == 1 and metrics.completed:
         achieved = metrics.cache_hit_ratio
         if achieved is None:
             notes.append("the server reported no cached_tokens; the prefix-cache hit ratio was not checked")
@@ -474,7 +507,7 @@ async def _dispatch(
     limit = spec.num_requests
     deadline = spec.duration_s
     closed = spec.arrival is ArrivalProcess.CLOSED
-    precise = spec.arrival in (ArrivalProcess.POISSON, ArrivalProcess.CONSTANT)
+    precise = spec.arrival in (ArrivalProcess.POISSON, ArrivalProcess.CONSTANT, ArrivalProcess.TRACE)
     slots = run.slots
     # Closed loop: bodies built ahead, while the dispatcher waits for a slot. Streams often end
     # together (one engine step finishes a batch); built on demand, the first request of such
@@ -482,7 +515,7 @@ async def _dispatch(
     # 128 streams) before any went out: a delay of the client's own making.
     ahead: collections.deque[tuple[RequestRecord, bytes]] = collections.deque()
     n_ahead = min(spec.max_concurrency or 0, 256) if closed else 0
-    for i, offset in enumerate(planned_offsets(spec)):
+    for i, offset in enumerate(planned_offsets(spec, source.trace_offsets)):
         if limit is not None and i >= limit:
             break
         if deadline is not None and (offset >= deadline or (closed and run.now() >= deadline)):
@@ -529,7 +562,7 @@ async def _dispatch(
                 break
         rec.ready = ready
         records.append(rec)
-        task = asyncio.create_task(run.execute(rec, body))
+        task = asyncio.create_task(run.start(rec, body))
         inflight.add(task)
         task.add_done_callback(inflight.discard)
     return False

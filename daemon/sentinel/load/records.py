@@ -70,6 +70,7 @@ class RequestRecord:
     # several events when the client read late (or a server wrote them together). Their ITL
     # entries are the read's, not their own.
     shared_read_events: int = 0
+    turn: int = 0  # multi-turn: 1.. within its conversation; 0 for a single request
 
     @property
     def queue_wait(self) -> float:

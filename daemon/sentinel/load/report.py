@@ -3,8 +3,8 @@
 The first block reproduces SGLang 0.5.23 `bench_serving` (`sglang.benchmark.serving`,
 `{:<40} {:<10}` columns, same labels, same order, same conditions: "Accept length" with spec
 decoding, the Goodput section with --goodput, Cache Hit Details with --cache-report) so that an
-operator can diff the two tools' outputs line by line (`tests/load/test_bench_flags.py`). We
-have no client tokenizer, so "Total generated tokens (retokenized)" prints n/a; the cache
+operator can diff the two tools' outputs line by line (`tests/load/test_bench_flags.py`).
+"Total generated tokens (retokenized)" needs a client tokenizer (--tokenizer), else n/a; the cache
 section has no device/host/storage split (that needs SGLang's `cached_tokens_details`).
 """
 
@@ -14,6 +14,7 @@ import math
 
 from sentinel.load.result import RunResult
 from sentinel.load.spec import ArrivalProcess
+from sentinel.load.turns import per_turn_lines
 
 __all__ = ["format_result_block"]
 
@@ -38,9 +39,12 @@ def _cache_totals(result: RunResult) -> tuple[int, int]:
 def format_result_block(result: RunResult, *, cache_report: bool = False) -> str:
     m = result.metrics
     spec = result.spec
-    rate = (
+    rate: float | str = (
         spec.request_rate if spec.arrival in (ArrivalProcess.POISSON, ArrivalProcess.CONSTANT) else math.inf
     )
+    if spec.arrival is ArrivalProcess.TRACE:
+        rate = "trace"  # bench_serving's label when trace timestamps drive the arrivals
+    retok = result.retokenized_output_tokens
     lines = [
         "",
         _title(" Serving Benchmark Result ", "="),
@@ -52,7 +56,7 @@ def format_result_block(result: RunResult, *, cache_report: bool = False) -> str
         _row("Total input tokens:", m.total_input_tokens),
         _row("Total input text tokens:", m.total_input_tokens),
         _row("Total generated tokens:", m.total_output_tokens),
-        _row("Total generated tokens (retokenized):", "n/a"),
+        _row("Total generated tokens (retokenized):", "n/a" if retok is None else retok),
         _row("Request throughput (req/s):", m.request_throughput, ".2f"),
         _row("Input token throughput (tok/s):", m.input_throughput, ".2f"),
         _row("Output token throughput (tok/s):", m.output_throughput, ".2f"),
@@ -167,6 +171,7 @@ def _extras(result: RunResult) -> list[str]:
         _row("Events sharing a read (%):", m.shared_read_ratio * 100, ".2f"),
         _row("Client-bound:", "YES - " + "; ".join(m.client_bound_reasons) if m.client_bound else "no"),
     ]
+    lines += per_turn_lines(result.measured)
     lines.extend(f"note: {n}" for n in result.notes)
     lines.append("=" * 50)
     return lines

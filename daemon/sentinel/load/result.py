@@ -18,11 +18,13 @@ from sentinel.load.spec import (
     ArrivalProcess,
     JsonlDataset,
     LoadSpec,
+    MooncakeDataset,
     RandomDataset,
     SharedPrefixDataset,
     ShareGPTDataset,
 )
 from sentinel.load.stats import Summary
+from sentinel.load.turns import per_turn_figures
 
 __all__ = ["RunResult"]
 
@@ -66,6 +68,9 @@ class RunResult:
     # "kernel": token times are the kernel's receive stamps (plain HTTP on Linux); "user": when
     # the read callback ran (TLS, other platforms), which adds the client's own queueing.
     timestamps: str = "user"
+    # With a client tokenizer (--tokenizer): the successful requests' generated text re-encoded,
+    # bench_serving's "retokenized" count; None without one.
+    retokenized_output_tokens: int | None = None
 
     @property
     def kernel_timestamps(self) -> bool:
@@ -104,6 +109,13 @@ class RunResult:
                 "dataset_path": str(ds.path),
                 "sharegpt_output_len": ds.output_len,
             }
+        if isinstance(ds, MooncakeDataset):
+            return {
+                "dataset_name": "mooncake",
+                "dataset_path": str(ds.path),
+                "mooncake_slowdown_factor": ds.slowdown_factor,
+                "mooncake_num_rounds": ds.num_rounds,
+            }
         assert isinstance(ds, JsonlDataset)
         return {"dataset_name": "jsonl", "dataset_path": str(ds.path)}
 
@@ -113,17 +125,20 @@ class RunResult:
         rate: float | str = spec.request_rate
         if spec.arrival in (ArrivalProcess.BURST, ArrivalProcess.CLOSED):
             rate = math.inf
+        retok = self.retokenized_output_tokens
         out: dict[str, Any] = {
             "tag": None,
             "backend": str(spec.backend),
             **self._dataset_keys(),
-            "request_rate": _finite(float(rate)),
+            # bench_serving writes "trace" when the trace's timestamps drive the arrivals.
+            "request_rate": "trace" if spec.arrival is ArrivalProcess.TRACE else _finite(float(rate)),
             "max_concurrency": spec.max_concurrency,
             "server_info": self.server_info,
             "duration": m.duration,
             "completed": m.completed,
             "total_input_tokens": m.total_input_tokens,
             "total_output_tokens": m.total_output_tokens,
+            "total_output_tokens_retokenized": retok,
             "request_throughput": m.request_throughput,
             "input_throughput": m.input_throughput,
             "output_throughput": m.output_throughput,
@@ -144,6 +159,7 @@ class RunResult:
             "seed": spec.seed,
             "exact_rate": spec.exact_rate,
             "lora_names": list(spec.lora_names),
+            "tokenizer": str(spec.tokenizer) if spec.tokenizer is not None else None,
             "num_prompts": spec.num_requests,
             "duration_bound_s": spec.duration_s,
             "warmup_requests": spec.warmup_requests,
@@ -178,6 +194,9 @@ class RunResult:
             "shared_read_events": m.shared_read_events,
             "shared_read_ratio": m.shared_read_ratio,
         }
+        turns = per_turn_figures(self.records)
+        if turns:
+            out["per_turn"] = turns  # multi-turn runs only (--gsp-num-turns)
         if details:
             out.update(self.details())
         return out

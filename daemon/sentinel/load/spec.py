@@ -22,6 +22,7 @@ __all__ = [
     "DatasetSpec",
     "JsonlDataset",
     "LoadSpec",
+    "MooncakeDataset",
     "RandomDataset",
     "ShareGPTDataset",
     "SharedPrefixDataset",
@@ -91,6 +92,7 @@ class ArrivalProcess(StrEnum):
     CONSTANT = "constant"  # gaps of exactly 1/rate
     BURST = "burst"  # everything at t=0 (bench_serving's --request-rate inf)
     CLOSED = "closed"  # closed loop: max_concurrency requests always in flight
+    TRACE = "trace"  # the dataset's own timestamps (MooncakeDataset), not a rate
 
 
 def _check_len(name: str, value: int) -> None:
@@ -158,8 +160,13 @@ class ShareGPTDataset:
 
     path: Path
     output_len: int | None = None
+    # bench_serving's --sharegpt-context-len: drop pairs whose prompt + output tokens exceed it.
+    # Counting needs the client tokenizer (LoadSpec.tokenizer); checked there.
+    context_len: int | None = None
 
     def __post_init__(self) -> None:
+        if self.context_len is not None:
+            _check_len("context_len", self.context_len)
         if self.output_len is not None and self.output_len < 4:
             # bench_serving's own check (sample_sharegpt_requests: "output_len too small").
             raise SpecError(f"sharegpt output_len must be >= 4, got {self.output_len}")
@@ -181,11 +188,17 @@ class SharedPrefixDataset:
     output_len: int = 256
     cache_hit_ratio: float = 0.5
     num_groups: int = 1
+    # bench_serving's --gsp-num-turns: each request is a conversation of this many turns on a
+    # chat backend; turn 1 is the prefix and a question, each later turn one more question of
+    # the same length after the history so far (the real assistant replies), sent when the
+    # previous turn has finished (sentinel.load.turns).
+    num_turns: int = 1
 
     def __post_init__(self) -> None:
         _check_len("input_len", self.input_len)
         _check_len("output_len", self.output_len)
         _check_len("num_groups", self.num_groups)
+        _check_len("num_turns", self.num_turns)
         if not 0.0 <= self.cache_hit_ratio < 1.0:
             raise SpecError(f"cache_hit_ratio must be within [0, 1), got {self.cache_hit_ratio}")
 
@@ -195,7 +208,33 @@ class SharedPrefixDataset:
         return min(round(self.input_len * self.cache_hit_ratio), self.input_len - 1)
 
 
-DatasetSpec = RandomDataset | JsonlDataset | ShareGPTDataset | SharedPrefixDataset
+@dataclass(frozen=True, slots=True)
+class MooncakeDataset:
+    """bench_serving's `mooncake` trace replay: JSONL of ``{timestamp, hash_ids, output_length}``.
+
+    As bench_serving 0.5.23 (`datasets/mooncake.py`): the first `max_sessions` lines
+    (--num-prompts), sorted by ``timestamp`` (ms); session k starts at
+    ``(timestamp_k - timestamp_0) / 1000 * slowdown_factor`` seconds; its `num_rounds` rounds go
+    out together at that instant, round r's prompt holding the previous rounds with a
+    placeholder assistant reply each. Each ``hash_ids`` entry is one prompt block
+    (``"<id>" + "hi" x 128``), so lines sharing leading ids share a prompt prefix;
+    ``input_length`` is read but, as in bench_serving, not used. Loaded by `sentinel.load.trace`.
+    """
+
+    path: Path
+    max_sessions: int | None = None
+    slowdown_factor: float = 1.0
+    num_rounds: int = 1
+
+    def __post_init__(self) -> None:
+        _check_len("num_rounds", self.num_rounds)
+        if self.max_sessions is not None:
+            _check_len("max_sessions", self.max_sessions)
+        if not (self.slowdown_factor >= 0 and math.isfinite(self.slowdown_factor)):
+            raise SpecError(f"slowdown_factor must be a number >= 0, got {self.slowdown_factor}")
+
+
+DatasetSpec = RandomDataset | JsonlDataset | ShareGPTDataset | SharedPrefixDataset | MooncakeDataset
 
 
 def _frozen_mapping(value: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -253,6 +292,9 @@ class LoadSpec:
     ready_timeout_s: float = 0.0
     request_timeout_s: float = 900.0
     keep_text: bool = False  # keep generated text per request (for --output-details)
+    # bench_serving's --tokenizer: a local tokenizer.json (or a directory holding one) counting
+    # the generated text client-side ("retokenized") and trace prompts; see sentinel.load.tokenizer.
+    tokenizer: Path | None = None
     # Client self-check (`figures`, "client_bound"): a run whose p99 send delay (the client
     # holding a sendable request while not sending another) exceeds max_schedule_lag_s, or,
     # with user-space read stamps only, whose p99 event-loop lag exceeds max_loop_lag_s, is
@@ -303,6 +345,9 @@ class LoadSpec:
             raise SpecError(f"{self.arrival} arrivals need a finite request_rate > 0")
         if self.arrival is ArrivalProcess.CLOSED and self.max_concurrency is None:
             raise SpecError("closed-loop arrivals need max_concurrency (the fixed concurrency)")
+        trace = isinstance(self.dataset, MooncakeDataset)
+        if trace != (self.arrival is ArrivalProcess.TRACE):
+            raise SpecError("trace arrivals go with a trace dataset (mooncake), and only with it")
         if self.arrival is ArrivalProcess.BURST and self.num_requests is None:
             raise SpecError("burst arrivals need num_requests")
         if self.warmup_requests < 0:
@@ -313,12 +358,28 @@ class LoadSpec:
             raise SpecError(f"drain_timeout_s must be >= 0, got {self.drain_timeout_s}")
         if not 0.0 < self.steady_state_fraction <= 1.0:
             raise SpecError("steady_state_fraction must be within (0, 1]")
-        if isinstance(self.dataset, JsonlDataset | ShareGPTDataset) and not self.dataset.path.is_file():
+        if isinstance(self.dataset, ShareGPTDataset) and self.dataset.context_len and self.tokenizer is None:
+            raise SpecError(
+                "sharegpt context_len (--sharegpt-context-len) needs a client tokenizer (--tokenizer)"
+            )
+        multi_turn = isinstance(self.dataset, SharedPrefixDataset) and self.dataset.num_turns > 1
+        if multi_turn and self.backend is not Backend.OPENAI_CHAT:
+            # bench_serving asserts the same (MULTI_TURN_BACKENDS): a history is chat messages.
+            raise SpecError(
+                "multi-turn conversations (num_turns > 1) need the chat backend (sglang-oai-chat)"
+            )
+        files = JsonlDataset | ShareGPTDataset | MooncakeDataset
+        if isinstance(self.dataset, files) and not self.dataset.path.is_file():
             raise SpecError(f"dataset file not found: {self.dataset.path}")
 
     @property
     def url(self) -> str:
         return self.base_url + self.backend.path
+
+    @property
+    def turns(self) -> int:
+        """Requests per planned arrival: a conversation's turns (1 unless multi-turn)."""
+        return self.dataset.num_turns if isinstance(self.dataset, SharedPrefixDataset) else 1
 
     @property
     def target_concurrency(self) -> int | None:
