@@ -75,7 +75,7 @@ async def test_an_oversized_model_list_is_refused_not_buffered(
 async def test_bench_server_info_is_read_under_the_same_cap(
     models_server: tuple[str, dict[str, web.StreamResponse | bytes]], oversized: bool
 ) -> None:
-    from sentinel.cli.bench import _SERVER_INFO_MAX_BYTES, _server_info
+    from sentinel.cli.bench_server import _SERVER_INFO_MAX_BYTES, record_server_info
     from sentinel.load import compute_metrics
     from sentinel.load.result import RunResult
 
@@ -85,7 +85,7 @@ async def test_bench_server_info_is_read_under_the_same_cap(
     replies["chunked"] = b"1"  # no Content-Length: the cap must hold while reading
     result = RunResult(_spec(url), compute_metrics([], duration=1.0), [], started_at=0.0)
     async with make_session(_spec(url)) as session:
-        await _server_info(session, _spec(url), result)
+        await record_server_info(session, _spec(url), result)
     if oversized:
         assert result.server_info is None  # refused, not buffered whole
     else:

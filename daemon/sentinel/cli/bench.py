@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sentinel.cli.bench_flags import REJECTED_DATASETS, add_rejected_options, rejected_messages
 from sentinel.cli.bench_outputs import check_outputs, write_reports
 from sentinel.cli.bench_ramp import StepValues, format_ramp_summary, ramp_steps
+from sentinel.cli.bench_server import flush_cache, record_server_info
 from sentinel.cli.bench_trace import add_trace_options, check_trace_flags, mooncake_dataset, trace_warnings
 from sentinel.cli.common import CliError, add_common_options, ignoring_sighup
 from sentinel.cli.target import API_KEY_ENVS, add_target_options, read_api_key, target_base_url
-from sentinel.redact import redact_obj
 
 if TYPE_CHECKING:
     from sentinel.load.result import RunResult
@@ -448,7 +448,7 @@ def run_on_loop(main: Coroutine[Any, Any, _T], arrival: ArrivalProcess) -> _T:
     return uvloop.run(main)
 
 
-async def _bench(spec: LoadSpec, show_progress: bool, flush_cache: float | None) -> tuple[RunResult, bool]:
+async def _bench(spec: LoadSpec, show_progress: bool, flush_timeout: float | None) -> tuple[RunResult, bool]:
     from sentinel.load.engine import run_load
     from sentinel.load.progress import ProgressLine
     from sentinel.load.records import LoadCounters
@@ -480,14 +480,14 @@ async def _bench(spec: LoadSpec, show_progress: bool, flush_cache: float | None)
     with progress.logs_above() if progress is not None else contextlib.nullcontext():
         drawing = asyncio.create_task(progress.run()) if progress is not None else None
         try:
-            if flush_cache is not None:
-                await _flush_cache(session, spec, flush_cache)
+            if flush_timeout is not None:
+                await flush_cache(session, spec, flush_timeout)
             on_record = progress.on_record if progress is not None else None
             result = await run_load(
                 spec, counters=counters, on_record=on_record, cancel=cancel, session=session
             )
             if spec.backend == "sglang" and not result.warmup_failed:
-                await _server_info(session, spec, result)
+                await record_server_info(session, spec, result)
             return result, interrupted
         finally:
             if progress is not None and drawing is not None:
@@ -499,57 +499,6 @@ async def _bench(spec: LoadSpec, show_progress: bool, flush_cache: float | None)
             await session.close()
             for sig in handled:
                 loop.remove_signal_handler(sig)
-
-
-def _auth_headers(spec: LoadSpec) -> dict[str, str]:
-    headers = dict(spec.headers)
-    if spec.api_key:
-        headers["Authorization"] = f"Bearer {spec.api_key}"
-    return headers
-
-
-async def _flush_cache(session: Any, spec: LoadSpec, timeout_s: float) -> None:
-    from sentinel.log import get_logger
-
-    try:
-        async with asyncio.timeout(timeout_s):
-            async with session.post(spec.base_url + "/flush_cache", headers=_auth_headers(spec)) as resp:
-                if resp.status != 200:
-                    get_logger(__name__).warning("bench_flush_cache_refused", status=resp.status)
-    except Exception as exc:  # best effort, as in bench_serving
-        get_logger(__name__).warning("bench_flush_cache_failed", error=str(exc))
-
-
-_SERVER_INFO_MAX_BYTES = 4 << 20  # SGLang's is ~10 KB (server_args and internal states)
-
-
-async def _server_info(session: Any, spec: LoadSpec, result: RunResult) -> None:
-    """bench_serving records /get_server_info and its spec-decoding accept length."""
-    from sentinel.load.session import read_capped
-
-    for path in ("/server_info", "/get_server_info"):
-        try:
-            async with asyncio.timeout(5.0):
-                async with session.get(spec.base_url + path, headers=_auth_headers(spec)) as resp:
-                    if resp.status != 200:
-                        continue
-                    # Bounded: the timeout covers the whole exchange, read_capped the bytes.
-                    body = await read_capped(resp, _SERVER_INFO_MAX_BYTES)
-            info = (
-                await asyncio.to_thread(json.loads, bytes(body)) if len(body) > 1 << 16 else json.loads(body)
-            )
-        except Exception:
-            continue
-        if isinstance(info, dict):
-            if isinstance(info.get("decode"), list) and info["decode"]:
-                info = info["decode"][0]
-            result.server_info = redact_obj(info)  # SGLang lists its api_key among server_args
-            states = info.get("internal_states")
-            if isinstance(states, list) and states and isinstance(states[0], dict):
-                accept = states[0].get("avg_spec_accept_length")
-                if isinstance(accept, int | float) and accept > 0:
-                    result.accept_length = float(accept)
-            return
 
 
 def _failure_message(result: RunResult) -> str:
