@@ -13,8 +13,9 @@ Each poll, rank 0 (the coordinator) gathers one :class:`MemberView` per rank and
   starting rank 0 last means its rendezvous timeout counts from when the others are launching).
 
 The agent starts in ``up`` of a fresh epoch: every rank is sent start as soon as its agent
-answers (late agents included), with nothing to release first. Epochs are milliseconds since the epoch (at least the previous + 1): a
-restarted rank-0 agent still issues epochs newer than any its peers accepted before.
+answers (late agents included), with nothing to release first. Epochs are milliseconds since
+the Unix epoch (at least the previous + 1): a restarted rank-0 agent still issues epochs newer
+than any its peers accepted before.
 """
 
 from __future__ import annotations
