@@ -263,7 +263,10 @@ class Daemon:
         from sentinel.group import build_group, member_of
 
         supervisor = Supervisor(s.server, state_dir=self.state_dir, member=member_of(s.group))
-        self.group = group = build_group(s.group, supervisor)
+        try:
+            self.group = group = build_group(s.group, supervisor)
+        except ValueError as exc:  # the token file changed since the config was loaded
+            raise DaemonError(f"group: {exc}", 2) from None
         collectors.add("supervisor", supervisor.collector())
         if group is not None:
             collectors.add("group", group.collector())

@@ -82,8 +82,9 @@ class GroupCoordinator:
         self.local = LocalMember(supervisor, s.node_rank, gpu_reader)
         if not s.orchestrated:
             supervisor.set_launch_gate(self.local.gate)
-        self.api = PeerApi(self.local, s.token, coordinator=s.node_rank == 0)
-        self.client = PeerClient(s.peers, s.token, s.peer_timeout, transport) if s.node_rank == 0 else None
+        token = s.read_token()
+        self.api = PeerApi(self.local, token, coordinator=s.node_rank == 0)
+        self.client = PeerClient(s.peers, token, s.peer_timeout, transport) if s.node_rank == 0 else None
         self.restarts: Counter[str] = Counter(dict.fromkeys(GROUP_RESTART_REASONS, 0))
         # The first start: nothing of this agent's ran yet, so there is nothing to release.
         self.plan = Plan(new_epoch(0), "up", time.monotonic())

@@ -26,6 +26,22 @@ def _host_port(value: str) -> bool:
     return bool(sep and host.strip("[]") and port.isdigit() and 0 < int(port) < 65536)
 
 
+def _load_token(path: Path) -> str:
+    try:
+        mode = path.stat().st_mode
+        text = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or str(exc)
+        raise ValueError(f"token_file {path}: {why}") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ValueError(f"token_file {path}: readable by group or others (chmod 600 {path})")
+    if "\n" in text or "\r" in text:
+        raise ValueError(f"token_file {path}: the token spans several lines (one line expected)")
+    if len(text) < MIN_TOKEN_LENGTH:
+        raise ValueError(f"token_file {path}: the token needs at least {MIN_TOKEN_LENGTH} characters")
+    return text
+
+
 class GroupSettings(Section):
     nnodes: int = Field(default=1, ge=1)
     node_rank: int = Field(default=0, ge=0)
@@ -36,8 +52,6 @@ class GroupSettings(Section):
     peers: tuple[str, ...] = ()
     # The shared secret of peer calls (one line, mode 0600 or stricter; read with the config).
     token_file: Path | None = None
-    # Read from token_file; never set directly, never logged.
-    token: str = Field(default="", repr=False, exclude=True)
     # Under an orchestrator (LeaderWorkerSet, OME): observe and export only; the controller restarts.
     orchestrated: bool = False
     # How often rank 0 asks every peer for its state.
@@ -61,27 +75,24 @@ class GroupSettings(Section):
 
     @model_validator(mode="before")
     @classmethod
-    def _read_token(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        if "token" in data:
-            raise ValueError("token: set token_file instead (a config file gets pasted into tickets)")
-        if data.get("token_file") in ("", None):
-            return {**data, "token_file": None}
-        path = Path(data["token_file"])
-        try:
-            mode = path.stat().st_mode
-            text = path.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            why = getattr(exc, "strerror", None) or str(exc)
-            raise ValueError(f"token_file {path}: {why}") from None
-        if mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise ValueError(f"token_file {path}: readable by group or others (chmod 600 {path})")
-        if "\n" in text or "\r" in text:
-            raise ValueError(f"token_file {path}: the token spans several lines (one line expected)")
-        if len(text) < MIN_TOKEN_LENGTH:
-            raise ValueError(f"token_file {path}: the token needs at least {MIN_TOKEN_LENGTH} characters")
-        return {**data, "token": text}
+    def _no_inline_token(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            if "token" in data:
+                raise ValueError("token: set token_file instead (a config file gets pasted into tickets)")
+            if data.get("token_file") == "":
+                return {**data, "token_file": None}  # "" = unset, as for [server] api_key_file
+        return data
+
+    def read_token(self) -> str:
+        """The shared secret from ``token_file`` ("" without one); ValueError naming the file.
+
+        Not a field: the settings are shown (``sentinel config``), compared and copied, the
+        token must not be. Checked when the config is loaded, read again where it is used."""
+        if self.token_file is None:
+            return ""
+        token = _load_token(self.token_file)
+        register_secret(token)  # masked in every log line from now on
+        return token
 
     @field_validator("peers")
     @classmethod
@@ -103,7 +114,7 @@ class GroupSettings(Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> GroupSettings:
-        register_secret(self.token)
+        token = self.read_token()
         if not self.enabled:
             return self
         if self.node_rank >= self.nnodes:
@@ -115,6 +126,6 @@ class GroupSettings(Section):
                 f"peers: rank 0 needs the agent URL of each of ranks 1..{self.nnodes - 1} "
                 f"({self.nnodes - 1} URL(s), got {len(self.peers)})"
             )
-        if not self.token:
+        if not token:
             raise ValueError("token_file: required in a group (every peer call carries the token)")
         return self
