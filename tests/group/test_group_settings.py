@@ -102,7 +102,7 @@ def test_bad_token_files(tmp_path: Path, text: str, mode: int, needle: str) -> N
 
 
 def test_missing_token_file(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="token_file .*missing"):
+    with pytest.raises(ConfigError, match=r"token_file .*missing"):
         _load(tmp_path, _group(tmp_path, token_file=str(tmp_path / "missing")))
 
 

@@ -92,7 +92,7 @@ async def test_repeated_failures_from_one_address_are_limited(tmp_path: Path) ->
 
 
 async def test_stop_and_start_are_idempotent_per_epoch(tmp_path: Path) -> None:
-    exporter, api = await _serve(tmp_path)
+    exporter, _ = await _serve(tmp_path)
     try:
         async with httpx.AsyncClient(base_url=exporter.url, timeout=5, headers=_auth()) as c:
             r = await c.post("/group/v1/start", json={"epoch": 5})
@@ -103,7 +103,8 @@ async def test_stop_and_start_are_idempotent_per_epoch(tmp_path: Path) -> None:
             assert (r.json()["changed"], r.json()["stopped_epoch"]) == (True, 6)
             assert (await c.post("/group/v1/stop", json={"epoch": 6})).json()["changed"] is False
             assert (await c.post("/group/v1/start", json={"epoch": 4})).json()["changed"] is False  # stale
-            for body in ({"epoch": 0}, {"epoch": "7"}, {"epoch": True}, [], None):
+            bodies: list[object] = [{"epoch": 0}, {"epoch": "7"}, {"epoch": True}, [], None]
+            for body in bodies:
                 assert (await c.post("/group/v1/start", json=body)).status_code == 400
             assert (await c.post("/group/v1/start", content=b"{not json")).status_code == 400
             assert (await c.get("/group/v1/stop")).status_code == 405
