@@ -3,6 +3,7 @@ token in no log line, and the scrapers' basic auth neither covering nor blocking
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -136,3 +137,19 @@ async def test_the_token_is_in_no_log_line(tmp_path: Path, capsys: pytest.Captur
     assert "group_peer_call_denied" in events
     assert "group_start_accepted" in events
     assert TOKEN not in err
+
+
+async def test_the_launch_gate_opens_once_per_granted_epoch() -> None:
+    member = LocalMember(Supervisor(ServerSettings()), 1, None)
+    gate = asyncio.create_task(member.gate())
+    await asyncio.sleep(0.05)
+    assert not gate.done()  # nothing granted: a rank waits for the group's start
+    member.start(3)
+    await asyncio.wait_for(gate, 2)
+    again = asyncio.create_task(member.gate())
+    await asyncio.sleep(0.05)
+    assert not again.done()  # its server died: no relaunch of its own within epoch 3
+    member.stop(4)
+    member.start(4)
+    await asyncio.wait_for(again, 2)
+    assert member.launched_epoch == 4

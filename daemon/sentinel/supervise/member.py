@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, replace
-from typing import Literal
 
 from sentinel.supervise.launch import LaunchCommand
 from sentinel.supervise.logbus import LogBus, LogLine
@@ -62,8 +61,10 @@ async def follow(
     start_timeout: float,
     exit_task: asyncio.Task[ExitInfo],
     restart_req: asyncio.Future[str],
-) -> Literal["exited", "restart", "startup_timeout"]:
-    """A rank ≥ 1's life after launch: STARTING until the mark, RUNNING until exit or a restart."""
+) -> tuple[str, str] | None:
+    """A rank ≥ 1's life after launch: STARTING until the mark, RUNNING until exit or a restart.
+
+    None when the server exited; else the (reason, detail) of the deliberate stop to make."""
     marked = asyncio.Event()
 
     def on_line(line: LogLine) -> None:
@@ -80,14 +81,14 @@ async def follow(
             return_when=asyncio.FIRST_COMPLETED,
         )
         if exit_task in done:
-            return "exited"
+            return None
         if restart_req in done:
-            return "restart"
+            return restart_req.result(), "restart requested"
         if mark not in done:
-            return "startup_timeout"
+            return "startup_timeout", f"rank >= 1 not joined after {start_timeout:g} s"
         machine.set(ServerState.RUNNING, f"rank >= 1 joined after {time.monotonic() - t0:.1f} s (log)")
         done, _ = await asyncio.wait(either(exit_task, restart_req), return_when=asyncio.FIRST_COMPLETED)
-        return "exited" if exit_task in done else "restart"
+        return None if exit_task in done else (restart_req.result(), "restart requested")
     finally:
         unsubscribe()
         mark.cancel()

@@ -477,8 +477,13 @@ class Supervisor:
         # One restart request per life, shared by both phases: nothing asked for in between is lost.
         restart_req = self._take_restart_request()
         try:
-            if self.member is not None and self.member.follower:
-                return await self._follow(runner, exit_task, restart_req)
+            if self.member is not None and self.member.follower:  # never its dummy /health
+                stop = await follow(
+                    self.bus, self.machine, self.settings.start_timeout, exit_task, restart_req
+                )
+                return await (
+                    self._crash_outcome(exit_task) if stop is None else self._deliberate_stop(runner, *stop)
+                )
             outcome = await self._await_ready(runner, exit_task, restart_req)
             if outcome is None:
                 outcome = await self._watch(runner, exit_task, restart_req)
@@ -486,19 +491,6 @@ class Supervisor:
         finally:
             # On cancellation (stop()) the server is left running: stop() drains and stops it.
             await cancel_and_wait(exit_task)
-
-    async def _follow(
-        self, runner: Runner, exit_task: asyncio.Task[ExitInfo], restart_req: asyncio.Future[str]
-    ) -> _Outcome:
-        """A group's rank >= 1: never its dummy /health, only the process and its log (member.py)."""
-        why = await follow(self.bus, self.machine, self.settings.start_timeout, exit_task, restart_req)
-        if why == "exited":
-            return await self._crash_outcome(exit_task)
-        if why == "startup_timeout":
-            return await self._deliberate_stop(
-                runner, why, f"not joined after {self.settings.start_timeout:g} s"
-            )
-        return await self._deliberate_stop(runner, restart_req.result(), "restart requested")
 
     async def _preflight(self) -> _Outcome | None:
         crash = await preflight_before_launch(
