@@ -113,7 +113,7 @@ async def test_start_then_group_restart_when_the_peer_dies(tmp_path: Path) -> No
         assert _phase(coord) == "up"
         assert peer.calls[-1] == ("POST", "start", coord.plan.epoch)
         assert coord.local.granted_epoch == coord.plan.epoch
-        assert coord.snapshot().as_status()["members"][1]["state"] == "restarting"
+        assert coord.snapshot().members[1].state == "restarting"
     finally:
         await coord.stop()
 
