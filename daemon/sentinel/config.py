@@ -31,6 +31,7 @@ from pydantic_settings import (
 from sentinel.calibrate.settings import CalibrationSettings
 from sentinel.collect.settings import CollectorsSettings
 from sentinel.export.settings import ExporterSettings
+from sentinel.group.settings import GroupSettings
 from sentinel.schedule.settings import ScheduleSettings
 from sentinel.section import Section
 from sentinel.supervise.settings import ServerSettings
@@ -80,6 +81,7 @@ class Settings(BaseSettings):
     collectors: CollectorsSettings = Field(default_factory=CollectorsSettings)
     schedule: ScheduleSettings = Field(default_factory=ScheduleSettings)
     calibration: CalibrationSettings = Field(default_factory=CalibrationSettings)
+    group: GroupSettings = Field(default_factory=GroupSettings)
     state_dir: Path = Path("/var/lib/sentinel")
 
     @model_validator(mode="after")
@@ -90,6 +92,17 @@ class Settings(BaseSettings):
         if self.server.kind == "router" and "router" not in c.enabled and "enabled" not in c.model_fields_set:
             collectors = c.model_copy(update={"enabled": (*c.enabled, "router")})
             object.__setattr__(self, "collectors", collectors)  # frozen model, still being built
+        return self
+
+    @model_validator(mode="after")
+    def _group_follower_mode(self) -> Settings:
+        g = self.group
+        if g.enabled and g.node_rank >= 1 and self.server.mode == "external":
+            # Its only HTTP server is SGLang's dummy /health (200 whatever happens): nothing to observe.
+            raise ValueError(
+                "group.node_rank >= 1 needs [server] mode = child or systemd (a rank >= 1 answers only a "
+                "dummy /health, so external observation would see nothing)"
+            )
         return self
 
     @classmethod

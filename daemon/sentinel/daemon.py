@@ -57,6 +57,7 @@ from sentinel.verdict import verdict
 if TYPE_CHECKING:
     from sentinel.calibrate import Target
     from sentinel.collect import CollectorSet
+    from sentinel.group.coordinator import GroupCoordinator
     from sentinel.supervise import Supervisor
     from sentinel.supervise.server_version import ServerVersionReader
     from sentinel.supervise.state import StateChange
@@ -146,6 +147,7 @@ class Daemon:
         self._tasks: list[asyncio.Task[Any]] = []
         self._status_text = ""
         self.supervisor: Supervisor | None = None
+        self.group: GroupCoordinator | None = None
         self._version_reader: ServerVersionReader | None = None
         self.collectors: CollectorSet | None = None
         self.scheduler: LoadScheduler | None = None
@@ -258,8 +260,16 @@ class Daemon:
             collectors = build_collector_set(s)
         except (ValueError, KeyError) as exc:
             raise DaemonError(f"collectors: {exc}", 2) from None
-        supervisor = Supervisor(s.server, state_dir=self.state_dir)
+        from sentinel.group import build_group, member_of
+
+        supervisor = Supervisor(s.server, state_dir=self.state_dir, member=member_of(s.group))
+        try:
+            self.group = group = build_group(s.group, supervisor)
+        except ValueError as exc:  # the token file changed since the config was loaded
+            raise DaemonError(f"group: {exc}", 2) from None
         collectors.add("supervisor", supervisor.collector())
+        if group is not None:
+            collectors.add("group", group.collector())
         collectors.add("schedule", self.metrics)
         log_source = collectors.get("sglang_log")
         if isinstance(log_source, SGLangLogCollector):
@@ -305,8 +315,10 @@ class Daemon:
                 web.get("/verdict", self._verdict),
                 web.get("/calibration/latest.json", self._calibration_json),
                 web.get("/calibration/report", self._calibration_report),
+                *(group.api.routes() if group is not None else ()),
             ],
             reset=self._reset,
+            own_auth_prefixes=("/group/",),  # bearer token (group/peerapi.py), not the scrapers' basic auth
         )
         self._checkpoint()
         try:
@@ -329,6 +341,8 @@ class Daemon:
         except Exception as exc:  # e.g. the server binary cannot be run: one line, nothing left behind
             await self._shutdown()
             raise DaemonError(f"cannot start supervising the server: {exc}") from None
+        if group is not None:
+            await group.start()
         # After supervisor.start(): the launch command (and so the launch hash) is rendered now.
         self.calibration.set_target(self._target(supervisor))
         self.calibration.restore()
@@ -360,6 +374,8 @@ class Daemon:
         self._tasks.clear()
         if self.scheduler is not None:
             await self.scheduler.stop()
+        if self.group is not None:
+            await self.group.stop()
         if self.supervisor is not None:
             try:
                 await self.supervisor.stop()
@@ -502,6 +518,7 @@ class Daemon:
             "capacity": capacity.as_status() if capacity is not None else {},
             "calibration_report_url": "/calibration/report" if report.is_file() else None,
             "collectors": collectors,
+            **({"group": self.group.snapshot().as_status()} if self.group is not None else {}),
         }
 
     def _health(self) -> tuple[bool, str]:

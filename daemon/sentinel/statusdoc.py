@@ -58,6 +58,8 @@ def _action(snap: SupervisorSnapshot, settings: ServerSettings, url: str) -> str
             "A check fails (see Probes): sentinel restarts the server after the check's configured "
             "consecutive failures when its action is restart, else it only alerts."
         )
+    if state is ServerState.RUNNING:
+        return "Nothing: a group's rank >= 1 (no API of its own); rank 0's agent restarts the group."
     if state is ServerState.STOPPED:
         if snap.mode == "external":
             return f"Nothing answers at {url}: start the server (external mode: sentinel only watches it)."

@@ -61,6 +61,11 @@ def check_profile(settings: Settings) -> list[str]:
         command = render_command(server)
     except ProfileError as exc:
         return [f"server.profile: {exc}"]
+    from sentinel.group import member_of
+
+    member = member_of(settings.group)
+    if member is not None:  # a simulator checks the multi-node flags too
+        command = member.apply(command)
     argv = list(command.argv)
     for i in command.secret_args:  # the key stays out of this process's argv (ps) too
         argv[i] = argv[i].replace(command.secret, "checking")

@@ -78,6 +78,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--enable-hisparse", action="store_true", help="0.5.23 only")
     add_launch_arguments(parser)
+    _add_multinode_arguments(parser)
     s = parser.add_argument_group("simulation")
     s.add_argument(
         "--profile",
@@ -132,6 +133,21 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(handler=_handle)
 
 
+def _add_multinode_arguments(parser: argparse.ArgumentParser) -> None:
+    m = parser.add_argument_group("multi-node (SGLang's flag names; docs/sim.md 'Multi-node')")
+    m.add_argument("--nnodes", type=int, default=1, help="nodes in the group (default 1)")
+    m.add_argument(
+        "--node-rank", type=int, default=0, help="this node's rank; >= 1 = dummy health server only"
+    )
+    m.add_argument("--dist-init-addr", default=None, metavar="HOST:PORT", help="rank 0's rendezvous address")
+    m.add_argument(
+        "--dist-timeout",
+        type=float,
+        default=None,
+        help="rendezvous/NCCL timeout, server seconds (default 600)",
+    )
+
+
 def _handle(args: argparse.Namespace) -> int:
     from sentinel.log import configure_logging
     from sentinel_sim.config import SimConfig
@@ -179,6 +195,10 @@ def _handle(args: argparse.Namespace) -> int:
         tp_size=args.tp_size,
         enable_hisparse=args.enable_hisparse,
         launch=launch_flags_from(args),
+        nnodes=args.nnodes,
+        node_rank=args.node_rank,
+        dist_init_addr=args.dist_init_addr,
+        dist_timeout=args.dist_timeout,
     )
     try:
         config.validate()
@@ -227,6 +247,10 @@ def _sigkill_self() -> None:
 async def _serve(config: Any) -> int:
     from sentinel_sim.server import SimServer
 
+    if config.node_rank >= 1:
+        from sentinel_sim.follower import run_follower
+
+        return await run_follower(config, on_fatal=_sigkill_self)
     server = SimServer(config, on_fatal=_sigkill_self)
     try:
         await server.start()

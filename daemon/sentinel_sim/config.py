@@ -61,6 +61,12 @@ class SimConfig:
     enable_hisparse: bool = False
     # The launch flags the performance model reacts to (launchflags.py, launchmodel.py).
     launch: LaunchFlags = field(default_factory=LaunchFlags)
+    # Multi-node (SGLang's --nnodes/--node-rank/--dist-init-addr/--dist-timeout): rank 0 serves the
+    # API once every rank joined; ranks >= 1 serve only the dummy health server (follower.py).
+    nnodes: int = 1
+    node_rank: int = 0
+    dist_init_addr: str | None = None
+    dist_timeout: float | None = None
 
     def resolved_profile(self) -> Profile:
         p = get_profile(self.profile)
@@ -150,4 +156,20 @@ class SimConfig:
             raise ValueError(f"--startup-time must be >= 0, got {self.startup_time}")
         if not self.health_timeout > 0:
             raise ValueError(f"--health-timeout must be positive, got {self.health_timeout}")
+        self._validate_multinode()
         self.resolved_profile()
+
+    def _validate_multinode(self) -> None:
+        from sentinel_sim.rendezvous import parse_dist_init_addr
+
+        if self.nnodes < 1:
+            raise ValueError(f"--nnodes must be at least 1, got {self.nnodes}")
+        if not 0 <= self.node_rank < self.nnodes:
+            raise ValueError(f"--node-rank must be 0..{self.nnodes - 1}, got {self.node_rank}")
+        if self.nnodes > 1 and self.dist_init_addr is None:
+            # SGLang's own assertion (server_args.py): the head node's address is required.
+            raise ValueError("--dist-init-addr: please provide --dist-init-addr as host:port of head node")
+        if self.dist_init_addr is not None:
+            parse_dist_init_addr(self.dist_init_addr)
+        if self.dist_timeout is not None and not self.dist_timeout > 0:
+            raise ValueError(f"--dist-timeout must be positive, got {self.dist_timeout}")

@@ -41,6 +41,7 @@ from sentinel_sim.launchflags import deprecation_warnings
 from sentinel_sim.launchmodel import server_args_fields
 from sentinel_sim.looplag import LoopLag
 from sentinel_sim.metrics import SimMetrics
+from sentinel_sim.multinode import Rank0
 from sentinel_sim.observer import EngineObserver
 from sentinel_sim.profiles import Profile
 from sentinel_sim.rxtime import listening_socket
@@ -155,6 +156,7 @@ class SimServer:
         self._stopped: asyncio.Event | None = None
         self._ready: asyncio.Event | None = None
         self._crasher = Crasher(self)
+        self._rank0: Rank0 | None = Rank0(self) if config.nnodes > 1 else None
 
     # ---- public ------------------------------------------------------------------------------
     @property
@@ -203,6 +205,8 @@ class SimServer:
             shutdown_timeout=0.1,
         )
         await self._api_runner.setup()
+        if self._rank0 is not None:
+            await self._rank0.start()  # peers may connect while weights load
         self.engine.start()
         self._write_ready_file()
         # Not an SGLang line (log parsers ignore it): where the simulator's own API is.
@@ -260,6 +264,8 @@ class SimServer:
             if task is not current:
                 task.cancel()
         await self.engine.stop()
+        if self._rank0 is not None:
+            await self._rank0.close()
         for runner in (self._api_runner, self._control_runner):
             if runner is not None:
                 with contextlib.suppress(Exception):
@@ -400,6 +406,8 @@ class SimServer:
         args = ", ".join(f"{k}={v!r}" for k, v in self.server_args().items())
         log.main(f"server_args=ServerArgs({args})")
         log.all_ranks("Init torch distributed begin.")
+        if self._rank0 is not None and not await self._rank0.wait_peers():
+            return
         await self._sleep_server(min(0.2, p.load_weights_s * 0.05))
         avail = p.gpu_mem_gb - 0.6
         log.all_ranks(f"Init torch distributed ends. elapsed={0.2:.2f} s, mem usage=0.55 GB")

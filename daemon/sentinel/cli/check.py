@@ -74,6 +74,10 @@ def _handle(args: argparse.Namespace) -> int:
             # chooses the flags), as the supervisor's own preflight checks before every start.
             detected = detect_sglang_version(python_of(profile))
         cmd = render_command(s, detected_version=detected[0], detect_message=detected[1])
+        from sentinel.group import member_of
+
+        member = member_of(settings.group)
+        cmd = member.apply(cmd) if member is not None else cmd  # what the supervisor launches
     except ProfileError as exc:
         raise CliError(str(exc), 2) from None
     child = s.mode == "child"

@@ -79,9 +79,34 @@ def _num(value: Any, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
+def _server_up(status: dict[str, Any]) -> bool:
+    state = (status.get("server") or {}).get("state")
+    group = status.get("group") or {}
+    # A group's rank >= 1 has no API: "running" (process up, joined) is as good as it gets.
+    if group and group.get("rank", 0) >= 1:
+        return state == "running"
+    if group and group.get("members_ready") != group.get("nnodes"):
+        return False  # rank 0 of a half-up group
+    return state == "ready"
+
+
+def _group_lines(status: dict[str, Any]) -> list[str]:
+    group = status.get("group") or {}
+    if not group:
+        return []
+    ready = group.get("members_ready")
+    head = f"group       rank {group.get('rank')} of {group.get('nnodes')}"
+    head += f", {ready}/{group.get('nnodes')} ranks up" if ready is not None else ""
+    head += ", orchestrated (observe only)" if group.get("orchestrated") else f", phase {group.get('phase')}"
+    lines = [head]
+    for m in group.get("members") or []:
+        where = "" if m.get("reachable", True) else f" (agent unreachable: {m.get('error')})"
+        lines.append(f"  rank {m.get('rank')}    {m.get('state')}, pid {m.get('pid')}{where}")
+    return lines
+
+
 def health_code(status: dict[str, Any]) -> int:
-    server = status.get("server") or {}
-    if server.get("state") != "ready":
+    if not _server_up(status):
         return EXIT_DEGRADED
     if any(p.get("success") is False for p in status.get("probes") or []):
         return EXIT_DEGRADED
@@ -118,6 +143,7 @@ def summarize(status: dict[str, Any], now: float | None = None) -> str:
             + stale
             + ("" if ok else f"  ({probe.get('detail')})")
         )
+    lines += _group_lines(status)
     sched = status.get("schedule") or {}
     current = sched.get("current")
     if current:

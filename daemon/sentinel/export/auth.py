@@ -28,7 +28,7 @@ import bcrypt
 from sentinel.export.settings import TlsSettings
 from sentinel.log import get_logger
 
-__all__ = ["AuthVerdict", "BasicAuth", "ExporterConfigError", "load_users", "tls_context"]
+__all__ = ["AuthVerdict", "BasicAuth", "ExporterConfigError", "FailureBuckets", "load_users", "tls_context"]
 
 _log = get_logger(__name__)
 
@@ -121,6 +121,10 @@ class _Buckets:
         self._tokens.move_to_end(client)
         while len(self._tokens) > self._max:
             self._tokens.popitem(last=False)
+
+
+# The same per-address failure limit for the group's bearer-token peer API (sentinel/group/peerapi.py).
+FailureBuckets = _Buckets
 
 
 class BasicAuth:

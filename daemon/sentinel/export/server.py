@@ -86,13 +86,17 @@ class Exporter:
         health: HealthCheck | None = None,
         routes: Iterable[web.RouteDef] = (),
         reset: Handler | None = None,
+        own_auth_prefixes: tuple[str, ...] = (),
     ) -> None:
+        """``own_auth_prefixes``: paths whose routes check their own credentials (the group's peer
+        API, bearer token): basic auth, meant for scrapers, neither covers nor blocks them."""
         self.registry = registry
         self._reset = reset
         self.settings = settings or ExporterSettings()
         self._index = index
         self._health = health
         self._routes = list(routes)
+        self._own_auth = own_auth_prefixes
         self._runner: web.AppRunner | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._auth: BasicAuth | None = None
@@ -161,7 +165,8 @@ class Exporter:
     async def _auth_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         # /healthz and /verdict stay open: a liveness probe must not need the scrape credentials,
         # and they reveal nothing but "ok" or a probe name and reason.
-        if self._auth is not None and request.path not in _UNAUTHENTICATED:
+        own = self._own_auth and request.path.startswith(self._own_auth)
+        if self._auth is not None and request.path not in _UNAUTHENTICATED and not own:
             # bcrypt runs in the auth checker's own pool (auth.py), never in self._executor: a
             # flood of bad passwords must not take the threads that render /metrics.
             verdict = await self._auth.verdict(request.headers.get("Authorization"), request.remote or "")

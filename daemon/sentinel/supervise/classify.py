@@ -43,7 +43,16 @@ CRASH_REASONS: tuple[str, ...] = (
 )
 # Restart reasons for a server that was alive but failed a check, or was restarted on request.
 # "external": someone else stopped or restarted the unit (systemd mode); sentinel re-attaches.
-CHECK_REASONS: tuple[str, ...] = ("health", "health_generate", "stall", "canary", "manual", "external")
+# "group": a multi-node group's rank-0 agent stopped every rank (sentinel/group/).
+CHECK_REASONS: tuple[str, ...] = (
+    "health",
+    "health_generate",
+    "stall",
+    "canary",
+    "manual",
+    "external",
+    "group",
+)
 RESTART_REASONS: tuple[str, ...] = CRASH_REASONS + CHECK_REASONS
 
 # Causes keep their own label; SGLang's generic "something failed" markers without a recognised

@@ -21,6 +21,8 @@ class ServerState(enum.StrEnum):
     STARTING = "starting"  # launched, port still refusing connections (weights loading)
     WARMING = "warming"  # port open, /health answers 503 (warm-up)
     READY = "ready"  # /health 200 and checks passing
+    # A multi-node group's rank >= 1: process up and joined (its log), no API (supervise/member.py).
+    RUNNING = "running"
     UNHEALTHY = "unhealthy"  # was ready, a check is failing now
     RESTARTING = "restarting"  # stopped on purpose or crashed; waiting out the backoff
     FAILED = "failed"  # crash loop or unrecoverable start failure; needs a manual reset

@@ -37,6 +37,7 @@ from sentinel.supervise.garbage import GarbageListener, GarbageWatch
 from sentinel.supervise.history import HISTORY_FILE, RestartHistory
 from sentinel.supervise.launch import LaunchCommand, api_key_of, config_hash_of
 from sentinel.supervise.logbus import LineListener, LogBus, LogLine
+from sentinel.supervise.member import GroupMember, follow
 from sentinel.supervise.metrics import SupervisorCollector
 from sentinel.supervise.portowner import describe_holders, port_holders
 from sentinel.supervise.preflight import GpuReader, PreflightResult
@@ -53,6 +54,8 @@ __all__ = ["BeforeStopHook", "GarbageListener", "Supervisor"]
 _log = get_logger(__name__)
 
 BeforeStopHook = Callable[[], Awaitable[None]]
+# Awaited before each launch (a multi-node group's coordinator: "the group starts now").
+LaunchGate = Callable[[], Awaitable[None]]
 
 # The log-line counters of the snapshot lag the lines by at most this (one snapshot per line
 # would cost more than the line).
@@ -93,6 +96,7 @@ class Supervisor:
         gpu_reader: GpuReader | None = None,
         rng: random.Random | None = None,
         command: LaunchCommand | None = None,
+        member: GroupMember | None = None,
     ) -> None:
         """``command`` replaces the rendered profile in child mode (embedding, tests); the
         other keyword arguments are the injectable boundaries (HTTP transport, NVML, randomness)."""
@@ -111,6 +115,8 @@ class Supervisor:
         self.machine = StateMachine()
         self.policy = RestartPolicy(settings.restart, rng)
         self.command: LaunchCommand | None = command
+        self.member = member
+        self._gate: LaunchGate | None = None
         self._runner: Runner | None = None
         self._task: asyncio.Task[None] | None = None
         self._client: httpx.AsyncClient | None = None
@@ -166,6 +172,10 @@ class Supervisor:
         return self.machine.state
 
     @property
+    def server_pid(self) -> int | None:
+        return self._runner.pid if self._runner is not None else None
+
+    @property
     def probes(self) -> dict[str, ProbeResult]:
         """The last conclusive result of each probe (event loop; others use :meth:`snapshot`)."""
         return self.checks.probes
@@ -181,6 +191,10 @@ class Supervisor:
     def add_line_listener(self, listener: LineListener) -> Callable[[], None]:
         """``listener(line)`` for every server log line from now on, on the loop (keep it fast)."""
         return self.bus.add_listener(listener)
+
+    def set_launch_gate(self, gate: LaunchGate) -> None:
+        """``await gate()`` before every launch (a group's rank waits for the group's start)."""
+        self._gate = gate
 
     def add_before_stop_hook(self, hook: BeforeStopHook) -> None:
         """``hook()`` runs before every deliberate stop or restart (e.g. stop synthetic load)."""
@@ -206,6 +220,8 @@ class Supervisor:
         s = self.settings
         if s.mode == "child" and self.command is None:
             self.command = await render_launch_command(s)
+        if self.member is not None and self.command is not None:
+            self.command = self.member.apply(self.command)
         self._runner = runner_for(s, self.command, self.bus, self._state_dir)
         if s.mode == "child":
             self._publish()  # the launch hash and SGLang version are known now
@@ -388,7 +404,7 @@ class Supervisor:
                 self.crashes[outcome.reason] += 1
                 self.last_crash = outcome.crash
             # An operator's restart is neither backed off nor counted towards the crash loop.
-            delay = 0.0 if outcome.reason in ("manual", "external") else self.policy.next_delay(now)
+            delay = 0.0 if outcome.reason in ("manual", "external", "group") else self.policy.next_delay(now)
             self._history.save(self.config_hash)
             self._publish()
             if delay is None:
@@ -438,6 +454,8 @@ class Supervisor:
         self.port_holders = ""
         self.bus.clear_tail()
         self.checks.reset()
+        if self._gate is not None:
+            await self._gate()
         self.machine.set(ServerState.STARTING, "preflight")
         # A unit that is already up gets attached to: its GPUs are busy by design, so the
         # preflight (free memory, ...) would wrongly refuse it.
@@ -459,6 +477,13 @@ class Supervisor:
         # One restart request per life, shared by both phases: nothing asked for in between is lost.
         restart_req = self._take_restart_request()
         try:
+            if self.member is not None and self.member.follower:  # never its dummy /health
+                stop = await follow(
+                    self.bus, self.machine, self.settings.start_timeout, exit_task, restart_req
+                )
+                return await (
+                    self._crash_outcome(exit_task) if stop is None else self._deliberate_stop(runner, *stop)
+                )
             outcome = await self._await_ready(runner, exit_task, restart_req)
             if outcome is None:
                 outcome = await self._watch(runner, exit_task, restart_req)
@@ -483,7 +508,7 @@ class Supervisor:
 
     def _use_command(self, cmd: LaunchCommand) -> None:
         """The command re-rendered for an SGLang upgraded under us: launched from now on."""
-        self.command = cmd
+        self.command = cmd = cmd if self.member is None else self.member.apply(cmd)
         if isinstance(self._runner, ChildRunner):
             self._runner.command = cmd
             self._runner.launch_hash = self.config_hash
