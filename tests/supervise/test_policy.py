@@ -68,6 +68,22 @@ OOM_TAIL = [
             "nccl_error",
         ),
         (
+            ExitInfo(1, None, "exited with status 1"),
+            [
+                "torch.distributed.DistStoreError: Timed out after 601 seconds waiting for clients. "
+                "1/2 clients joined."
+            ],
+            "dist_init_failed",
+        ),
+        (
+            ExitInfo(1, None, "exited with status 1"),
+            [
+                "torch.distributed.DistNetworkError: The client socket has timed out after 600000ms "
+                "while trying to connect to (10.0.0.1, 20000)."
+            ],
+            "dist_init_failed",
+        ),
+        (
             ExitInfo(None, 9, "killed by signal 9"),
             ["RuntimeError: CUDA error: an illegal memory access was encountered"],
             "cuda_error",

@@ -26,6 +26,10 @@ class CrashKind(StrEnum):
     UNSUPPORTED_ARCH = "unsupported_arch"
     NCCL_TIMEOUT = "nccl_timeout"
     NCCL_ERROR = "nccl_error"
+    #: Multi-node start-up: torch's rendezvous at ``--dist-init-addr`` failed (rank 0's store gave
+    #: up waiting for the other nodes, or a rank >= 1 could not reach rank 0): ``DistStoreError`` /
+    #: ``DistNetworkError``. The fix is on another node or the network, not this GPU.
+    DIST_INIT_FAILED = "dist_init_failed"
     CUDA_ERROR = "cuda_error"
     WATCHDOG_TIMEOUT = "watchdog_timeout"
     # Markers: SGLang's generic "something failed" lines that follow a cause.
@@ -66,6 +70,7 @@ _CRASH_PATTERNS: tuple[tuple[CrashKind, str], ...] = (
     (CrashKind.NCCL_TIMEOUT, r"ProcessGroupNCCL's watchdog got stuck"),
     (CrashKind.NCCL_ERROR, r"NCCL error|nccl(?:InternalError|UnhandledCudaError|SystemError)"),
     (CrashKind.NCCL_ERROR, r"nccl(?:InvalidUsage|RemoteError)"),
+    (CrashKind.DIST_INIT_FAILED, r"torch\.distributed\.Dist(?:Store|Network)Error"),
     (CrashKind.CUDA_ERROR, r"CUDA error|illegal memory access|device-side assert"),
     (CrashKind.CUDA_ERROR, r"CUDA_ERROR_|cudaError\w+|CUBLAS_STATUS_"),
     (CrashKind.WATCHDOG_TIMEOUT, r"watchdog timeout \(self\.watchdog_timeout=[\d.]+, self\.soft=False\)"),
@@ -92,7 +97,7 @@ _EXIT_CODE_KINDS = frozenset({CrashKind.SCHEDULER_DIED_INIT, CrashKind.SUBPROCES
 _CRASH_HINTS = (
     "nan", "NaN", "memory", "Memory", "in use", "not available", "rchitecture", "kernel image",
     "atchdog", "NCCL", "nccl", "CUDA", "cuda", "CUBLAS", "device-side", "failed", "exception", "dead",
-    "sigquit", "SIGQUIT", "died", "crashed",
+    "sigquit", "SIGQUIT", "died", "crashed", "distributed.Dist",
 )  # fmt: skip
 
 

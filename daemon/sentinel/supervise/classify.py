@@ -30,6 +30,7 @@ CRASH_REASONS: tuple[str, ...] = (
     "cuda_oom",
     "nccl_error",
     "nccl_timeout",
+    "dist_init_failed",
     "watchdog_timeout",
     "nan_in_sampler",
     "unsupported_arch",
@@ -61,6 +62,7 @@ _CAUSES: dict[CrashKind, str] = {
     CrashKind.CUDA_OOM: "cuda_oom",
     CrashKind.NCCL_ERROR: "nccl_error",
     CrashKind.NCCL_TIMEOUT: "nccl_timeout",
+    CrashKind.DIST_INIT_FAILED: "dist_init_failed",
     CrashKind.WATCHDOG_TIMEOUT: "watchdog_timeout",
     CrashKind.NAN_IN_SAMPLER: "nan_in_sampler",
     # 0.5.23's device-side NaN assert on logits/probs (sampler, spec verify): same alert as the
