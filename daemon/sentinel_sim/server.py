@@ -35,6 +35,7 @@ from aiohttp import web
 from sentinel_sim.config import SimConfig
 from sentinel_sim.crash import CrashKind
 from sentinel_sim.crashing import Crasher
+from sentinel_sim.disagg import BootstrapServer
 from sentinel_sim.engine import Engine, Request
 from sentinel_sim.faults import Fault, FaultSet, check_fault_version, parse_fault_spec
 from sentinel_sim.looplag import LoopLag
@@ -149,6 +150,7 @@ class SimServer:
         self._api_sock: socket.socket | None = None
         self._api_runner: web.AppRunner | None = None
         self._control_runner: web.AppRunner | None = None
+        self._bootstrap: BootstrapServer | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopped: asyncio.Event | None = None
         self._ready: asyncio.Event | None = None
@@ -201,6 +203,7 @@ class SimServer:
             shutdown_timeout=0.1,
         )
         await self._api_runner.setup()
+        await self._start_bootstrap()
         self.engine.start()
         self._write_ready_file()
         # Not an SGLang line (log parsers ignore it): where the simulator's own API is.
@@ -212,6 +215,21 @@ class SimServer:
         self.spawn(self.loop_lag.run(), "loop-lag")
         if self.config.lifetime is not None:
             self.spawn(self._lifetime(self.config.lifetime), "lifetime")
+
+    async def _start_bootstrap(self) -> None:
+        # A prefill server's bootstrap server (sentinel_sim.disagg) listens from launch on.
+        c = self.config
+        if c.disaggregation_mode != "prefill":
+            return
+        p = self.profile
+        self._bootstrap = BootstrapServer(
+            self.host,
+            c.disaggregation_bootstrap_port,
+            http_port=self.port,
+            page_size=p.page_size,
+            kv_cache_dtype=p.kv_cache_dtype,
+        )
+        await self._bootstrap.start()
 
     async def wait_ready(self) -> None:
         if self._ready is None:
@@ -258,6 +276,10 @@ class SimServer:
             if task is not current:
                 task.cancel()
         await self.engine.stop()
+        if self._bootstrap is not None:
+            with contextlib.suppress(Exception):
+                await self._bootstrap.stop()
+            self._bootstrap = None
         for runner in (self._api_runner, self._control_runner):
             if runner is not None:
                 with contextlib.suppress(Exception):
@@ -378,6 +400,9 @@ class SimServer:
             "enable_priority_scheduling": c.enable_priority_scheduling,
             "enable_metrics_for_all_schedulers": c.enable_metrics_for_all_schedulers,
             **({"enable_hisparse": c.enable_hisparse} if self.version != "0.5.9" else {}),
+            "disaggregation_mode": c.disaggregation_mode,
+            "disaggregation_transfer_backend": c.disaggregation_transfer_backend,
+            "disaggregation_bootstrap_port": c.disaggregation_bootstrap_port,
         }
 
     async def _sleep_server(self, seconds: float) -> None:

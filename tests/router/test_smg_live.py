@@ -378,3 +378,55 @@ def test_an_open_breaker_on_a_healthy_worker_is_seen_as_unroutable(
         assert value("sentinel_router_worker_routable", worker=good) == 1
         assert value("sentinel_router_workers", state="breaker_open") == 1
         assert value("sentinel_router_ready") == 1
+
+
+def test_a_prefill_decode_pair_of_simulators_serves_through_the_router_in_pd_mode(
+    sim_factory: Callable[..., SimProcess], tmp_path: Path
+) -> None:
+    # smg --pd-disaggregation sends each request to a prefill and a decode server, with
+    # bootstrap_host/port/room added; the client gets the decode server's answer. No KV moves
+    # between the simulators (sentinel_sim.disagg): the pair serves, and each role does its part.
+    from sentinel.collect.router import RouterCollector, _Config
+
+    bport = free_port()
+    prefill = sim_factory(
+        "--enable-metrics", "--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", str(bport)
+    )
+    decode = sim_factory("--enable-metrics", "--disaggregation-mode", "decode")
+    rport = free_port()
+    router_url = f"http://127.0.0.1:{rport}"
+    cmd = [
+        sys.executable, "-m", "smg", "launch", "--host", "127.0.0.1", "--port", str(rport),
+        "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
+        "--health-check-interval-secs", "1", "--log-level", "warn", "--pd-disaggregation",
+        "--prefill", prefill.base_url, str(bport), "--decode", decode.base_url,
+    ]  # fmt: skip
+    with spawn(cmd, tmp_path / "router.log", router_env()) as router, _client() as c:
+        wait_for(
+            "router with the pair healthy",
+            lambda: c.get(router_url + "/readiness").json().get("healthy_workers") == 2,
+            60,
+            router,
+        )
+        roles = {
+            w["url"]: (w["worker_type"], w.get("bootstrap_port"))
+            for w in c.get(router_url + "/workers").json()["workers"]
+        }
+        assert roles == {prefill.base_url: ("prefill", bport), decode.base_url: ("decode", None)}
+        # Straight to a role server, without a bootstrap room: refused, as SGLang does.
+        assert c.post(prefill.base_url + "/generate", json={"text": "hi"}).status_code == 400
+        body = {"model": "glm-5", "prompt": "hello there", "max_tokens": 24, "ignore_eos": True}
+        reply = c.post(router_url + "/v1/completions", json=body, timeout=30)
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["usage"]["completion_tokens"] == 24  # the decode server's answer
+        native = c.post(
+            router_url + "/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 5}}
+        )
+        assert native.json()["meta_info"]["completion_tokens"] == 5
+        for sim in (prefill, decode):
+            assert '"POST /v1/completions HTTP/1.1" 200' in sim.stdout_text()
+        # The router collector sees the pair as its pool.
+        cfg = _Config(enabled=True, base_url=router_url, metrics_url=None, expected_workers=2, timeout=5)
+        families = {f.name: f for f in RouterCollector(cfg).collect()}
+        routable = {s.labels["worker"]: s.value for s in families["sentinel_router_worker_routable"].samples}
+        assert routable == {prefill.base_url: 1.0, decode.base_url: 1.0}
