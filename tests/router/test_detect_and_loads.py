@@ -8,14 +8,17 @@ at /engine_metrics is documented (issue 17), not captured: its fixture is the sm
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 import httpx
 import pytest
+from structlog.testing import capture_logs
 
 from sentinel.config import ConfigError, load_settings
+from sentinel.daemon import Daemon
 from sentinel.router.detect import classify, detect_kind
 from sentinel.schedule.polite import LoadReadError, ServerLoadReader, parse_loads_json, parse_metrics_text
 from sentinel_sim import serve
@@ -233,3 +236,39 @@ async def test_an_unreachable_router_is_a_failed_read() -> None:
             await reader.read()
     finally:
         await reader.aclose()
+
+
+async def test_the_daemon_resolves_auto_at_start_and_says_so(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead_port = int(s.getsockname()[1])
+    async with serve(speed=200, enable_metrics=True) as sim:
+        for port, kind, event in (
+            (sim.port, "server", "target_kind_detected"),
+            (dead_port, "server", "target_kind_undetermined"),
+        ):
+            env = {
+                "SENTINEL_STATE_DIR": str(tmp_path / f"state{port}"),
+                "SENTINEL_SERVER__MODE": "external",
+                "SENTINEL_SERVER__KIND": "auto",
+                "SENTINEL_SERVER__PORT": str(port),
+                "SENTINEL_SERVER__STARTUP_POLL_INTERVAL": "0.2",
+                "SENTINEL_SERVER__ROUTER__DETECT_TIMEOUT_SECONDS": "0.5",
+                "SENTINEL_EXPORTER__PORT": "0",
+                "SENTINEL_COLLECTORS__GPU__BACKEND": "fake",
+            }
+            daemon = Daemon(load_settings(None, environ=env), environ=env)
+            with capture_logs() as logs:
+                await daemon._start()
+            try:
+                assert daemon.settings.server.kind == kind
+                assert "router" not in daemon.settings.collectors.enabled
+                found = [e for e in logs if e["event"].startswith("target_kind_")]
+                assert [e["event"] for e in found] == [event]
+                async with httpx.AsyncClient(base_url=daemon.exporter.url, timeout=10) as c:
+                    text = (await c.get("/metrics")).text
+                line = next(ln for ln in text.splitlines() if ln.startswith("sentinel_target_info{"))
+                assert f'kind="{kind}"' in line
+                assert 'declared="auto"' in line
+            finally:
+                await daemon._shutdown()
