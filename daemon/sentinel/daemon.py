@@ -368,14 +368,25 @@ class Daemon:
         from sentinel.router.detect import detect_kind
 
         s = self.settings.server
-        found = await detect_kind(
-            self.server_url,
-            within_s=s.router.detect_timeout_seconds,
-            interval_s=s.startup_poll_interval,
-            timeout_s=s.router.timeout_seconds,
-            api_key=s.api_key,
+        detect = asyncio.create_task(
+            detect_kind(
+                self.server_url,
+                within_s=s.router.detect_timeout_seconds,
+                interval_s=s.startup_poll_interval,
+                timeout_s=s.router.timeout_seconds,
+                api_key=s.api_key,
+            )
         )
+        # A target that is down makes this wait detect_timeout_seconds: a SIGTERM must not.
+        stop = asyncio.create_task(self._stop.wait())
+        await asyncio.wait({detect, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if not detect.done():
+            detect.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await detect
         self._checkpoint()
+        found = detect.result()
         if found.kind is None:
             _log.warning(
                 "target_kind_undetermined",

@@ -7,6 +7,7 @@ at /engine_metrics is documented (issue 17), not captured: its fixture is the sm
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 from collections.abc import Callable
@@ -272,3 +273,44 @@ async def test_the_daemon_resolves_auto_at_start_and_says_so(tmp_path: Path) -> 
                 assert 'declared="auto"' in line
             finally:
                 await daemon._shutdown()
+
+
+def test_calibration_can_target_one_worker_behind_the_router(tmp_path: Path) -> None:
+    env = {
+        "SENTINEL_STATE_DIR": str(tmp_path),
+        "SENTINEL_SERVER__MODE": "external",
+        "SENTINEL_SERVER__KIND": "router",
+        "SENTINEL_CALIBRATION__WORKER_URL": "http://10.0.0.5:30000/",
+    }
+    daemon = Daemon(load_settings(None, environ=env), environ=env)
+    assert daemon.server_url == "http://127.0.0.1:30000"  # probes and reference loads: the router
+    assert daemon.calibration_url == "http://10.0.0.5:30000"  # sweeps: the worker
+    assert daemon.calibration._server_url == "http://10.0.0.5:30000"
+    plain = Daemon(load_settings(None, environ={"SENTINEL_STATE_DIR": str(tmp_path)}), environ={})
+    assert plain.calibration_url == plain.server_url
+    for bad in ("10.0.0.5:30000", "http://10.0.0.5:30000/v1", "ftp://x"):
+        with pytest.raises(ConfigError, match="worker_url"):
+            load_settings(None, environ={**env, "SENTINEL_CALIBRATION__WORKER_URL": bad})
+
+
+async def test_a_stop_during_detection_does_not_wait_for_its_timeout(tmp_path: Path) -> None:
+    from sentinel.daemon import _Stopped
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead_port = int(s.getsockname()[1])
+    env = {
+        "SENTINEL_STATE_DIR": str(tmp_path),
+        "SENTINEL_SERVER__MODE": "external",
+        "SENTINEL_SERVER__KIND": "auto",
+        "SENTINEL_SERVER__PORT": str(dead_port),
+        "SENTINEL_SERVER__ROUTER__DETECT_TIMEOUT_SECONDS": "600",
+        "SENTINEL_EXPORTER__PORT": "0",
+    }
+    daemon = Daemon(load_settings(None, environ=env), environ=env)
+    start = asyncio.create_task(daemon._start())
+    await asyncio.sleep(0.5)
+    daemon.request_stop("test")
+    with pytest.raises(_Stopped):
+        await asyncio.wait_for(start, 10)  # not the 600 s of detect_timeout_seconds
+    await daemon._shutdown()
