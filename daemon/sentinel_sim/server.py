@@ -497,10 +497,13 @@ class SimServer:
         script = make_script(WARMUP_PROMPT, thinking=False, thinking_tokens=0)
         # The real warm-up asks for 8 tokens at temperature 0 and GLM-5 keeps talking past
         # " Paris." -- a fresh server's metrics show 1 request / 8 generated tokens.
-        req = Request("warmup", 7, 8, script, prompt_key=WARMUP_PROMPT, min_new_tokens=8, log_metrics=True)
+        # Disaggregated: SGLang's warm-up carries a fake bootstrap room; a prefill server makes one token.
+        n = 1 if self.config.disaggregation_mode == "prefill" else 8
+        req = Request("warmup", 7, n, script, prompt_key=WARMUP_PROMPT, min_new_tokens=n, log_metrics=True)
+        req.pd_role = self.config.disaggregation_mode
         self.engine.submit(req)
         while not req.done:
-            await req.wait_progress(req.generated, 8)
+            await req.wait_progress(req.generated, n)
         if self.metrics is not None:
             # A non-streamed request's only output arrives at finish: its TTFT is its latency.
             self.metrics.observe_ttft(req.finished_at - req.arrival, False)

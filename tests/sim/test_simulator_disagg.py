@@ -81,9 +81,15 @@ async def test_prefill_role_serves_a_bootstrap_server_and_stops_after_the_first_
             sglang_version=version,
             disaggregation_mode="prefill",
             disaggregation_bootstrap_port=bport,
+            enable_metrics=True,
         ) as sim,
         httpx.AsyncClient(base_url=sim.base_url, timeout=30) as c,
     ):
+        # The warm-up made one token too (as every request of a prefill server does).
+        metrics = (await c.get("/metrics")).text
+        gen = [ln for ln in metrics.splitlines() if ln.startswith("sglang:generation_tokens_total")]
+        assert gen
+        assert all(ln.endswith(" 1.0") for ln in gen), gen
         info = (await c.get("/server_info")).json()
         assert (info["disaggregation_mode"], info["disaggregation_bootstrap_port"]) == ("prefill", bport)
         assert info["disaggregation_transfer_backend"] == "mooncake"
