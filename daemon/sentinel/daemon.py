@@ -365,37 +365,19 @@ class Daemon:
 
     async def _resolve_target_kind(self) -> str:
         """``[server] kind = "auto"``: probe the target's routes; undecided -> "server" (today's reading)."""
-        from sentinel.router.detect import detect_kind
+        from sentinel.router.detect import resolve_kind
 
         s = self.settings.server
-        detect = asyncio.create_task(
-            detect_kind(
-                self.server_url,
-                within_s=s.router.detect_timeout_seconds,
-                interval_s=s.startup_poll_interval,
-                timeout_s=s.router.timeout_seconds,
-                api_key=s.api_key,
-            )
+        found = await resolve_kind(
+            self.server_url,
+            stop=self._stop,
+            within_s=s.router.detect_timeout_seconds,
+            interval_s=s.startup_poll_interval,
+            timeout_s=s.router.timeout_seconds,
+            api_key=s.api_key,
         )
-        # A target that is down makes this wait detect_timeout_seconds: a SIGTERM must not.
-        stop = asyncio.create_task(self._stop.wait())
-        await asyncio.wait({detect, stop}, return_when=asyncio.FIRST_COMPLETED)
-        stop.cancel()
-        if not detect.done():
-            detect.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await detect
         self._checkpoint()
-        found = detect.result()
-        if found.kind is None:
-            _log.warning(
-                "target_kind_undetermined",
-                fallback="server",
-                evidence=found.evidence,
-                waited_seconds=s.router.detect_timeout_seconds,
-            )
-        else:
-            _log.info("target_kind_detected", kind=found.kind, evidence=found.evidence)
+        assert found is not None  # None only when stopped, and _checkpoint raised then
         self._declared_settings = self.settings
         self.settings = self.settings.with_target_kind(found.kind or "server")
         return found.evidence

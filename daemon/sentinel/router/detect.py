@@ -23,6 +23,7 @@ back to the safe kind (``server``: what an external target was before ``auto`` e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,8 +34,11 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from sentinel.httpread import HttpReadError, read
+from sentinel.log import get_logger
 
-__all__ = ["Detection", "TargetInfo", "classify", "detect_kind", "probe_once"]
+__all__ = ["Detection", "TargetInfo", "classify", "detect_kind", "probe_once", "resolve_kind"]
+
+_log = get_logger(__name__)
 
 Kind = Literal["server", "router"]
 _MAX_BYTES = 4 << 20
@@ -135,6 +139,40 @@ async def detect_kind(
             if found.kind is not None or time.monotonic() + interval_s > deadline:
                 return found
             await asyncio.sleep(interval_s)
+
+
+async def resolve_kind(
+    base_url: str,
+    *,
+    stop: asyncio.Event,
+    within_s: float,
+    interval_s: float,
+    timeout_s: float,
+    api_key: str = "",
+) -> Detection | None:
+    """:func:`detect_kind` at a daemon's start, logged; ``None`` when ``stop`` is set first.
+
+    A target that is down makes detection take ``within_s``: a stop request must not wait that out.
+    """
+    detect = asyncio.create_task(
+        detect_kind(base_url, within_s=within_s, interval_s=interval_s, timeout_s=timeout_s, api_key=api_key)
+    )
+    stopped = asyncio.create_task(stop.wait())
+    await asyncio.wait({detect, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if not detect.done():
+        detect.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await detect
+        return None
+    found = detect.result()
+    if found.kind is None:
+        _log.warning(
+            "target_kind_undetermined", fallback="server", evidence=found.evidence, waited_seconds=within_s
+        )
+    else:
+        _log.info("target_kind_detected", kind=found.kind, evidence=found.evidence)
+    return found
 
 
 class TargetInfo:
