@@ -66,6 +66,14 @@ class _Inputs:
 _INPUTS: ContextVar[_Inputs | None] = ContextVar("sentinel_config_inputs", default=None)
 
 
+def _collectors_for(kind: str, c: CollectorsSettings) -> CollectorsSettings:
+    # A router target's pool series come from the "router" collector: on by default there,
+    # but an explicit [collectors] enabled list is the operator's word.
+    if kind == "router" and "router" not in c.enabled and "enabled" not in c.model_fields_set:
+        return c.model_copy(update={"enabled": (*c.enabled, "router")})
+    return c
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
@@ -86,11 +94,8 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _router_collector(self) -> Settings:
-        # A router target's pool series come from the "router" collector: on by default there,
-        # but an explicit [collectors] enabled list is the operator's word.
-        c = self.collectors
-        if self.server.kind == "router" and "router" not in c.enabled and "enabled" not in c.model_fields_set:
-            collectors = c.model_copy(update={"enabled": (*c.enabled, "router")})
+        collectors = _collectors_for(self.server.kind, self.collectors)
+        if collectors is not self.collectors:
             object.__setattr__(self, "collectors", collectors)  # frozen model, still being built
         return self
 
@@ -104,6 +109,13 @@ class Settings(BaseSettings):
                 "dummy /health, so external observation would see nothing)"
             )
         return self
+
+    def with_target_kind(self, kind: Literal["server", "router"]) -> Settings:
+        """These settings with ``[server] kind`` resolved (``auto`` detected at start)."""
+        server = self.server.model_copy(update={"kind": kind})
+        return self.model_copy(
+            update={"server": server, "collectors": _collectors_for(kind, self.collectors)}
+        )
 
     @classmethod
     def settings_customise_sources(

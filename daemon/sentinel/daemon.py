@@ -43,6 +43,7 @@ from sentinel.config import ConfigError, Settings, load_settings
 from sentinel.log import configure_logging, get_logger
 from sentinel.netloc import url_host
 from sentinel.procstats import process_stats
+from sentinel.router.detect import TargetInfo
 from sentinel.schedule.calibration import CalibrationJob
 from sentinel.schedule.executor import LoadEngineExecutor
 from sentinel.schedule.metrics import ScheduleMetrics
@@ -138,7 +139,7 @@ class Daemon:
         self.calibration = CalibrationJob(
             settings.calibration,
             state_dir=self.state_dir,
-            server_url=self.server_url,
+            server_url=self.calibration_url,
             api_key=settings.server.api_key,
             metrics=self.metrics,
             calibrate_when_missing=settings.schedule.calibrate_when_missing,
@@ -154,6 +155,8 @@ class Daemon:
         self.exporter: Any = None
         self._reader: ServerLoadReader | None = None
         self.started_at = time.time()
+        # The settings as the configuration declared them, when sentinel resolved kind = "auto".
+        self._declared_settings: Settings | None = None
 
     # -- URLs -----------------------------------------------------------------------------------
 
@@ -173,12 +176,17 @@ class Daemon:
 
         command = supervisor.command
         model = command.profile.served_model_name if command is not None else ""
-        return Target(url=self.server_url, served_model=model, launch_hash=supervisor.config_hash)
+        return Target(url=self.calibration_url, served_model=model, launch_hash=supervisor.config_hash)
 
     @property
     def server_url(self) -> str:
         s = self.settings.server
         return f"http://{url_host(s.host)}:{s.port}"
+
+    @property
+    def calibration_url(self) -> str:
+        """Where scheduled sweeps go: [calibration] worker_url (a worker behind a router), else the target."""
+        return self.settings.calibration.worker_url or self.server_url
 
     # -- life cycle -----------------------------------------------------------------------------
 
@@ -255,6 +263,8 @@ class Daemon:
             raise DaemonError(f"{exc}; stop it first, or give this one its own state_dir", 2) from None
         except StateError as exc:
             raise DaemonError(f"{exc} (set state_dir or SENTINEL_STATE_DIR)", 2) from None
+        declared = self.settings.server.kind
+        evidence = await self._resolve_target_kind() if declared == "auto" else ""
         s = self.settings
         try:
             collectors = build_collector_set(s)
@@ -270,6 +280,7 @@ class Daemon:
         collectors.add("supervisor", supervisor.collector())
         if group is not None:
             collectors.add("group", group.collector())
+        collectors.add("target", TargetInfo(s.server.kind, declared, evidence))
         collectors.add("schedule", self.metrics)
         log_source = collectors.get("sglang_log")
         if isinstance(log_source, SGLangLogCollector):
@@ -288,6 +299,8 @@ class Daemon:
             s.schedule.polite.source,
             s.schedule.polite.request_timeout_seconds,
             api_key=s.server.api_key,
+            # A router: foreign traffic over all its workers (/get_loads, /engine_metrics).
+            kind="router" if s.server.kind == "router" else "server",
         )
         self.scheduler = LoadScheduler(
             s.schedule,
@@ -364,6 +377,25 @@ class Daemon:
             watchdog_interval=interval,
         )
 
+    async def _resolve_target_kind(self) -> str:
+        """``[server] kind = "auto"``: probe the target's routes; undecided -> "server" (today's reading)."""
+        from sentinel.router.detect import resolve_kind
+
+        s = self.settings.server
+        found = await resolve_kind(
+            self.server_url,
+            stop=self._stop,
+            within_s=s.router.detect_timeout_seconds,
+            interval_s=s.startup_poll_interval,
+            timeout_s=s.router.timeout_seconds,
+            api_key=s.api_key,
+        )
+        self._checkpoint()
+        assert found is not None  # None only when stopped, and _checkpoint raised then
+        self._declared_settings = self.settings
+        self.settings = self.settings.with_target_kind(found.kind or "server")
+        return found.evidence
+
     async def _shutdown(self) -> None:
         self.notifier.stopping("stopping: cancelling load, stopping the server")
         for task in self._tasks:
@@ -418,10 +450,12 @@ class Daemon:
             _log.error("reload_rejected", error=str(exc))
             self.notifier.ready(self._status_line())
             return
+        # [server] kind = "auto" was resolved at start: compare with what the file said.
+        before = self._declared_settings or self.settings
         kept = [
             name
             for name in ("server", "exporter", "collectors", "state_dir")
-            if getattr(new, name) != getattr(self.settings, name)
+            if getattr(new, name) != getattr(before, name)
         ]
         if kept:
             _log.warning("reload_needs_restart", sections=kept)

@@ -111,6 +111,8 @@ def build_api_app(srv: SimServer) -> web.Application:
     r.add_get("/v1/models", api.models)
     r.add_get("/v1/models/{model:.+}", api.model)
     r.add_get("/v1/loads", api.loads)
+    if srv.version == "0.5.9":
+        r.add_get("/get_load", api.get_load)  # removed by 0.5.23 (http_server.py): a 404 there
     r.add_get("/metrics", api.metrics_route)
     r.add_post("/generate", api.generate)
     r.add_put("/generate", api.generate)

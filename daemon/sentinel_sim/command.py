@@ -47,6 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    from sentinel_sim import disagg
     from sentinel_sim.launchflags import add_launch_arguments
     from sentinel_sim.profiles import DEFAULT_PROFILE, PROFILES
     from sentinel_sim.versions import DEFAULT_VERSION, VERSIONS
@@ -79,6 +80,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--enable-hisparse", action="store_true", help="0.5.23 only")
     add_launch_arguments(parser)
     _add_multinode_arguments(parser)
+    disagg.add_arguments(g)
     s = parser.add_argument_group("simulation")
     s.add_argument(
         "--profile",
@@ -150,6 +152,7 @@ def _add_multinode_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _handle(args: argparse.Namespace) -> int:
     from sentinel.log import configure_logging
+    from sentinel_sim import disagg
     from sentinel_sim.config import SimConfig
     from sentinel_sim.faults import FaultError, check_fault_version, parse_fault_spec
     from sentinel_sim.launchflags import launch_flags_from
@@ -199,6 +202,7 @@ def _handle(args: argparse.Namespace) -> int:
         node_rank=args.node_rank,
         dist_init_addr=args.dist_init_addr,
         dist_timeout=args.dist_timeout,
+        **disagg.config_options(args),
     )
     try:
         config.validate()

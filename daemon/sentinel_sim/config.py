@@ -67,6 +67,10 @@ class SimConfig:
     node_rank: int = 0
     dist_init_addr: str | None = None
     dist_timeout: float | None = None
+    # Prefill/decode disaggregation role (sentinel_sim.disagg): null, prefill or decode.
+    disaggregation_mode: str = "null"
+    disaggregation_bootstrap_port: int = 8998
+    disaggregation_transfer_backend: str = "mooncake"
 
     def resolved_profile(self) -> Profile:
         p = get_profile(self.profile)
@@ -146,6 +150,17 @@ class SimConfig:
         if self.enable_hisparse and self.sglang_version == "0.5.9":
             # SGLang 0.5.9's argparse has no such option (srt/server_args.py).
             raise ValueError("--enable-hisparse: unrecognized by SGLang 0.5.9 (use --sglang-version 0.5.23)")
+        if self.disaggregation_mode not in ("null", "prefill", "decode"):
+            raise ValueError(
+                f"--disaggregation-mode must be null, prefill or decode, got {self.disaggregation_mode!r}"
+            )
+        if not 1 <= self.disaggregation_bootstrap_port <= 65535 or (
+            self.disaggregation_mode == "prefill" and self.disaggregation_bootstrap_port == self.port
+        ):
+            raise ValueError(
+                f"--disaggregation-bootstrap-port {self.disaggregation_bootstrap_port}: a port in 1..65535"
+                " other than --port"
+            )
         if self.decode_log_interval < 1:
             raise ValueError(f"--decode-log-interval must be at least 1, got {self.decode_log_interval}")
         if self.stream_interval < 1:

@@ -396,6 +396,8 @@ class Engine:
 
     def _lookup_prefix(self, req: Request) -> int:
         key = req.prompt_key
+        if req.pd_role == "decode" and not req.generated:
+            return req.prompt_tokens - 1  # the KV came from the prefill server (sentinel_sim.disagg)
         if not key or req.generated:
             return 0
         cached = self._prefix_cache.get(key)

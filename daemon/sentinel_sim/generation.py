@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from aiohttp import web
 
+from sentinel_sim.disagg import NO_ROOM_MESSAGE, missing_room
 from sentinel_sim.engine import Request, RequestState
 from sentinel_sim.requests import BadRequest, GenParams, stop_position
 from sentinel_sim.text import EOS_TOKEN_ID, make_script, token_id
@@ -160,7 +161,11 @@ class ApiBase:
         if openai and request.content_type != "application/json":
             return openai_error("Unsupported Media Type: Only 'application/json' is allowed", 415)
         try:
-            return parse(await self._body(request))
+            body = await self._body(request)
+            c = self.srv.config
+            if missing_room(body, c.disaggregation_mode, c.disaggregation_transfer_backend):
+                raise BadRequest(NO_ROOM_MESSAGE)
+            return parse(body)
         except BadRequest as exc:
             if openai:
                 return openai_error(str(exc))
@@ -178,10 +183,11 @@ class ApiBase:
         if gp.stop:
             limit = gp.max_new_tokens if ignore_eos else min(gp.max_new_tokens, script.natural_len)
             stop = stop_position(script.pieces(limit), gp.stop, limit)
-        return Request(
+        role = self.srv.config.disaggregation_mode
+        req = Request(
             gp.rid,
             gp.prompt_tokens,
-            gp.max_new_tokens,
+            1 if role == "prefill" else gp.max_new_tokens,  # SGLang's prefill role: one token
             script,
             prompt_key=gp.prompt or ",".join(map(str, gp.prompt_ids)),
             ignore_eos=ignore_eos,
@@ -192,6 +198,8 @@ class ApiBase:
             stream=gp.stream,
             priority=gp.priority,
         )
+        req.pd_role = role
+        return req
 
     def _pieces_text(self, req: Request, start: int, end: int) -> str:
         if req.finish_matched == EOS_TOKEN_ID:

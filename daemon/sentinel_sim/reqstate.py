@@ -38,6 +38,7 @@ class Request:
         "last_token_at",
         "log_metrics",
         "max_new_tokens",
+        "pd_role",
         "prefilled",
         "priority",
         "prompt_key",
@@ -97,6 +98,9 @@ class Request:
             self.finish_type = "stop"
             self.finish_matched = self.stop_text if self.stop_at is not None else EOS_TOKEN_ID
         self.finish_message = ""
+        # PD disaggregation role of the server (sentinel_sim.disagg): "prefill" finishes as
+        # FINISH_LENGTH(length=0) after its one token; "decode" receives the prompt's KV.
+        self.pd_role = "null"
         self.state = RequestState.WAITING
         self.generated = 0
         self.prefilled = 0
@@ -133,7 +137,7 @@ class Request:
         if self.state != RequestState.FINISHED:
             return None
         if self.finish_type == "length":
-            return {"type": "length", "length": self.generated}
+            return {"type": "length", "length": 0 if self.pd_role == "prefill" else self.generated}
         return {"type": "stop", "matched": self.finish_matched}
 
     async def wait_progress(self, seen: int, step: int = 1) -> None:

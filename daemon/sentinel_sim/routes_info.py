@@ -1,5 +1,5 @@
 """SGLang's health and information routes: /health, /health_generate, /ping, /model_info,
-/server_info, /v1/models, /v1/loads, /metrics, /flush_cache, /abort_request."""
+/server_info, /v1/models, /v1/loads, /get_load (0.5.9 only), /metrics, /flush_cache, /abort_request."""
 
 from __future__ import annotations
 
@@ -160,6 +160,33 @@ class InfoRoutes(ApiBase):
                 accelerator=p.gpu_name,
                 num_accelerators=p.tp_size,
             )
+        )
+
+    async def get_load(self, request: web.Request) -> web.Response:
+        """0.5.9's deprecated ``/get_load`` (gone in 0.5.23): one ``GetLoadReqOutput`` per DP rank.
+
+        srt/managers/scheduler_metrics_mixin.py ``get_load``: num_reqs = running + waiting,
+        num_tokens = the KV tokens in use plus the waiting requests' prompt lengths; ts_tic is
+        the scheduler's perf_counter. ``rid``/``http_worker_ipc`` come from its BaseReq.
+        """
+        self.srv.log.main(
+            "Endpoint '/get_load' is deprecated and will be removed in a future version. "
+            "Please use '/v1/loads' instead."
+        )
+        e = self.engine
+        waiting_tokens = sum(r.prompt_tokens + r.generated for r in e.waiting)
+        return json_response(
+            [
+                {
+                    "rid": None,
+                    "http_worker_ipc": None,
+                    "dp_rank": 0,
+                    "num_reqs": len(e.running) + len(e.waiting),
+                    "num_waiting_reqs": len(e.waiting),
+                    "num_tokens": e.kv_used + waiting_tokens,
+                    "ts_tic": time.perf_counter(),
+                }
+            ]
         )
 
     async def metrics_route(self, request: web.Request) -> web.Response:

@@ -35,6 +35,7 @@ from aiohttp import web
 from sentinel_sim.config import SimConfig
 from sentinel_sim.crash import CrashKind
 from sentinel_sim.crashing import Crasher
+from sentinel_sim.disagg import BootstrapServer
 from sentinel_sim.engine import Engine, Request
 from sentinel_sim.faults import Fault, FaultSet, check_fault_version, parse_fault_spec
 from sentinel_sim.launchflags import deprecation_warnings
@@ -152,6 +153,7 @@ class SimServer:
         self._api_sock: socket.socket | None = None
         self._api_runner: web.AppRunner | None = None
         self._control_runner: web.AppRunner | None = None
+        self._bootstrap: BootstrapServer | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopped: asyncio.Event | None = None
         self._ready: asyncio.Event | None = None
@@ -207,6 +209,7 @@ class SimServer:
         await self._api_runner.setup()
         if self._rank0 is not None:
             await self._rank0.start()  # peers may connect while weights load
+        await self._start_bootstrap()
         self.engine.start()
         self._write_ready_file()
         # Not an SGLang line (log parsers ignore it): where the simulator's own API is.
@@ -218,6 +221,21 @@ class SimServer:
         self.spawn(self.loop_lag.run(), "loop-lag")
         if self.config.lifetime is not None:
             self.spawn(self._lifetime(self.config.lifetime), "lifetime")
+
+    async def _start_bootstrap(self) -> None:
+        # A prefill server's bootstrap server (sentinel_sim.disagg) listens from launch on.
+        c = self.config
+        if c.disaggregation_mode != "prefill":
+            return
+        p = self.profile
+        self._bootstrap = BootstrapServer(
+            self.host,
+            c.disaggregation_bootstrap_port,
+            http_port=self.port,
+            page_size=p.page_size,
+            kv_cache_dtype=p.kv_cache_dtype,
+        )
+        await self._bootstrap.start()
 
     async def wait_ready(self) -> None:
         if self._ready is None:
@@ -266,6 +284,10 @@ class SimServer:
         await self.engine.stop()
         if self._rank0 is not None:
             await self._rank0.close()
+        if self._bootstrap is not None:
+            with contextlib.suppress(Exception):
+                await self._bootstrap.stop()
+            self._bootstrap = None
         for runner in (self._api_runner, self._control_runner):
             if runner is not None:
                 with contextlib.suppress(Exception):
@@ -387,6 +409,9 @@ class SimServer:
             "enable_priority_scheduling": c.enable_priority_scheduling,
             "enable_metrics_for_all_schedulers": c.enable_metrics_for_all_schedulers,
             **({"enable_hisparse": c.enable_hisparse} if self.version != "0.5.9" else {}),
+            "disaggregation_mode": c.disaggregation_mode,
+            "disaggregation_transfer_backend": c.disaggregation_transfer_backend,
+            "disaggregation_bootstrap_port": c.disaggregation_bootstrap_port,
         }
 
     async def _sleep_server(self, seconds: float) -> None:
@@ -516,10 +541,13 @@ class SimServer:
         script = make_script(WARMUP_PROMPT, thinking=False, thinking_tokens=0)
         # The real warm-up asks for 8 tokens at temperature 0 and GLM-5 keeps talking past
         # " Paris." -- a fresh server's metrics show 1 request / 8 generated tokens.
-        req = Request("warmup", 7, 8, script, prompt_key=WARMUP_PROMPT, min_new_tokens=8, log_metrics=True)
+        # Disaggregated: SGLang's warm-up carries a fake bootstrap room; a prefill server makes one token.
+        n = 1 if self.config.disaggregation_mode == "prefill" else 8
+        req = Request("warmup", 7, n, script, prompt_key=WARMUP_PROMPT, min_new_tokens=n, log_metrics=True)
+        req.pd_role = self.config.disaggregation_mode
         self.engine.submit(req)
         while not req.done:
-            await req.wait_progress(req.generated, 8)
+            await req.wait_progress(req.generated, n)
         if self.metrics is not None:
             # A non-streamed request's only output arrives at finish: its TTFT is its latency.
             self.metrics.observe_ttft(req.finished_at - req.arrival, False)

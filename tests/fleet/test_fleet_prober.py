@@ -138,3 +138,49 @@ def test_a_router_whose_pool_cannot_be_read_says_so_on_probe() -> None:
         {"probe": "router_workers", "reason": "timeout"}
     ]
     assert "sentinel_router_workers" not in fams
+
+
+async def test_auto_targets_are_told_apart_by_their_routes() -> None:
+    seen: list[tuple[str, str]] = []
+    base = target_server(seen)
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        host, path = request.url.host, request.url.path
+        if host == "down":
+            raise httpx.ConnectError("refused", request=request)
+        if host == "r" and path == "/readiness":  # smg 1.13.0's shape
+            return httpx.Response(200, json={"status": "ready", "healthy_workers": 1, "total_workers": 1})
+        if host == "s" and path in ("/readiness", "/workers"):
+            return httpx.Response(404, json={"detail": "Not Found"})
+        if host == "s" and path == "/server_info":
+            return httpx.Response(200, json={"version": "0.5.23", "model_path": "m", "tp_size": 8})
+        return base.handle_request(request)
+
+    prober = Prober(settings(canary={"enabled": False}), transport=httpx.MockTransport(handle))
+    targets = [FleetTarget(name=n, url=f"http://{n}:1", kind="auto") for n in ("r", "s", "down")]
+    prober.set_targets(tuple(targets))
+    for _ in range(200):
+        if {"r", "s", "down"} <= set(prober.results):
+            break
+        await asyncio.sleep(0.02)
+    await prober.stop()
+    kinds = {n: (r.target.kind, r.declared_kind) for n, r in prober.results.items()}
+    assert kinds == {"r": ("router", "auto"), "s": ("server", "auto"), "down": ("server", "auto")}
+    assert prober.results["r"].router is not None  # its pool was read as a router's
+    info = {
+        n: next(f for f in result_families(r) if f.name == "sentinel_target_info").samples[0].labels
+        for n, r in prober.results.items()
+    }
+    assert info["r"]["kind"] == "router"
+    assert info["s"] == {
+        "kind": "server",
+        "declared": "auto",
+        "evidence": "readiness=absent workers=absent server_info=server",
+    }
+    assert info["down"]["evidence"] == "readiness=no_answer workers=no_answer server_info=no_answer"
+    # A declared kind serves no target_info on /probe: nothing was detected.
+    declared = FleetTarget(name="x", url="http://s:1")
+    from sentinel.fleet.prober import TargetResult
+
+    plain = TargetResult(declared, (), None, None, 0.0, 0.0, 0.0, None, "server")
+    assert all(f.name != "sentinel_target_info" for f in result_families(plain))

@@ -10,6 +10,7 @@ three workers and the router. Everything listens on loopback; the router is kept
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib.util
 import os
@@ -25,6 +26,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from sentinel.router.detect import detect_kind
 from sentinel_sim.testing import SimProcess
 
 pytestmark = [
@@ -115,6 +117,49 @@ def router_env() -> dict[str, str]:
     }
 
 
+@contextlib.contextmanager
+def foreign_streams(url: str, n: int) -> Iterator[None]:
+    """``n`` long streamed completions through the router (someone else's traffic), cut on exit."""
+    import threading
+
+    stop = threading.Event()
+    body = {"model": "glm-5", "prompt": "hi", "max_tokens": 100_000, "ignore_eos": True, "stream": True}
+
+    def one() -> None:
+        with (
+            contextlib.suppress(httpx.HTTPError),
+            _client() as c,
+            c.stream("POST", url + "/v1/completions", json=body, timeout=60) as r,
+        ):
+            for _ in r.iter_bytes():
+                if stop.is_set():
+                    return
+
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(n)]
+    for t in threads:
+        t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=10)
+
+
+def pool_load(router_url: str) -> float:
+    from sentinel.schedule.polite import ServerLoadReader
+
+    async def read() -> float:
+        reader = ServerLoadReader(router_url, "auto", 5.0, kind="router")
+        try:
+            load = await reader.read()
+        finally:
+            await reader.aclose()
+        return load.running + load.queued
+
+    return asyncio.run(read())
+
+
 def test_run_and_fleet_against_the_real_router(
     sim_factory: Callable[..., SimProcess], tmp_path: Path
 ) -> None:
@@ -145,10 +190,17 @@ def test_run_and_fleet_against_the_real_router(
         wait_for("router not ready", lambda: _client().get(router_url + "/readiness").status_code == 503, 30)
         assert _client().get(router_url + "/health").status_code == 200
 
+        # kind = "auto" tells the router from a server by its routes, even with no worker up.
+        found = asyncio.run(detect_kind(router_url, within_s=0))
+        assert (found.kind, found.evidence) == (
+            "router",
+            "readiness=router workers=router server_info=absent",
+        )
+
         config = tmp_path / "run.toml"
         config.write_text(
             f'state_dir = "{tmp_path / "state"}"\n'
-            '[server]\nmode = "external"\nkind = "router"\nhost = "127.0.0.1"\n'
+            '[server]\nmode = "external"\nkind = "auto"\nhost = "127.0.0.1"\n'
             f"port = {rport}\nstartup_poll_interval = 0.5\n"
             f'[server.router]\nmetrics_url = "http://127.0.0.1:{rmetrics}/metrics"\nexpected_workers = 3\n'
             "[server.checks.health]\ninterval = 1\n"
@@ -164,6 +216,11 @@ def test_run_and_fleet_against_the_real_router(
             time.sleep(3)  # several readiness polls against a router with no worker
             assert sample(sentinel, "sentinel_server_state", state="ready") == 0
             assert sample(sentinel, "sentinel_router_ready") == 0
+            evidence = "readiness=router workers=router server_info=absent"
+            assert (
+                sample(sentinel, "sentinel_target_info", kind="router", declared="auto", evidence=evidence)
+                == 1
+            )
 
             # The workers come back on their ports: the router readmits them, sentinel is ready.
             sims = [sim_factory("--enable-metrics", "--port", str(p)) for p in ports]
@@ -191,6 +248,13 @@ def test_run_and_fleet_against_the_real_router(
             assert sample(sentinel, "sentinel_router_workers_expected") == 3
             # The SGLang collector reads the workers through /engine_metrics (the router has no /metrics).
             assert sample(sentinel, "sentinel_collector_success", collector="sglang") == 1
+
+            # A worker itself is detected as a server; the polite check counts foreign traffic over
+            # the pool through the router (/engine_metrics: the workers' own gauges).
+            assert asyncio.run(detect_kind(workers[0], within_s=0)).kind == "server"
+            with foreign_streams(router_url, 4):
+                took = wait_for("foreign traffic over the pool", lambda: pool_load(router_url) >= 4, 30)
+            print(f"4 foreign requests seen through the router after {took:.1f} s")
 
             # SIGKILL one worker: out of rotation within the router's failures × interval.
             victim = sims[1]
@@ -314,3 +378,55 @@ def test_an_open_breaker_on_a_healthy_worker_is_seen_as_unroutable(
         assert value("sentinel_router_worker_routable", worker=good) == 1
         assert value("sentinel_router_workers", state="breaker_open") == 1
         assert value("sentinel_router_ready") == 1
+
+
+def test_a_prefill_decode_pair_of_simulators_serves_through_the_router_in_pd_mode(
+    sim_factory: Callable[..., SimProcess], tmp_path: Path
+) -> None:
+    # smg --pd-disaggregation sends each request to a prefill and a decode server, with
+    # bootstrap_host/port/room added; the client gets the decode server's answer. No KV moves
+    # between the simulators (sentinel_sim.disagg): the pair serves, and each role does its part.
+    from sentinel.collect.router import RouterCollector, _Config
+
+    bport = free_port()
+    prefill = sim_factory(
+        "--enable-metrics", "--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", str(bport)
+    )
+    decode = sim_factory("--enable-metrics", "--disaggregation-mode", "decode")
+    rport = free_port()
+    router_url = f"http://127.0.0.1:{rport}"
+    cmd = [
+        sys.executable, "-m", "smg", "launch", "--host", "127.0.0.1", "--port", str(rport),
+        "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
+        "--health-check-interval-secs", "1", "--log-level", "warn", "--pd-disaggregation",
+        "--prefill", prefill.base_url, str(bport), "--decode", decode.base_url,
+    ]  # fmt: skip
+    with spawn(cmd, tmp_path / "router.log", router_env()) as router, _client() as c:
+        wait_for(
+            "router with the pair healthy",
+            lambda: c.get(router_url + "/readiness").json().get("healthy_workers") == 2,
+            60,
+            router,
+        )
+        roles = {
+            w["url"]: (w["worker_type"], w.get("bootstrap_port"))
+            for w in c.get(router_url + "/workers").json()["workers"]
+        }
+        assert roles == {prefill.base_url: ("prefill", bport), decode.base_url: ("decode", None)}
+        # Straight to a role server, without a bootstrap room: refused, as SGLang does.
+        assert c.post(prefill.base_url + "/generate", json={"text": "hi"}).status_code == 400
+        body = {"model": "glm-5", "prompt": "hello there", "max_tokens": 24, "ignore_eos": True}
+        reply = c.post(router_url + "/v1/completions", json=body, timeout=30)
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["usage"]["completion_tokens"] == 24  # the decode server's answer
+        native = c.post(
+            router_url + "/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 5}}
+        )
+        assert native.json()["meta_info"]["completion_tokens"] == 5
+        for sim in (prefill, decode):
+            assert '"POST /v1/completions HTTP/1.1" 200' in sim.stdout_text()
+        # The router collector sees the pair as its pool.
+        cfg = _Config(enabled=True, base_url=router_url, metrics_url=None, expected_workers=2, timeout=5)
+        families = {f.name: f for f in RouterCollector(cfg).collect()}
+        routable = {s.labels["worker"]: s.value for s in families["sentinel_router_worker_routable"].samples}
+        assert routable == {prefill.base_url: 1.0, decode.base_url: 1.0}

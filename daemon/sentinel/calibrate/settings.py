@@ -7,9 +7,10 @@ an incremental re-calibration about a third of a full one (see ``benchmarks/swee
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from sentinel.section import Section
 
@@ -102,6 +103,19 @@ class CalibrationSettings(Section):
     regression_threshold: float = Field(default=0.1, gt=0, lt=1)
 
     slo: SloSettings = Field(default_factory=SloSettings)
+
+    # The daemon's scheduled sweeps go to this URL instead of [server] (read at start). Behind a
+    # router ([server] kind = "router") a sweep through the router measures the pool as the
+    # router balances it, and the router has no /metrics for the queue and KV signals: name one
+    # worker (http://HOST:PORT) to measure capacity per worker. Empty: the [server] target.
+    worker_url: str = ""
+
+    @field_validator("worker_url")
+    @classmethod
+    def _check_worker_url(cls, value: str) -> str:
+        if value and not re.fullmatch(r"https?://[^/\s]+/?", value):
+            raise ValueError(f"worker_url {value!r}: expected http://HOST:PORT (no path)")
+        return value.rstrip("/")
 
     @model_validator(mode="after")
     def _check_range(self) -> CalibrationSettings:

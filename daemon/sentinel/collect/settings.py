@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -34,6 +35,21 @@ class SGLangMetricsSettings(Section):
     timeout_seconds: float = Field(default=2.0, gt=0, le=30)
     # A runaway payload (or the wrong URL) must not eat the daemon's memory.
     max_bytes: int = Field(default=32 * 2**20, ge=1024)
+    # Cardinality for large fleets (sentinel.collect.histograms): keep SGLang's histograms as
+    # they are, coarsen them to the boundaries of coarsen_buckets that the server has (default:
+    # 0 and the 1-2-5 series; counts stay exact, _sum/_count untouched), or drop them.
+    histograms: Literal["keep", "coarsen", "drop"] = "keep"
+    # Empty: the default set. +Inf is always kept.
+    coarsen_buckets: tuple[float, ...] = ()
+
+    @field_validator("coarsen_buckets")
+    @classmethod
+    def _boundaries(cls, value: tuple[float, ...]) -> tuple[float, ...]:
+        if any(not math.isfinite(b) for b in value):
+            raise ValueError("coarsen_buckets: finite numbers only (+Inf is always kept)")
+        if list(value) != sorted(set(value)):
+            raise ValueError("coarsen_buckets: strictly increasing, no repeats")
+        return value
 
     @field_validator("url")
     @classmethod

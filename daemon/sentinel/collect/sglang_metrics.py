@@ -30,6 +30,7 @@ import httpx
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from sentinel.collect.histograms import DEFAULT_COARSE_BUCKETS, HistogramFilter
 from sentinel.collect.registry import CollectorInputs, register
 from sentinel.collect.sglang_parse import FamilyParser
 from sentinel.collect.source import CollectionFailed
@@ -66,8 +67,11 @@ class SGLangMetricsCollector:
         timeout: float = 2.0,
         max_bytes: int = 32 * 2**20,
         transport: httpx.BaseTransport | None = None,
+        histograms: HistogramFilter | None = None,
     ) -> None:
         self.url = url
+        self._histograms = histograms or HistogramFilter("keep")
+        self._histogram_lines_dropped: int | None = None
         self.timeout = timeout
         self.max_bytes = max_bytes
         # One pooled client: a scrape every few seconds must not open a new TCP connection each time.
@@ -122,7 +126,8 @@ class SGLangMetricsCollector:
 
     def collect(self) -> Iterator[Metric]:
         try:
-            text = self._fetch()
+            filtered = self._histograms.apply(self._fetch())
+            text = filtered.text
             try:
                 families = self._parser.parse(text)
             except Exception as exc:  # the parser raises ValueError, IndexError, ... on garbage
@@ -138,6 +143,7 @@ class SGLangMetricsCollector:
             yield from self._own(dropped=None)
             raise CollectionFailed(f"{self.url}: {exc}") from None
         self._last_success = time.time()
+        self._histogram_lines_dropped = filtered.dropped_lines
         yield from self._own(dropped=len(families) - len(kept))
         yield from kept
 
@@ -171,6 +177,15 @@ class SGLangMetricsCollector:
                 "Families in SGLang's /metrics not named sglang:* or sglang_*, left out of this scrape.",
                 value=dropped,
             )
+        if dropped is not None and self._histograms.mode != "keep":
+            info = GaugeMetricFamily(
+                "sentinel_sglang_histogram_samples_dropped",
+                "Histogram sample lines of SGLang's /metrics left out of this scrape by"
+                " [collectors.sglang] histograms (coarsen: buckets; drop: whole families).",
+                labels=["mode"],
+            )
+            info.add_metric([self._histograms.mode], self._histogram_lines_dropped or 0)
+            yield info
 
 
 def _section(settings: CollectorInputs) -> SGLangMetricsSettings:
@@ -188,4 +203,7 @@ def _section(settings: CollectorInputs) -> SGLangMetricsSettings:
 @register("sglang", section=_section)
 def _factory(cfg: SGLangMetricsSettings) -> SGLangMetricsCollector:
     assert cfg.url is not None  # resolved by _section
-    return SGLangMetricsCollector(cfg.url, timeout=cfg.timeout_seconds, max_bytes=cfg.max_bytes)
+    histograms = HistogramFilter(cfg.histograms, cfg.coarsen_buckets or DEFAULT_COARSE_BUCKETS)
+    return SGLangMetricsCollector(
+        cfg.url, timeout=cfg.timeout_seconds, max_bytes=cfg.max_bytes, histograms=histograms
+    )

@@ -23,6 +23,7 @@ from sentinel.fleet.settings import FleetSettings, FleetTarget
 from sentinel.fleet.slo import SloResult, run_slo
 from sentinel.log import get_logger
 from sentinel.router import READINESS_PATH, RouterReadError, RouterSnapshot, read_router, resolve_model
+from sentinel.router.detect import probe_once
 from sentinel.supervise.probes import ProbeResult, probe_canary, probe_health
 
 __all__ = ["Prober", "ProberStats", "TargetResult", "phase"]
@@ -41,6 +42,10 @@ class TargetResult:
     lag: float  # seconds the round started after its planned time (a busy prober shows here)
     # The latest SLO round ([fleet.slo]), carried from round to round until the next one.
     slo: SloResult | None = None
+    # What the configuration said of ``kind`` (``target.kind`` is the kind probed: for "auto",
+    # the detected one, "server" while undecided) and the routes that decided it.
+    declared_kind: str = ""
+    kind_evidence: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +139,8 @@ class Prober:
             planned = self._t0 + phase(target.name, s.interval)
             rounds = 0
             slo: SloResult | None = None
+            declared = target.kind
+            evidence = ""
             while True:
                 jitter = random.uniform(0, s.jitter * s.interval) if s.jitter else 0.0
                 await asyncio.sleep(max(0.0, planned + jitter - time.monotonic()))
@@ -141,8 +148,21 @@ class Prober:
                     start = time.monotonic()
                     lag = max(0.0, start - planned - jitter)
                     wall = time.time()
+                    if target.kind == "auto":
+                        # Until decided: three GETs more per round, and the round reads it as a server.
+                        found = await probe_once(client, s.readiness_timeout)
+                        evidence = found.evidence
+                        if found.kind is not None:
+                            _log.info(
+                                "fleet_target_kind_detected",
+                                target=target.name,
+                                kind=found.kind,
+                                evidence=evidence,
+                            )
+                            target = target.model_copy(update={"kind": found.kind})
+                    probed = target if target.kind != "auto" else target.model_copy(update={"kind": "server"})
                     try:
-                        probes, snap, err = await probe_target(client, target, s)
+                        probes, snap, err = await probe_target(client, probed, s)
                     except Exception:  # a defect in one target's round must not end its schedule
                         _log.exception("fleet_round_failed", target=target.name)
                         probes, snap, err = (), None, "error"
@@ -154,7 +174,7 @@ class Prober:
                             _log.exception("fleet_slo_failed", target=target.name)
                     rounds += 1
                     took = time.monotonic() - start
-                    result = TargetResult(target, probes, snap, err, wall, took, lag, slo)
+                    result = TargetResult(probed, probes, snap, err, wall, took, lag, slo, declared, evidence)
                 # The results dict maps names to immutable results; a scrape reads one entry.
                 self.results = {**self.results, target.name: result}
                 ok = bool(probes) and all(p.ok for p in probes) and err is None

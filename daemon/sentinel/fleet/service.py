@@ -25,6 +25,7 @@ from sentinel.fleet.settings import FleetFile, FleetTarget
 from sentinel.fleet.slo import slo_families
 from sentinel.fleet.targets import FileSdError, read_file_sd
 from sentinel.log import get_logger
+from sentinel.router.detect import TargetInfo
 
 __all__ = ["FleetService", "result_families"]
 
@@ -57,6 +58,8 @@ def result_families(result: TargetResult) -> list[Metric]:
     round_s = GaugeMetricFamily("sentinel_fleet_round_duration_seconds", "How long the latest round took.")
     round_s.add_metric([], result.duration)
     out: list[Metric] = [success, duration, failure, ts, round_s]
+    if result.declared_kind == "auto":
+        out.extend(TargetInfo(result.target.kind, "auto", result.kind_evidence).collect())
     if result.target.kind == "router":
         read = GaugeMetricFamily(
             "sentinel_router_read_success",

@@ -17,7 +17,8 @@ __all__ = ["NAME_PATTERN", "FleetFile", "FleetSettings", "FleetSloSettings", "Fl
 # A target's name is a label value and the ``?target=`` of a scrape: kept to what needs no quoting.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 
-TargetKind = Literal["server", "router"]
+# auto: told apart each round until decided (sentinel.router.detect); "server" until then.
+TargetKind = Literal["server", "router", "auto"]
 
 
 class FleetTarget(Section):

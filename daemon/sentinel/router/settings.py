@@ -17,3 +17,6 @@ class RouterTargetSettings(Section):
     expected_workers: int = Field(default=0, ge=0, le=100_000)
     # /workers and the metrics port are read at scrape time, bounded by this.
     timeout_seconds: float = Field(default=2.0, gt=0, le=30)
+    # [server] kind = "auto": how long to probe for a verdict at start before falling back to
+    # "server" (a target still starting answers nothing useful yet).
+    detect_timeout_seconds: float = Field(default=30.0, ge=0, le=3600)

@@ -58,6 +58,12 @@ _PARSE_INLINE = 256 * 1024
 _RUNNING = "sglang:num_running_reqs"
 _QUEUED = "sglang:num_queue_reqs"
 _USAGE = "sglang:token_usage"
+_Sample = tuple[dict[str, str], float]
+# (loads document, metrics text) per target kind. A router has neither /v1/loads nor /metrics:
+# /engine_metrics is its workers' /metrics fetched on request, with a worker_addr label;
+# /get_loads is their /v1/loads as the router's load monitor last polled them (every 10 s with
+# smg 1.13.0: a sampled figure, not a live one). Either way the figures cover the whole pool.
+_PATHS = {"server": ("/v1/loads", "/metrics"), "router": ("/get_loads", "/engine_metrics")}
 
 
 class LoadReadError(Exception):
@@ -85,16 +91,36 @@ class ServerLoad:
         return max(0, math.ceil(self.running + self.queued - own_in_flight))
 
 
+def _one_spelling(colon: list[_Sample], underscore: list[_Sample]) -> list[_Sample]:
+    """Per worker, SGLang's own ``sglang:x`` if present, else sglang-router 0.3.2's ``sglang_x``.
+
+    Never both for one worker: a router that sent the two spellings would count its load twice.
+    """
+    have = {labels.get("worker_addr", "") for labels, _ in colon}
+    return colon + [(labels, v) for labels, v in underscore if labels.get("worker_addr", "") not in have]
+
+
 def parse_metrics_text(text: str) -> ServerLoad:
-    """Parse SGLang's Prometheus exposition; raises :class:`LoadReadError` when gauges are missing."""
-    wanted: dict[str, list[tuple[dict[str, str], float]]] = {_RUNNING: [], _QUEUED: [], _USAGE: []}
+    """Parse SGLang's Prometheus exposition; raises :class:`LoadReadError` when gauges are missing.
+
+    Also a router's ``/engine_metrics``: every worker's series with a ``worker_addr`` label (a
+    replica of its own to :func:`server_total`, so the figures add up over the pool), spelled
+    ``sglang:x`` (smg) or ``sglang_x`` (sglang-router 0.3.2 renames them).
+    """
+    names = (_RUNNING, _QUEUED, _USAGE)
+    wanted: dict[str, list[_Sample]] = {n: [] for n in names}
+    renamed: dict[str, list[_Sample]] = {n.replace(":", "_", 1): [] for n in names}
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                if sample.name in wanted:
-                    wanted[sample.name].append((dict(sample.labels), float(sample.value)))
+                bucket = wanted.get(sample.name)
+                if bucket is None:
+                    bucket = renamed.get(sample.name)
+                if bucket is not None:
+                    bucket.append((dict(sample.labels), float(sample.value)))
     except (ValueError, TypeError, IndexError) as exc:
         raise LoadReadError(f"malformed /metrics: {exc}") from None
+    wanted = {n: _one_spelling(wanted[n], renamed[n.replace(":", "_", 1)]) for n in names}
     running = server_total(wanted[_RUNNING])
     queued = server_total(wanted[_QUEUED])
     if running is None or queued is None:
@@ -104,13 +130,17 @@ def parse_metrics_text(text: str) -> ServerLoad:
     return ServerLoad(running=running, queued=queued, token_usage=usage)
 
 
-def parse_loads_json(document: Any) -> ServerLoad:
-    """Parse ``/v1/loads``: prefers ``aggregate`` (≤ 0.5.9), else sums the per-DP-rank entries (0.5.23)."""
+def parse_loads_json(document: Any, *, live: bool = True) -> ServerLoad:
+    """Parse ``/v1/loads``: prefers ``aggregate`` (≤ 0.5.9), else sums the per-DP-rank entries (0.5.23).
+
+    A router's ``/get_loads`` has the same shape (one entry per worker and DP rank, an
+    ``aggregate`` over the pool) but is the router's cached poll: ``live=False``.
+    """
     try:
         totals = loads_totals(document)
     except ValueError as exc:
         raise LoadReadError(str(exc)) from None
-    return ServerLoad(totals.running, totals.waiting, totals.token_usage, live=True)
+    return ServerLoad(totals.running, totals.waiting, totals.token_usage, live=live)
 
 
 class ServerLoadReader:
@@ -124,11 +154,17 @@ class ServerLoadReader:
         api_key: str = "",
         transport: httpx.AsyncBaseTransport | None = None,
         max_bytes: int = 32 << 20,
+        kind: Literal["server", "router"] = "server",
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.source = source
-        # auto: /v1/loads until the server shows it has none (404 or not a loads document),
-        # then the /metrics gauges for the rest of this reader's life.
+        self._router = kind == "router"
+        self._loads_path, self._metrics_path = _PATHS[kind]
+        # auto, server: /v1/loads until the server shows it has none (404 or not a loads
+        # document), then the /metrics gauges for the rest of this reader's life.
+        # auto, router: /engine_metrics (fresher under load: the workers' gauges now, not the
+        # router's poll of up to 10 s ago), else /get_loads for this read (workers without
+        # --enable-metrics, or none in the pool right now).
         self._loads_missing = False
         self._timeout = timeout
         self.max_bytes = max_bytes
@@ -137,14 +173,21 @@ class ServerLoadReader:
         )
 
     async def read(self) -> ServerLoad:
+        if self._router and self.source == "auto":
+            try:
+                return await self._read(self._metrics_path)
+            except LoadReadError as exc:
+                if not exc.no_endpoint:
+                    raise
+                return await self._read(self._loads_path)
         if self.source == "auto" and not self._loads_missing:
             try:
-                return await self._read("/v1/loads")
+                return await self._read(self._loads_path)
             except LoadReadError as exc:
                 if not exc.no_endpoint:
                     raise  # a timeout, a refused port or a 503 says nothing about the endpoint
                 self._loads_missing = True
-        return await self._read("/metrics" if self.source != "loads" else "/v1/loads")
+        return await self._read(self._metrics_path if self.source != "loads" else self._loads_path)
 
     async def _read(self, path: str) -> ServerLoad:
         try:
@@ -156,15 +199,19 @@ class ServerLoadReader:
         except HttpReadError as exc:
             raise LoadReadError(f"GET {path}: {exc}", no_endpoint=exc.status_code in (404, 405)) from None
         big = len(response.content) > _PARSE_INLINE
-        if path == "/metrics":
+        if path == self._metrics_path:
             text = response.text
-            return await asyncio.to_thread(parse_metrics_text, text) if big else parse_metrics_text(text)
+            try:
+                return await asyncio.to_thread(parse_metrics_text, text) if big else parse_metrics_text(text)
+            except LoadReadError as exc:
+                # A router's pool without a metrics-enabled worker: /get_loads may still answer.
+                raise LoadReadError(str(exc), no_endpoint=self._router) from None
         try:
             document = await asyncio.to_thread(response.json) if big else response.json()
         except ValueError:
-            raise LoadReadError("/v1/loads: not JSON", no_endpoint=True) from None
+            raise LoadReadError(f"{path}: not JSON", no_endpoint=True) from None
         try:
-            return parse_loads_json(document)
+            return parse_loads_json(document, live=not self._router)
         except LoadReadError as exc:
             raise LoadReadError(str(exc), no_endpoint=True) from None
 

@@ -94,7 +94,8 @@ class PoliteSettings(Section):
     # auto: /v1/loads (computed live on request) while the server has it, else the /metrics gauges;
     # metrics: sglang:num_running_reqs + sglang:num_queue_reqs from /metrics (needs --enable-metrics;
     # sampled: written on SGLang's log events only, see gauge_max_age_seconds);
-    # loads: /v1/loads only.
+    # loads: /v1/loads only. A router target ([server] kind = "router") reads the same over all its
+    # workers: /get_loads for "loads", /engine_metrics (either spelling) for "metrics".
     source: Literal["auto", "metrics", "loads"] = "auto"
     # Foreign requests at or above which a run is scaled down (by the share the foreign traffic
     # takes of shrink_capacity_requests), and at or above which it is skipped (or aborted mid-run).

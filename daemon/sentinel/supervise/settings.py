@@ -279,7 +279,11 @@ class ServerSettings(Section):
     # What answers at host:port in external mode: an SGLang server, or SGLang's router (smg):
     # readiness from /readiness (its /health is 200 with no worker), canaries name the model
     # of /v1/models, the "router" collector reports the worker pool ([server.router]).
-    kind: Literal["server", "router"] = "server"
+    # auto: detected at start from the routes the target serves (sentinel.router.detect), within
+    # [server.router] detect_timeout_seconds; undecided -> "server". Not the default: a target
+    # that is down when sentinel starts could not be told apart, and "server" is what an
+    # external config meant before routers were known.
+    kind: Literal["server", "router", "auto"] = "server"
     router: RouterTargetSettings = Field(default_factory=RouterTargetSettings)
     # Launch profile for child mode: a built-in name ("sim", "glm5-nvfp4-rtxpro6000") or a key of
     # `profiles`. "sim" is the embedded default: `sentinel sim` on loopback.
@@ -317,8 +321,10 @@ class ServerSettings(Section):
 
     @model_validator(mode="after")
     def _router_is_external(self) -> ServerSettings:
-        if self.kind == "router" and self.mode != "external":
-            raise ValueError('kind = "router" needs mode = "external" (sentinel never launches a router)')
+        if self.kind in ("router", "auto") and self.mode != "external":
+            raise ValueError(
+                f'kind = "{self.kind}" needs mode = "external" (sentinel never launches a router)'
+            )
         return self
 
     @model_validator(mode="after")
