@@ -114,7 +114,14 @@ def test_prometheus_scrapes_probe_per_target_with_the_documented_relabelling(
             60,
             tail,
         )
-        assert query('sentinel_fleet_targets{job="sentinel-fleet"}') == {f"127.0.0.1:{fleet_port}": 2}
+        # The prober's own job is scraped on its own schedule: its first sample may land after the
+        # probe job's, so it is waited for, not read once.
+        _wait(
+            "the prober's own /metrics in Prometheus",
+            lambda: query('sentinel_fleet_targets{job="sentinel-fleet"}') == {f"127.0.0.1:{fleet_port}": 2},
+            30,
+            tail,
+        )
     finally:
         client.close()
         for proc in (prom, fleet):
