@@ -36,7 +36,7 @@ from sentinel.schedule.settings import ScheduleSettings
 from sentinel.section import Section
 from sentinel.supervise.settings import ServerSettings
 
-__all__ = ["ENV_PREFIX", "ConfigError", "LogSettings", "Settings", "load_settings"]
+__all__ = ["ENV_PREFIX", "ConfigError", "LogSettings", "Settings", "load_settings", "resolve_state_dir"]
 
 ENV_PREFIX = "SENTINEL_"
 # Read by the CLI itself, not settings fields: the config path, and the API key that `bench` and
@@ -236,3 +236,19 @@ def load_settings(path: Path | str | None = None, environ: Mapping[str, str] | N
         raise ConfigError(_format_validation(exc, origin)) from None
     finally:
         _INPUTS.reset(token)
+
+
+def resolve_state_dir(settings: Settings, environ: Mapping[str, str]) -> Path:
+    """The configured state_dir; when it was left at its default: systemd's $STATE_DIRECTORY, the
+    default if writable, else the user's XDG state directory (so the README's first command works
+    without root)."""
+    if "state_dir" in settings.model_fields_set:
+        return settings.state_dir
+    if environ.get("STATE_DIRECTORY"):
+        # systemd's StateDirectory= may list several, colon-separated: the first is ours.
+        return Path(environ["STATE_DIRECTORY"].split(":")[0])
+    default = settings.state_dir
+    if os.access(default, os.W_OK) or (not default.exists() and os.access(default.parent, os.W_OK)):
+        return default
+    base = Path(environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return base / "sentinel"

@@ -26,20 +26,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import math
 import os
 import signal
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 import sentinel
-from sentinel.config import ConfigError, Settings, load_settings
+from sentinel.config import ConfigError, Settings, load_settings, resolve_state_dir
 from sentinel.log import configure_logging, get_logger
 from sentinel.netloc import url_host
 from sentinel.procstats import process_stats
@@ -51,7 +48,7 @@ from sentinel.schedule.polite import ServerLoadReader
 from sentinel.schedule.scheduler import LoadScheduler
 from sentinel.statedir import StateDir, StateError, StateLocked
 from sentinel.status_page import render_status_page
-from sentinel.statusdoc import probe_rows, server_section
+from sentinel.statusdoc import probe_rows, server_section, status_json
 from sentinel.systemd import Notifier, run_watchdog, watchdog_interval
 from sentinel.verdict import verdict
 
@@ -86,22 +83,6 @@ class DaemonError(Exception):
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
         self.exit_code = exit_code
-
-
-def resolve_state_dir(settings: Settings, environ: Mapping[str, str]) -> Path:
-    """The configured state_dir; when it was left at its default: systemd's $STATE_DIRECTORY, the
-    default if writable, else the user's XDG state directory (so the README's first command works
-    without root)."""
-    if "state_dir" in settings.model_fields_set:
-        return settings.state_dir
-    if environ.get("STATE_DIRECTORY"):
-        # systemd's StateDirectory= may list several, colon-separated: the first is ours.
-        return Path(environ["STATE_DIRECTORY"].split(":")[0])
-    default = settings.state_dir
-    if os.access(default, os.W_OK) or (not default.exists() and os.access(default.parent, os.W_OK)):
-        return default
-    base = Path(environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-    return base / "sentinel"
 
 
 class _ServerView:
@@ -579,7 +560,7 @@ class Daemon:
 
     async def _status_json(self, request: web.Request) -> web.StreamResponse:
         await self._fresh_collectors()
-        return web.json_response(self.status(), dumps=_dumps)
+        return web.json_response(self.status(), dumps=status_json)
 
     async def _reset(self, request: web.Request) -> web.StreamResponse:
         # Who may call it (POST, authenticated or loopback) is the exporter's business (server.py).
@@ -605,18 +586,3 @@ class Daemon:
         if not path.is_file():
             return web.Response(status=404, text="no calibration report yet (see /calibration/latest.json)\n")
         return web.Response(text=path.read_text(encoding="utf-8"), content_type="text/html")
-
-
-def _json_safe(value: Any) -> Any:
-    # JSON has no NaN/Infinity; a figure that is not a number is "unknown" (null).
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, Mapping):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(_json_safe(value), default=str)

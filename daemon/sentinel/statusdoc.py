@@ -11,6 +11,9 @@ not serving: a result about the previous server life (or none yet) is no verdict
 
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from sentinel.supervise.state import ServerState
@@ -19,7 +22,7 @@ if TYPE_CHECKING:
     from sentinel.supervise.settings import ServerSettings
     from sentinel.supervise.snapshot import SupervisorSnapshot
 
-__all__ = ["RESET_COMMAND", "probe_rows", "server_section"]
+__all__ = ["RESET_COMMAND", "probe_rows", "server_section", "status_json"]
 
 #: The command that leaves ``failed`` (forgets the crash-loop history, starts the server again).
 RESET_COMMAND = "sentinel reset"
@@ -130,3 +133,19 @@ def probe_rows(snap: SupervisorSnapshot, now: float) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def _json_safe(value: Any) -> Any:
+    # JSON has no NaN/Infinity; a figure that is not a number is "unknown" (null).
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def status_json(value: Any) -> str:
+    """``/status.json``'s encoding: NaN and infinities become null, unknown types their str()."""
+    return json.dumps(_json_safe(value), default=str)

@@ -120,8 +120,7 @@ def to_toml(document: dict[str, Any]) -> str:
 
 
 def _handle(args: argparse.Namespace) -> int:
-    from sentinel.config import load_settings
-    from sentinel.daemon import resolve_state_dir
+    from sentinel.config import load_settings, resolve_state_dir
     from sentinel.validate import validate
 
     settings = load_settings(args.config)

@@ -177,8 +177,7 @@ def _sweep_command(args: argparse.Namespace) -> int:
     from sentinel.calibrate.report import ReportError, write_report
     from sentinel.calibrate.runner import LoadStepRunner
     from sentinel.calibrate.store import StoreError, compare, load_result
-    from sentinel.config import load_settings
-    from sentinel.daemon import resolve_state_dir
+    from sentinel.config import load_settings, resolve_state_dir
     from sentinel.load import SpecError
     from sentinel.log import configure_logging
     from sentinel.reportkit import require_matplotlib
