@@ -32,10 +32,10 @@ from typing import Any, Final, TextIO
 
 from aiohttp import web
 
+from sentinel_sim.bootstrap import BootstrapServer
 from sentinel_sim.config import SimConfig
 from sentinel_sim.crash import CrashKind
 from sentinel_sim.crashing import Crasher
-from sentinel_sim.disagg import BootstrapServer
 from sentinel_sim.engine import Engine, Request
 from sentinel_sim.faults import Fault, FaultSet, check_fault_version, parse_fault_spec
 from sentinel_sim.launchflags import deprecation_warnings
