@@ -308,9 +308,10 @@ class ApiBase:
                 if not done and seen > 0 and n - seen < interval:
                     continue
                 if n > seen or done:
-                    if n > seen:
-                        req.token_events += 1
-                    for data in fmt.chunks(seen, n, done):
+                    writes = fmt.chunks(seen, n, done)
+                    if n > seen and writes:
+                        req.token_events += 1  # (a token without text, </think>, writes nothing)
+                    for data in writes:
                         await out.write(data)
                     self._chunk_written(clock, req, n)
                 seen = n
