@@ -45,7 +45,7 @@ def _chunks(body: bytes) -> list[bytes]:
             return out
 
 
-_BODIES = {
+_BODIES: dict[str, dict[str, Any]] = {
     "/generate": {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 12, "ignore_eos": True}},
     "/v1/completions": {"model": 'm "q" é', "prompt": "hi", "max_tokens": 12, "ignore_eos": True},
     "/v1/chat/completions": {
