@@ -188,7 +188,12 @@ def run_one(sim: Any, client: str, backend: str, rnd: int, args: argparse.Namesp
         with tempfile.TemporaryFile() as err:
             proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, cwd=tmp, env=env)
             with CpuSampler({"client": proc.pid, "sim": sim.pid}) as sampler:
-                rc = proc.wait(timeout=900)
+                try:
+                    rc = proc.wait(timeout=900)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                    return Row(backend, client, rnd, error="did not finish within 900 s")
             err.seek(0)
             stderr = err.read().decode(errors="replace")
     if rc != 0:
