@@ -15,9 +15,17 @@ Scenarios (each prints one table row):
   the target, p99 schedule lag.
 - tput-low / tput-sat: output token throughput, ours vs the simulator's truth for the same
   requests over the same span (first send -> last response end, both sides' own clocks).
+- backends: every backend (native /generate, /v1/completions, /v1/chat/completions) at low load
+  (Poisson at half the simulator's speed in req/s, 40 requests 256/256) and saturating load (128
+  at once, 256/256, over the simulator's 64 running slots): mean TTFT (vs the simulator's socket:
+  its first-token write - the request's kernel arrival; the engine-time figure beside it holds the
+  simulator's own write delay), ITL (per request: (last - first token) / (tokens - 1), the truth's
+  TPOT), E2E and output throughput, ours vs the truth, request by request; `ok` when within 1 %
+  or 1 ms (throughput: 1 %, and the token totals equal). Our times never read below the truth's
+  (tests/load/test_truth_under_stress.py, test_truth_invariants.py assert that per request).
 
 Usage: .venv/bin/python benchmarks/load_accuracy.py [--speed 10] [--pin]
-       [--scenarios ttft-256,poisson,tput-low,tput-sat]
+       [--scenarios ttft-256,poisson,tput-low,tput-sat,backends]
 The host is shared and noisy: read the client-bound flag and the loop-lag column with each row.
 """
 
@@ -34,7 +42,7 @@ from typing import Any
 import httpx
 
 from sentinel.cli.bench import run_on_loop
-from sentinel.load import ArrivalProcess, LoadSpec, RandomDataset, RunResult, run_load
+from sentinel.load import ArrivalProcess, Backend, LoadSpec, RandomDataset, RunResult, run_load
 from sentinel.load.stats import summarize
 from sentinel_sim.testing import SimProcess, spawn_sim
 
@@ -195,10 +203,87 @@ def scenario_tput(base: str, control: str, speed: float, saturating: bool) -> di
     }
 
 
+def _close(ours: float, truth: float, rel: float = 0.01, abs_s: float | None = 1e-3) -> bool:
+    tol = rel * abs(truth)
+    if abs_s is not None:
+        tol = max(tol, abs_s)
+    return abs(ours - truth) <= tol
+
+
+def scenario_backend(
+    base: str, control: str, speed: float, backend: Backend, saturating: bool
+) -> dict[str, Any]:
+    """Mean TTFT, ITL, E2E and output throughput of one backend vs the truth, same requests."""
+    ds = RandomDataset(256, 256, 1.0)
+    if saturating:
+        spec = LoadSpec(base_url=base, backend=backend, dataset=ds, arrival=ArrivalProcess.BURST,
+                        num_requests=128, warmup_requests=1, seed=11)  # fmt: skip
+    else:
+        spec = LoadSpec(base_url=base, backend=backend, dataset=ds, arrival=ArrivalProcess.POISSON,
+                        request_rate=0.5 * speed, num_requests=40, warmup_requests=1, seed=11)  # fmt: skip
+    t = time.time()
+    res = run(spec)
+    truth = truth_by_rid(control, t)
+    ok = [r for r in res.measured if r.success and r.rid in truth]
+    trs = [truth[r.rid] for r in ok]
+    keys = ("TTFT", "TTFT (engine)", "ITL", "E2E")
+    pairs: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in keys}
+    for r, tr in zip(ok, trs, strict=True):
+        if (
+            r.ttft is None
+            or r.latency is None
+            or tr["ttft_s"] is None
+            or tr["first_token_written_time"] is None
+        ):
+            continue
+        # TTFT's truth is the simulator's socket: the first token's bytes handed to the kernel.
+        # The engine's stamp is the forward's scheduled end; the write follows when the loop
+        # wakes (asyncio's epoll timeout is rounded up to whole ms), which is the server's time.
+        pairs["TTFT"][0].append(r.ttft)
+        pairs["TTFT"][1].append(tr["first_token_written_time"] - tr["arrival_time"])
+        pairs["TTFT (engine)"][0].append(r.ttft)
+        pairs["TTFT (engine)"][1].append(tr["ttft_s"])
+        pairs["E2E"][0].append(r.latency)
+        pairs["E2E"][1].append(tr["e2e_s"])
+        n = tr["completion_tokens"]
+        if n > 1 and len(r.chunk_times) > 1:
+            pairs["ITL"][0].append((r.chunk_times[-1] - r.chunk_times[0]) / (n - 1))
+            pairs["ITL"][1].append((tr["last_token_time"] - tr["first_token_time"]) / (n - 1))
+    true_tokens = sum(tr["completion_tokens"] for tr in trs)
+    true_span = max(tr["finish_time"] for tr in trs) - min(tr["arrival_time"] for tr in trs)
+    true_tput = true_tokens / true_span
+    m = res.metrics
+    row: dict[str, Any] = {
+        "scenario": f"{backend.value} {'saturating (128 at once)' if saturating else 'low (Poisson)'}",
+        "matched": f"{len(ok)}/{len(res.measured)}",
+        "tokens ours/truth": f"{m.total_output_tokens}/{true_tokens}",
+    }
+    verdicts = []
+    for key, (mine, theirs) in pairs.items():
+        a, b = sum(mine) / len(mine), sum(theirs) / len(theirs)
+        good = _close(a, b)
+        informational = key == "TTFT (engine)"
+        if not informational:
+            verdicts.append(good)
+        row[f"mean {key} ms ours/truth (err)"] = (
+            f"{a * 1e3:.3f} / {b * 1e3:.3f} ({(a - b) * 1e3:+.3f} ms, {(a / b - 1) * 100:+.2f} %)"
+            f" {'(server write delay inside)' if informational else 'ok' if good else 'OFF'}"
+        )
+    good = _close(m.output_throughput, true_tput, abs_s=None)
+    verdicts.append(good and m.total_output_tokens == true_tokens)
+    row["output tok/s ours/truth (err)"] = (
+        f"{m.output_throughput:.1f} / {true_tput:.1f} ({(m.output_throughput / true_tput - 1) * 100:+.2f} %)"
+        f" {'ok' if good else 'OFF'}"
+    )
+    row["all within 1 % or 1 ms"] = "yes" if all(verdicts) else "NO"
+    row["client bound"] = "; ".join(m.client_bound_reasons) if m.client_bound else "no"
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--speed", type=float, default=10.0)
-    ap.add_argument("--scenarios", default="ttft-256,poisson,tput-low,tput-sat")
+    ap.add_argument("--scenarios", default="ttft-256,poisson,tput-low,tput-sat,backends")
     ap.add_argument("--poisson-requests", type=int, default=2000)
     ap.add_argument("--poisson-rate", type=float, default=100.0)
     ap.add_argument(
@@ -222,6 +307,16 @@ def main() -> None:
                 )
             elif name in ("tput-low", "tput-sat"):
                 rows.append(scenario_tput(base, control, args.speed, name == "tput-sat"))
+            elif name == "backends":
+                # Its own simulator, 64 running slots: 128 at once saturates it (requests queue).
+                with bench_sim(args.speed, ["--max-running-requests", "64"], {0} if args.pin else None) as s2:
+                    for backend in (Backend.SGLANG, Backend.OPENAI_COMPLETIONS, Backend.OPENAI_CHAT):
+                        for saturating in (False, True):
+                            rows.append(
+                                scenario_backend(s2.base_url, s2.control_url, args.speed, backend, saturating)
+                            )
+                            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+                continue
             else:
                 raise SystemExit(f"unknown scenario {name}")
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)

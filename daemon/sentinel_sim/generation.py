@@ -26,6 +26,7 @@ from aiohttp import web
 from sentinel_sim.disagg import NO_ROOM_MESSAGE, missing_room
 from sentinel_sim.engine import Request, RequestState
 from sentinel_sim.requests import BadRequest, GenParams, stop_position
+from sentinel_sim.sse import SseWriter
 from sentinel_sim.text import EOS_TOKEN_ID, make_script, token_id
 
 if TYPE_CHECKING:
@@ -302,6 +303,7 @@ class ApiBase:
         self._submit(req, request)
         clock = _ChunkClock(req.arrival, stream=True, priority=req.priority)
         resp = await self._start_stream(request)
+        out = SseWriter(request, resp)
         fault_name, fault_at = self._fault_plan(True)
         status: str | None = None
         seen = 0
@@ -313,29 +315,32 @@ class ApiBase:
                 n = req.generated
                 done = req.done
                 if req.state == RequestState.ABORTED:
-                    await resp.write(fmt.error(req.finish_message, False))
+                    await out.write(fmt.error(req.finish_message, False))
                     status = "aborted"
                     break
                 if not done and seen > 0 and n - seen < interval:
                     continue
                 if n > seen or done:
-                    for data in fmt.chunks(seen, n, done):
-                        await resp.write(data)
+                    writes = fmt.chunks(seen, n, done)
+                    if n > seen and writes:
+                        req.token_events += 1  # (a token without text, </think>, writes nothing)
+                    for data in writes:
+                        await out.write(data)
                     self._chunk_written(clock, req, n)
                 seen = n
                 if fault_name is not None and n >= fault_at and not done:
                     if fault_name == "error_chunk":
                         self.engine.abort(req, "injected error")
-                        await resp.write(fmt.error(INJECTED_ERROR, True))
+                        await out.write(fmt.error(INJECTED_ERROR, True))
                         status = "error"
                         break
-                    await resp.write(fmt.malformed)
+                    await out.write(fmt.malformed)
                     fault_name = None
                 if done:
                     for data in fmt.finish():
-                        await resp.write(data)
+                        await out.write(data)
                     break
-            await resp.write(DONE)
+            await out.write(DONE)
         except (ConnectionError, asyncio.CancelledError):
             self.engine.abort(req)
             self._record(req, route, True, "aborted", fault_name)

@@ -56,6 +56,7 @@ class Request:
         "stream",
         "submitted",
         "target",
+        "token_events",
         "waiter",
         "wake_at",
     )
@@ -119,6 +120,9 @@ class Request:
         self.first_token_at = 0.0
         # When an HTTP stream handler wrote the first token to its client (0 = not streamed/yet).
         self.first_written_at = 0.0
+        # Streams: SSE events that carried new tokens (tokens / events = how many the driver
+        # merged into one event, 1 when it kept up with the engine).
+        self.token_events = 0
         self.last_token_at = 0.0
         self.finished_at = 0.0
         self.scheduled_at = 0.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Final
 
 from aiohttp import web
 
@@ -33,10 +33,40 @@ def _openai_stream_error(message: str, injected: bool) -> bytes:
     return b"data: " + dumps({"error": _openai_error_body(message)}) + b"\n\n"
 
 
+# Stands for a delta's text while a chunk's template is built (escaped by JSON, so it cannot
+# collide with a model name or request id, which are encoded around it).
+_MARK: Final = "\u0000sentinel-sim-delta\u0000"
+_MARK_JSON: Final = json.dumps(_MARK).encode()
+
+
+def _template(chunk: bytes) -> tuple[bytes, bytes]:
+    """A chunk made with ``_MARK`` as its delta, split around it: prefix + JSON(text) + suffix is
+    byte for byte the chunk that text makes (one ``json.dumps`` of the text per event, not of the
+    whole chunk)."""
+    head, mark, tail = chunk.partition(_MARK_JSON)
+    if not mark or _MARK_JSON in tail:
+        raise AssertionError("chunk template: delta marker not found exactly once")
+    return head, tail
+
+
+def _text_json(text: str) -> bytes:
+    return json.dumps(text, ensure_ascii=False).encode()
+
+
 class _ChatStream:
     """/v1/chat/completions' stream: a role chunk, reasoning and content deltas, finish, usage."""
 
-    __slots__ = ("api", "created", "first", "gp", "req", "sent_text", "think_end")
+    __slots__ = (
+        "api",
+        "content_tpl",
+        "created",
+        "first",
+        "gp",
+        "reasoning_tpl",
+        "req",
+        "sent_text",
+        "think_end",
+    )
     malformed = b'data: {"id": "' + b"\n\n"
 
     def __init__(self, api: OpenAIRoutes, req: Request, gp: GenParams, separate: bool) -> None:
@@ -48,6 +78,19 @@ class _ChatStream:
         self.think_end = req.script.answer_start - 1 if gp.thinking and separate else -1
         self.first = True
         self.sent_text = ""
+        # Content and reasoning deltas are most of the events: templated unless each one carries
+        # a usage object (continuous_usage_stats), whose figures change per event.
+        self.content_tpl: tuple[bytes, bytes] | None = None
+        self.reasoning_tpl: tuple[bytes, bytes] | None = None
+        if not gp.continuous_usage:
+            self.content_tpl = _template(self._chunk({"content": _MARK}))
+            self.reasoning_tpl = _template(self._chunk({"reasoning_content": _MARK}))
+
+    def _delta(self, key: str, text: str) -> bytes:
+        tpl = self.content_tpl if key == "content" else self.reasoning_tpl
+        if tpl is None:
+            return self._chunk({key: text})
+        return tpl[0] + _text_json(text) + tpl[1]
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None, matched: Any = None) -> bytes:
         obj = {
@@ -84,7 +127,7 @@ class _ChatStream:
         if think_end >= 0 and seen < think_end:
             reasoning = self.api._pieces_text(req, seen, min(n, think_end))
             if reasoning:
-                out += self._chunk({"reasoning_content": reasoning})
+                out += self._delta("reasoning_content", reasoning)
         start = max(seen, think_end + 1) if think_end >= 0 else seen
         if n > start:
             content = self.api._pieces_text(req, start, n)
@@ -95,7 +138,7 @@ class _ChatStream:
                     content = full[:cut][len(self.sent_text) :]
             if content:
                 self.sent_text += content
-                out += self._chunk({"content": content})
+                out += self._delta("content", content)
         if out:
             writes.append(bytes(out))
         return writes
@@ -122,7 +165,7 @@ class _ChatStream:
 class _CompletionStream:
     """/v1/completions' stream: one text delta per chunk (the prompt first with ``echo``), usage."""
 
-    __slots__ = ("api", "created", "echo_pending", "gp", "req", "sent")
+    __slots__ = ("api", "created", "echo_pending", "gp", "req", "sent", "text_tpl")
     malformed = b'data: {"id": "' + b"\n\n"
 
     def __init__(self, api: OpenAIRoutes, req: Request, gp: GenParams) -> None:
@@ -132,6 +175,28 @@ class _CompletionStream:
         self.created = int(time.time())
         self.sent = ""
         self.echo_pending = gp.echo
+        # A delta before the last: no finish reason, and no usage unless continuous_usage_stats.
+        self.text_tpl = None if gp.continuous_usage else _template(self._chunk(_MARK, None))
+
+    def _chunk(self, delta: str, reason: dict[str, Any] | None) -> bytes:
+        gp = self.gp
+        obj = {
+            "id": self.req.rid,
+            "object": "text_completion",
+            "created": self.created,
+            "model": gp.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "text": delta,
+                    "logprobs": None,
+                    "finish_reason": reason.get("type") if reason else None,
+                    "matched_stop": reason.get("matched") if reason else None,
+                }
+            ],
+            "usage": self.api._usage(self.req) if gp.continuous_usage else None,
+        }
+        return b"data: " + dumps(obj) + b"\n\n"
 
     def chunks(self, seen: int, n: int, done: bool) -> list[bytes]:
         req = self.req
@@ -146,24 +211,9 @@ class _CompletionStream:
         if self.echo_pending:
             delta = gp.prompt + delta
             self.echo_pending = False
-        reason = req.finish_reason() if done else None
-        obj = {
-            "id": req.rid,
-            "object": "text_completion",
-            "created": self.created,
-            "model": gp.model,
-            "choices": [
-                {
-                    "index": 0,
-                    "text": delta,
-                    "logprobs": None,
-                    "finish_reason": reason.get("type") if reason else None,
-                    "matched_stop": reason.get("matched") if reason else None,
-                }
-            ],
-            "usage": self.api._usage(req) if gp.continuous_usage else None,
-        }
-        return [b"data: " + dumps(obj) + b"\n\n"]
+        if not done and self.text_tpl is not None:
+            return [self.text_tpl[0] + _text_json(delta) + self.text_tpl[1]]
+        return [self._chunk(delta, req.finish_reason() if done else None)]
 
     def finish(self) -> list[bytes]:
         if not self.gp.include_usage:

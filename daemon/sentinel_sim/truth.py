@@ -49,6 +49,9 @@ class TruthRecord:
     # Streams only: when the simulator handed the first token's chunk to the transport. Minus
     # first_token_time = the simulator's own write delay (its loop lag), not the client's.
     first_token_written_time: float | None = None
+    # Streams only: how many events carried new tokens (completion_tokens / token_events = tokens
+    # per event; 1.0 when the simulator kept up with one token per event).
+    token_events: int | None = None
 
     @property
     def ttft_s(self) -> float | None:
@@ -121,6 +124,7 @@ class GroundTruth:
                 retractions=req.retractions,
                 fault=fault,
                 first_token_written_time=self.unix(req.first_written_at) if req.first_written_at else None,
+                token_events=req.token_events if stream else None,
             )
         )
 

@@ -1,0 +1,131 @@
+"""The streamed responses on the wire: one chunked-encoding frame per SSE event (the simulator's
+fast path writes the frames itself, sentinel_sim/sse.py), HTTP/1.0 clients without chunking,
+and template-built deltas byte-identical to the ones built from the whole object."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from sentinel_sim import SimServer
+
+pytestmark = pytest.mark.asyncio
+
+
+async def _raw(sim: SimServer, path: str, body: dict[str, Any], version: str = "1.1") -> bytes:
+    data = json.dumps(body).encode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", sim.port)
+    try:
+        writer.write(
+            f"POST {path} HTTP/{version}\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode()
+            + data
+        )
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), 30)
+    finally:
+        writer.close()
+
+
+def _chunks(body: bytes) -> list[bytes]:
+    """Decode chunked transfer encoding strictly; the list of chunks, the last one empty."""
+    out = []
+    while True:
+        size_line, sep, body = body.partition(b"\r\n")
+        assert sep, "truncated chunk size line"
+        size = int(size_line, 16)
+        out.append(body[:size])
+        assert body[size : size + 2] == b"\r\n"
+        body = body[size + 2 :]
+        if size == 0:
+            assert body == b""
+            return out
+
+
+_BODIES: dict[str, dict[str, Any]] = {
+    "/generate": {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 12, "ignore_eos": True}},
+    "/v1/completions": {"model": 'm "q" é', "prompt": "hi", "max_tokens": 12, "ignore_eos": True},
+    "/v1/chat/completions": {
+        "model": 'm "q" é',
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 12,
+        "ignore_eos": True,
+        "chat_template_kwargs": {"enable_thinking": False},
+    },
+}
+
+
+@pytest.mark.parametrize("path", list(_BODIES))
+async def test_every_chunk_is_one_event_and_the_text_adds_up(sim: SimServer, path: str) -> None:
+    reply = await _raw(sim, path, {**_BODIES[path], "stream": True})
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    assert b"transfer-encoding: chunked" in head.lower()
+    chunks = _chunks(body)
+    assert chunks[-1] == b""
+    events = chunks[:-1]
+    for ev in events:
+        assert ev.startswith(b"data: ")
+        assert ev.endswith(b"\n\n")
+        assert ev.count(b"\n\n") == 1  # one event per frame
+    assert events[-1] == b"data: [DONE]\n\n"
+    objs = [json.loads(ev[6:]) for ev in events[:-1]]
+    if path == "/generate":
+        text = objs[-1]["text"]
+    elif path == "/v1/completions":
+        text = "".join(o["choices"][0]["text"] for o in objs if o["choices"])
+        assert {o["model"] for o in objs} == {'m "q" é'}
+    else:
+        text = "".join(o["choices"][0]["delta"]["content"] or "" for o in objs if o["choices"])
+        assert {o["model"] for o in objs} == {'m "q" é'}
+    plain = json.loads((await _raw(sim, path, _BODIES[path])).partition(b"\r\n\r\n")[2])
+    if path == "/generate":
+        assert text == plain["text"]
+    elif path == "/v1/completions":
+        assert text == plain["choices"][0]["text"]
+    else:
+        assert text == plain["choices"][0]["message"]["content"]
+
+
+async def test_an_http10_client_gets_the_events_without_chunking(sim: SimServer) -> None:
+    reply = await _raw(sim, "/v1/completions", {**_BODIES["/v1/completions"], "stream": True}, "1.0")
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert b"200" in head.split(b"\r\n")[0]
+    assert b"chunked" not in head.lower()
+    events = body.split(b"\n\n")
+    assert events[-1] == b""
+    assert events[-2] == b"data: [DONE]"
+    assert all(e.startswith(b"data: ") for e in events[:-1])
+    assert len(events) - 2 >= 12  # one per token at least (plus finish / usage)
+
+
+async def test_templated_deltas_equal_the_object_built_ones(sim: SimServer) -> None:
+    # continuous_usage_stats sends a usage object in every delta: the whole-object path. Apart
+    # from the usage key, its events must be byte for byte the templated ones.
+    path = "/v1/completions"
+    base = {**_BODIES[path], "stream": True}
+    fast = _chunks((await _raw(sim, path, base)).partition(b"\r\n\r\n")[2])
+    slow = _chunks(
+        (await _raw(sim, path, {**base, "stream_options": {"continuous_usage_stats": True}})).partition(
+            b"\r\n\r\n"
+        )[2]
+    )
+    assert len(fast) == len(slow)
+
+    def norm(ev: bytes) -> Any:
+        if not ev.startswith(b"data: {"):
+            return ev
+        obj = json.loads(ev[6:])
+        obj.pop("id")
+        obj.pop("created")
+        obj["usage"] = None
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+    assert [norm(e) for e in fast] == [norm(e) for e in slow]
+    # And the templated ones are the compact, non-ASCII-preserving JSON of SGLang's chunks.
+    for ev in fast[:-2]:
+        obj = json.loads(ev[6:])
+        assert ev[6:-2] == json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
