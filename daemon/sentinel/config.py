@@ -34,6 +34,7 @@ from sentinel.export.settings import ExporterSettings
 from sentinel.schedule.settings import ScheduleSettings
 from sentinel.section import Section
 from sentinel.supervise.settings import ServerSettings
+from sentinel.tune.settings import TuneSettings
 
 __all__ = ["ENV_PREFIX", "ConfigError", "LogSettings", "Settings", "load_settings"]
 
@@ -80,6 +81,7 @@ class Settings(BaseSettings):
     collectors: CollectorsSettings = Field(default_factory=CollectorsSettings)
     schedule: ScheduleSettings = Field(default_factory=ScheduleSettings)
     calibration: CalibrationSettings = Field(default_factory=CalibrationSettings)
+    tune: TuneSettings = Field(default_factory=TuneSettings)
     state_dir: Path = Path("/var/lib/sentinel")
 
     @model_validator(mode="after")
