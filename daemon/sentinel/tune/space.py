@@ -52,7 +52,10 @@ def parse_vary(text: str) -> tuple[str, tuple[FlagValue, ...]]:
     flag, sep, values = text.partition("=")
     if not sep or not values.strip():
         raise ValueError(f"--vary {text!r}: expected FLAG=V1,V2,...")
-    check_flag_name(flag.strip())
+    try:
+        check_flag_name(flag.strip())
+    except ValueError as exc:
+        raise ValueError(f"--vary {text!r}: {exc}") from None
     parsed = tuple(parse_value(v) for v in values.split(",") if v.strip())
     if len(set(map(repr, parsed))) != len(parsed):
         raise ValueError(f"--vary {text!r}: repeated values")
