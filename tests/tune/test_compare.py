@@ -35,27 +35,37 @@ def test_overlap_keeps_the_baseline_even_when_its_mean_is_lower() -> None:
     assert judge("t03", other, "t04", base, preferred="t01").better == "t03"
 
 
-def _trial(tid: str, tp: float, ttft: float) -> dict[str, object]:
+def _trial(tid: str, tp: float, ttft: float, spread: float = 0.05) -> dict[str, object]:
     return {
         "id": tid,
         "status": "measured",
         "summary": {
-            "throughput_tok_s": {"mean": tp, "low": tp, "high": tp, "n": 1},
+            "throughput_tok_s": {"mean": tp, "low": tp * (1 - spread), "high": tp * (1 + spread), "n": 1},
             "ttft_p99_s": {"mean": ttft, "low": ttft, "high": ttft, "n": 1},
         },
     }
 
 
 def test_halving_keeps_the_faster_half_and_says_why_the_rest_went() -> None:
-    trials = [_trial(f"t{i}", tp, 1.0) for i, tp in enumerate((100, 300, 200, 400, 50))]
+    # All within each other's noise: plain halving.
+    trials = [_trial(f"t{i}", tp, 1.0) for i, tp in enumerate((100, 104, 102, 106, 98))]
     kept, dropped = halve(trials, 2.0, 1, 0)
     assert kept == ["t3", "t1", "t2"]
     assert set(dropped) == {"t0", "t4"}
     assert "round 0" in dropped["t0"]
-    assert "t2 200.0" in dropped["t0"]
+    assert "t2 102.0" in dropped["t0"]
+    assert "top 3 of 5 kept" in dropped["t0"]
     kept, dropped = halve(trials[:2], 2.0, 2, 1)  # never below the finalists
     assert len(kept) == 2
     assert not dropped
+
+
+def test_finalists_apart_beyond_the_spread_end_the_halving_at_once() -> None:
+    trials = [_trial(f"t{i}", tp, 1.0) for i, tp in enumerate((100, 300, 200, 400, 50, 390))]
+    kept, dropped = halve(trials, 2.0, 2, 0)
+    assert kept == ["t3", "t5"]  # 390 [370.5, 409.5] is far above 300 [285, 315]
+    assert set(dropped) == {"t0", "t1", "t2", "t4"}
+    assert "beyond the spread" in dropped["t1"]
 
 
 def test_pareto_front_of_throughput_and_p99_ttft() -> None:

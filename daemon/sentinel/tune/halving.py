@@ -3,6 +3,9 @@
 Round 0 measures every configuration that passed the correctness gate with a short calibration.
 After each round the ``ceil(n / factor)`` fastest (by the mean of their short measurements) stay,
 never fewer than ``finalists``; the others are ``eliminated`` with the figure that dropped them.
+When the best ``finalists`` are already apart from all the others beyond the spread (the slowest
+of them has its ``low`` above the next one's ``high``), only they stay: a further round would pay
+a server restart per survivor to confirm what the measurements already show.
 Survivors of a round are measured again (another short calibration after a fresh start: the
 restart-to-restart variation is part of the noise a deployment sees) until at most
 ``finalists`` remain; those get the full calibration and the reference profile.
@@ -67,6 +70,15 @@ def halve(
         key=lambda t: -throughput_of(t).mean,  # type: ignore[union-attr]
     )
     keep_n = max(floor, math.ceil(len(ranked) / factor))
+    clear = False
+    if len(ranked) > floor:
+        # The best `floor` already stand apart from the rest beyond the spread: more rounds would
+        # pay server restarts to confirm what the measurements already say.
+        last_in, first_out = throughput_of(ranked[floor - 1]), throughput_of(ranked[floor])
+        assert last_in is not None
+        assert first_out is not None
+        if first_out.high < last_in.low:
+            keep_n, clear = floor, True
     kept, dropped = ranked[:keep_n], ranked[keep_n:]
     if not kept:
         return [], {}
@@ -77,9 +89,10 @@ def halve(
     for t in dropped:
         tp = throughput_of(t)
         assert tp is not None
+        how = "beyond the spread" if clear else f"top {keep_n} of {len(ranked)} kept"
         reasons[t["id"]] = (
-            f"round {round_no}: output throughput {tp.mean:.1f} tok/s below the slowest kept "
-            f"{cut['id']} {cut_tp.mean:.1f} tok/s (top {keep_n} of {len(ranked)} kept)"
+            f"round {round_no}: output throughput {tp.text()} tok/s below the slowest kept "
+            f"{cut['id']} {cut_tp.text()} tok/s ({how})"
         )
     return [t["id"] for t in kept], reasons
 
