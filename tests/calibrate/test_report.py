@@ -10,20 +10,11 @@ from typing import Any
 
 from sentinel.calibrate import CalibrationSettings, SloSettings, Workload, run_search
 from sentinel.calibrate.report import render_html, write_report
-from support.headless_chromium import dump_dom, requires_chromium, screenshot
+from support.headless_chromium import check_report_page, requires_chromium, screenshot
 
 WORKLOAD = Workload(
     base_url="http://127.0.0.1:1", backend="sglang", input_len=256, output_len=256, range_ratio=0
 )
-
-# Appended to a copy of the page: once everything has loaded, record each image's state in the DOM.
-_PROBE = """<script>
-window.addEventListener("load", () => {
-  const imgs = [...document.images];
-  document.body.setAttribute("data-images", imgs.length);
-  document.body.setAttribute("data-loaded", imgs.filter(i => i.complete && i.naturalWidth > 0).length);
-});
-</script>"""
 
 
 async def _report(tmp_path: Path, synthetic: Any) -> Path:
@@ -75,14 +66,12 @@ def test_report_escapes_untrusted_text() -> None:
 @requires_chromium
 async def test_report_renders_in_headless_chromium(tmp_path: Path, synthetic: Any) -> None:
     page = await _report(tmp_path, synthetic)
-    probe = page.with_name("probe.html")
-    probe.write_text(page.read_text().replace("</body>", _PROBE + "</body>"))
     profile = tmp_path / "chromium-profile"
-    dom = await asyncio.to_thread(dump_dom, probe, profile=profile, virtual_time_ms=5000)
-    m = re.search(r'data-images="(\d+)" data-loaded="(\d+)"', dom)
-    assert m is not None, dom[:500]
-    assert int(m.group(1)) == 4
-    assert m.group(2) == m.group(1)
+    seen = await asyncio.to_thread(check_report_page, page, profile=profile)
+    assert seen.images == 4
+    assert seen.loaded == seen.images
+    assert seen.errors == 0
+    assert seen.console == []
 
     shot = await asyncio.to_thread(
         screenshot,

@@ -8,17 +8,16 @@ for wikis and chat. Plots come from matplotlib (the ``report`` extra), imported 
 
 from __future__ import annotations
 
-import base64
 import html
-import io
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sentinel.calibrate.model import CalibrationResult, Figure, Step
+from sentinel.reportkit import Cell, ReportError, draw_plots, img_tag, load_pyplot, page, png, table
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
-    from matplotlib.figure import Figure as MplFigure
 
 __all__ = ["ReportError", "write_report"]
 
@@ -28,27 +27,6 @@ _PHASE_COLORS = {
     "refine-slo": "#d62728",
     "reprobe": "#9467bd",
 }
-
-
-class ReportError(Exception):
-    pass
-
-
-def _mpl() -> Any:
-    try:
-        import matplotlib
-    except ImportError:
-        raise ReportError("--report needs matplotlib: pip install 'sglang-sentinel[report]'") from None
-    matplotlib.use("Agg")  # no display on a server; must precede pyplot's import
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _png(fig: MplFigure) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    return buf.getvalue()
 
 
 def _sorted_trusted(result: CalibrationResult) -> list[Step]:
@@ -94,9 +72,7 @@ def _plot_throughput(plt: Any, result: CalibrationResult) -> bytes:
     ax.set_title("Throughput vs concurrency (dots: steps, coloured by phase)")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    out = _png(fig)
-    plt.close(fig)
-    return out
+    return png(plt, fig)
 
 
 def _plot_latency(plt: Any, result: CalibrationResult) -> bytes:
@@ -123,9 +99,7 @@ def _plot_latency(plt: Any, result: CalibrationResult) -> bytes:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    out = _png(fig)
-    plt.close(fig)
-    return out
+    return png(plt, fig)
 
 
 def _plot_latency_throughput(plt: Any, result: CalibrationResult) -> bytes:
@@ -149,9 +123,7 @@ def _plot_latency_throughput(plt: Any, result: CalibrationResult) -> bytes:
     ax.set_title("Latency vs throughput: the price of each extra token/s")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    out = _png(fig)
-    plt.close(fig)
-    return out
+    return png(plt, fig)
 
 
 def _plot_server(plt: Any, result: CalibrationResult) -> bytes:
@@ -182,9 +154,7 @@ def _plot_server(plt: Any, result: CalibrationResult) -> bytes:
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
     fig.tight_layout()
-    out = _png(fig)
-    plt.close(fig)
-    return out
+    return png(plt, fig)
 
 
 def _fmt(fig: Figure, unit: str, digits: int = 0) -> str:
@@ -214,7 +184,7 @@ def _headline(result: CalibrationResult) -> str:
             ("Goodput", result.goodput, "req/s", 2),
         ]
     bound = lower_bound_note(result)
-    out = []
+    out: list[list[str | Cell]] = []
     for label, fig, unit, digits in rows:
         steps = ", ".join(f"#{i}" for i in fig.steps) or "—"
         value = _fmt(fig, unit, digits)
@@ -222,19 +192,23 @@ def _headline(result: CalibrationResult) -> str:
         if bound and unit == "tok/s" and fig.value is not None:
             value = "≥ " + value
             note = f"{bound}; {note}" if note else bound
-        out.append(
-            f"<tr><th>{html.escape(label)}</th><td class=num>{html.escape(value)}</td>"
-            f"<td>{html.escape(steps)}</td><td>{html.escape(note)}</td></tr>"
-        )
-    return "\n".join(out)
+        out.append([Cell(label, head=True), Cell(value, "num"), steps, note])
+    return table(["Figure", "Value", "Steps", "Why"], out)
 
 
 def _ms(lat: Any, pct: str) -> str:
     return f"{getattr(lat, pct) * 1e3:,.0f}" if lat is not None else "—"
 
 
-def _step_rows(result: CalibrationResult) -> str:
-    out = []
+_STEP_HEAD = (
+    "step", "phase", "conc.", "sent", "failed", "out tok/s", "total tok/s", "req/s", "TTFT p50 ms",
+    "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms", "E2E p99 ms", "queue", "KV max", "verdict",
+)  # fmt: skip
+
+
+def _step_table(result: CalibrationResult) -> str:
+    rows: list[list[str | Cell]] = []
+    classes: list[str] = []
     for s in result.steps:
         m = s.measurement
         srv = m.server
@@ -246,31 +220,14 @@ def _step_rows(result: CalibrationResult) -> str:
         if s.saturated:
             verdict.append("saturated: " + "; ".join(s.saturation_reasons))
         verdict.append("SLO ok" if s.slo_ok else "SLO violated: " + "; ".join(s.slo_violations))
-        cls = " class=bad" if not s.slo_ok else ""
-        out.append(
-            f"<tr{cls}><td>#{s.index}</td><td>{s.phase}</td><td class=num>{m.concurrency}</td>"
-            f"<td class=num>{m.sent}</td><td class=num>{m.failed}</td>"
-            f"<td class=num>{m.throughput:,.1f}</td><td class=num>{m.throughput_total:,.1f}</td>"
-            f"<td class=num>{m.request_throughput:,.2f}</td>"
-            f"<td class=num>{_ms(m.ttft, 'p50')}</td><td class=num>{_ms(m.ttft, 'p99')}</td>"
-            f"<td class=num>{_ms(m.tpot, 'p50')}</td><td class=num>{_ms(m.tpot, 'p99')}</td>"
-            f"<td class=num>{_ms(m.e2e, 'p99')}</td><td class=num>{q}</td><td class=num>{kv}</td>"
-            f"<td>{html.escape(' · '.join(verdict))}</td></tr>"
-        )
-    return "\n".join(out)
-
-
-_CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1200px}
-h1{font-size:22px;margin:0 0 4px} .sub{color:#666;margin-bottom:16px}
-table{border-collapse:collapse;margin:8px 0 20px;font-size:13px}
-th,td{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}
-th{background:#f5f5f5} td.num{text-align:right;font-variant-numeric:tabular-nums}
-tr.bad td{background:#fff3f3} .warn{background:#fff8e1;border-left:4px solid #f0ad4e;padding:6px 10px}
-.regress{background:#fdecea;border-left:4px solid #d62728;padding:6px 10px;font-weight:600}
-.ok{background:#e8f5e9;border-left:4px solid #2ca02c;padding:6px 10px}
-img{max-width:100%;border:1px solid #eee;margin:6px 0}
-"""
+        classes.append("" if s.slo_ok else "bad")
+        nums = (
+            m.concurrency, m.sent, m.failed, f"{m.throughput:,.1f}", f"{m.throughput_total:,.1f}",
+            f"{m.request_throughput:,.2f}", _ms(m.ttft, "p50"), _ms(m.ttft, "p99"), _ms(m.tpot, "p50"),
+            _ms(m.tpot, "p99"), _ms(m.e2e, "p99"), q, kv,
+        )  # fmt: skip
+        rows.append([f"#{s.index}", s.phase, *(Cell(str(n), "num") for n in nums), " · ".join(verdict)])
+    return table(_STEP_HEAD, rows, row_classes=classes)
 
 
 def _slo_text(slo: dict[str, float | int | None]) -> str:
@@ -315,67 +272,52 @@ def render_html(result: CalibrationResult, images: dict[str, bytes]) -> str:
             + html.escape(", ".join(missing))
             + " (no trusted step, or no server gauges).</div>"
         )
-    imgs = []
-    for name, data in images.items():
-        b64 = base64.b64encode(data).decode()
-        imgs.append(f'<img alt="{html.escape(name)}" src="data:image/png;base64,{b64}">')
+    imgs = [img_tag(name, data) for name, data in images.items()]
     slo = _slo_text(result.slo)
     when = html.escape(result.started_at.isoformat(timespec="seconds"))
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Calibration {html.escape(result.started_at.isoformat(timespec="seconds"))}</title>
-<style>{_CSS}</style></head><body>
-<h1>Server capacity — {html.escape(w.base_url)}</h1>
+    body = f"""<h1>Server capacity — {html.escape(w.base_url)}</h1>
 <div class=sub>{html.escape(result.mode)} calibration, {when}, {result.duration:,.0f} s,
 {result.requests_spent} requests in {len(result.steps)} steps; stopped: {html.escape(result.stop_reason)}.
 Workload: {html.escape(w.backend)}, input ≤ {w.input_len}, output ≤ {w.output_len} tokens
 (range ratio {w.range_ratio:g}). SLO: {html.escape(slo)}.</div>
 {"".join(blocks)}
-<table><tr><th>Figure</th><th>Value</th><th>Steps</th><th>Why</th></tr>
 {_headline(result)}
-</table>
 {"".join(imgs)}
 <h2>Steps</h2>
-<table><tr><th>step</th><th>phase</th><th>conc.</th><th>sent</th><th>failed</th><th>out tok/s</th>
-<th>total tok/s</th><th>req/s</th><th>TTFT p50 ms</th><th>TTFT p99 ms</th><th>TPOT p50 ms</th>
-<th>TPOT p99 ms</th><th>E2E p99 ms</th><th>queue</th><th>KV max</th><th>verdict</th></tr>
-{_step_rows(result)}
-</table>
+{_step_table(result)}
 <p class=sub>Throughputs are steady-state (in-flight held at the step's concurrency) where the step
 reached it, otherwise whole-step (bench_serving's definition).
-The raw result: <a href="result.json">result.json</a>.</p>
-</body></html>
-"""
+The raw result: <a href="result.json">result.json</a>.</p>"""
+    return page(f"Calibration {result.started_at.isoformat(timespec='seconds')}", body)
 
 
 def write_report(result: CalibrationResult, directory: Path) -> Path:
     """Write index.html, the PNGs and result.json into ``directory``; returns the HTML's path."""
-    plt = _mpl()
+    plt = load_pyplot("--report")
     trusted = bool(_sorted_trusted(result))
     has_server = any(s.measurement.server is not None and s.measurement.server.samples for s in result.steps)
+
+    def when(draw: Callable[[Any, CalibrationResult], bytes], wanted: bool) -> Callable[[Any], bytes] | None:
+        return (lambda p: draw(p, result)) if wanted else None
+
     # A plot with nothing to draw is an empty frame that looks like "zero": left out instead
     # (the page says so).
-    plots = {
-        "throughput.png": (_plot_throughput, bool(result.steps)),
-        "latency.png": (_plot_latency, trusted),
-        "latency_vs_throughput.png": (_plot_latency_throughput, trusted),
-        "server.png": (_plot_server, has_server),
-    }
-    try:
-        images = {name: draw(plt, result) for name, (draw, wanted) in plots.items() if wanted}
-    except Exception as exc:
-        # matplotlib raises assorted errors on degenerate data; the result itself is already safe
-        # (stored and printed), so the report fails with one line instead of a traceback.
-        plt.close("all")
-        raise ReportError(f"cannot draw the report's plots: {type(exc).__name__}: {exc}") from exc
+    images = draw_plots(
+        plt,
+        {
+            "throughput.png": when(_plot_throughput, bool(result.steps)),
+            "latency.png": when(_plot_latency, trusted),
+            "latency_vs_throughput.png": when(_plot_latency_throughput, trusted),
+            "server.png": when(_plot_server, has_server),
+        },
+    )
     try:
         directory.mkdir(parents=True, exist_ok=True)
         for name, data in images.items():
             (directory / name).write_bytes(data)
         (directory / "result.json").write_text(result.model_dump_json(indent=1))
-        page = directory / "index.html"
-        page.write_text(render_html(result, images), encoding="utf-8")
+        page_path = directory / "index.html"
+        page_path.write_text(render_html(result, images), encoding="utf-8")
     except OSError as exc:
         raise ReportError(f"cannot write the report to {directory}: {exc.strerror or exc}") from None
-    return page
+    return page_path

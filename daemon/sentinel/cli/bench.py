@@ -3,11 +3,12 @@
 Flags that bench_serving also has keep its names and meanings (`--backend`, `--num-prompts`,
 `--request-rate`, `--random-range-ratio`...), so an operator's bench_serving command line works
 after swapping the program name. Ours are added beside them (`--arrival`, `--duration`,
-`--api-key-file`, `--cache-hit-ratio`, `--request-timeout`).
+`--api-key-file`, `--cache-hit-ratio`, `--request-timeout`, `--output-csv`, `--output-html`).
 
 Exit status: 0 when at least one request succeeded; 1 when none did (the message says why:
 unreachable server, refused key, refused model...), 2 for bad usage, 130 when interrupted.
-Results, partial or not, are written to `--output-file` in every case.
+Results, partial or not, are written to `--output-file` (and `--output-csv`, `--output-html`)
+in every case.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sentinel.cli.bench_flags import REJECTED_DATASETS, add_rejected_options, rejected_messages
+from sentinel.cli.bench_outputs import check_outputs, write_reports
 from sentinel.cli.common import CliError, add_common_options, ignoring_sighup
 from sentinel.cli.target import API_KEY_ENVS, add_target_options, read_api_key, target_base_url
 from sentinel.redact import redact_obj
@@ -143,6 +145,16 @@ def register(sub: Any) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--output-file", type=Path, default=None, help="append one JSON line with the results")
     o.add_argument("--output-details", action="store_true", help="add per-request arrays to --output-file")
+    o.add_argument(
+        "--output-csv", type=Path, default=None, metavar="FILE", help="write one CSV row per request"
+    )
+    o.add_argument(
+        "--output-html",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="write an HTML report with plots (needs the report extra: matplotlib)",
+    )
     o.add_argument("--tag", default=None)
     o.add_argument("--disable-tqdm", action="store_true", help="no live progress line")
     o.add_argument("--flush-cache", action="store_true", help="POST /flush_cache before the run")
@@ -322,6 +334,7 @@ def _bench_command(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
     configure_logging(args.log_level or settings.log.level, args.log_format or settings.log.format)
     spec = build_spec(args)
+    check_outputs(args)
     show_progress = sys.stderr.isatty() and not args.disable_tqdm
     flush = args.flush_cache_timeout if args.flush_cache else None
     result, interrupted = run_on_loop(_bench(spec, show_progress, flush), spec.arrival)
@@ -488,6 +501,7 @@ def _report(args: argparse.Namespace, result: RunResult, interrupted: bool) -> i
                 fh.write(json.dumps(record) + "\n")
         except OSError as exc:
             raise CliError(f"cannot write --output-file {args.output_file}: {exc.strerror}") from None
+    write_reports(args, result)
     if result.client_bound:
         # With kernel receive stamps the client's delays stay out of the latencies; what it
         # still changes is when requests went out (the load offered).

@@ -54,7 +54,10 @@ REJECTED: dict[str, str] = {
         "needs a client tokenizer; use --backend sglang-oai-chat, where the server applies its template"
     ),
     "--profile": _PROFILER,
-    "--plot-throughput": "no terminal plots (termplotlib + gnuplot); --output-details has per-request times",
+    "--plot-throughput": (
+        "no terminal plots (termplotlib + gnuplot); "
+        "--output-html plots throughput and requests in flight over time"
+    ),
     "--profile-activities": _PROFILER,
     "--profile-start-step": _PROFILER,
     "--profile-steps": _PROFILER,

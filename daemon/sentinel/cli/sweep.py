@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.util
 import os
 import signal
 import sys
@@ -182,6 +181,7 @@ def _sweep_command(args: argparse.Namespace) -> int:
     from sentinel.daemon import resolve_state_dir
     from sentinel.load import SpecError
     from sentinel.log import configure_logging
+    from sentinel.reportkit import require_matplotlib
     from sentinel.statedir import lock_holder
 
     settings = load_settings(args.config)
@@ -192,9 +192,12 @@ def _sweep_command(args: argparse.Namespace) -> int:
     if isinstance(configured, SecretStr):
         configured = configured.get_secret_value()
     api_key = read_api_key(args.api_key_file, configured)
-    if args.report is not None and importlib.util.find_spec("matplotlib") is None:
+    if args.report is not None:
         # Before any load is sent: finding out after an hour-long sweep would waste it.
-        raise CliError("--report needs matplotlib: pip install 'sglang-sentinel[report]'", 2)
+        try:
+            require_matplotlib("--report")
+        except ReportError as exc:
+            raise CliError(str(exc), 2) from None
     # --state-dir DIR --no-save: compare with (or seed from) DIR's results, store nothing.
     save = (args.save or args.state_dir is not None) and not args.no_save
     state_dir = args.state_dir or resolve_state_dir(settings, os.environ)

@@ -75,7 +75,7 @@ from dataclasses import dataclass
 from sentinel.load.records import FailureReason, RequestRecord
 from sentinel.load.stats import Summary, summarize
 
-__all__ = ["Goodput", "RunMetrics", "SteadyState", "compute_metrics"]
+__all__ = ["Goodput", "RunMetrics", "SteadyState", "compute_metrics", "in_flight_steps", "token_buckets"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +173,7 @@ def _late(values: Sequence[float], limit: float) -> int:
     return sum(1 for v in values if v > limit)
 
 
-def _in_flight_steps(records: Sequence[RequestRecord]) -> list[tuple[float, int]]:
+def in_flight_steps(records: Sequence[RequestRecord]) -> list[tuple[float, int]]:
     """(time, in-flight after this time) at every send/end, time-ordered; ends before sends."""
     events: list[tuple[float, int]] = []
     for r in records:
@@ -226,19 +226,32 @@ def _steady_state(
     return SteadyState(start, end, target, tokens / span, done / span)
 
 
-def _bucket_peaks(ok: Sequence[RequestRecord]) -> tuple[float, int]:
+def token_buckets(ok: Sequence[RequestRecord]) -> tuple[float, list[int]]:
+    """Output tokens per whole second from the earliest send of ``ok``: (that send, counts).
+
+    Each chunk's tokens count in the second it arrived (the peak output throughput's buckets,
+    and the bench report's throughput-over-time plot)."""
     if not ok:
-        return 0.0, 0
+        return 0.0, []
     first = min(r.sent for r in ok)
     last = max(r.sent + (r.latency or 0.0) for r in ok)
     n_buckets = math.ceil(last - first) + 1
     tokens = [0] * n_buckets
-    conc = [0] * n_buckets
     for r in ok:
         for ct, n in zip(r.chunk_times, r.chunk_tokens, strict=True):
             b = int(r.sent + ct - first)
             if 0 <= b < n_buckets:
                 tokens[b] += n
+    return first, tokens
+
+
+def _bucket_peaks(ok: Sequence[RequestRecord]) -> tuple[float, int]:
+    if not ok:
+        return 0.0, 0
+    first, tokens = token_buckets(ok)
+    n_buckets = len(tokens)
+    conc = [0] * n_buckets
+    for r in ok:
         lo = int(r.sent - first)
         hi = int(r.sent + (r.latency or 0.0) - first)
         for b in range(lo, min(hi + 1, n_buckets)):
@@ -295,7 +308,7 @@ def compute_metrics(
                 rates.append((r.output_len - r.chunk_tokens[0]) / span)
 
     peak_tokens, peak_conc = _bucket_peaks(ok)
-    steps = _in_flight_steps(measured)
+    steps = in_flight_steps(measured)
     steady = _steady_state(measured, ok, steps, target_concurrency, steady_state_fraction)
 
     dispatched = [r for r in measured if r.dispatched]
