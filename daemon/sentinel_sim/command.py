@@ -47,6 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    from sentinel_sim.launchflags import add_launch_arguments
     from sentinel_sim.profiles import DEFAULT_PROFILE, PROFILES
     from sentinel_sim.versions import DEFAULT_VERSION, VERSIONS
 
@@ -76,6 +77,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         help="every TP rank writes the scheduler metrics (tp_rank label)",
     )
     g.add_argument("--enable-hisparse", action="store_true", help="0.5.23 only")
+    add_launch_arguments(parser)
     s = parser.add_argument_group("simulation")
     s.add_argument(
         "--profile",
@@ -134,6 +136,7 @@ def _handle(args: argparse.Namespace) -> int:
     from sentinel.log import configure_logging
     from sentinel_sim.config import SimConfig
     from sentinel_sim.faults import FaultError, check_fault_version, parse_fault_spec
+    from sentinel_sim.launchflags import launch_flags_from
 
     configure_logging(args.log_level or "info", args.log_format or "auto")
     if args.config and args.config.endswith((".yaml", ".yml")):
@@ -175,6 +178,7 @@ def _handle(args: argparse.Namespace) -> int:
         enable_metrics_for_all_schedulers=args.enable_metrics_for_all_schedulers,
         tp_size=args.tp_size,
         enable_hisparse=args.enable_hisparse,
+        launch=launch_flags_from(args),
     )
     try:
         config.validate()

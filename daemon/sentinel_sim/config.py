@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from sentinel_sim.launchflags import LaunchFlags, check_version
+from sentinel_sim.launchmodel import apply_launch
 from sentinel_sim.profiles import DEFAULT_PROFILE, Profile, get_profile
 from sentinel_sim.versions import DEFAULT_VERSION, VERSIONS
 
@@ -57,6 +59,8 @@ class SimConfig:
     tp_size: int | None = None
     # 0.5.23 only (0.5.9 has no such flag): Decode lines print the GPU and CPU pools.
     enable_hisparse: bool = False
+    # The launch flags the performance model reacts to (launchflags.py, launchmodel.py).
+    launch: LaunchFlags = field(default_factory=LaunchFlags)
 
     def resolved_profile(self) -> Profile:
         p = get_profile(self.profile)
@@ -80,11 +84,18 @@ class SimConfig:
         if self.reasoning_parser != "profile":
             parser = self.reasoning_parser
             changes["reasoning_parser"] = None if parser in (None, "", "none") else parser
+        if changes:
+            p = p.with_overrides(**changes)
+            changes = {}
+        p = apply_launch(
+            p, self.launch, self.sglang_version, max_total_given=self.max_total_tokens is not None
+        )
         if self.startup_time is not None:
-            total = p.load_weights_s + p.kv_alloc_s + p.warmup_s
+            total = p.load_weights_s + p.kv_alloc_s + p.graph_capture_s + p.warmup_s
             scale = self.startup_time / total if total > 0 else 0.0
             changes["load_weights_s"] = p.load_weights_s * scale
             changes["kv_alloc_s"] = p.kv_alloc_s * scale
+            changes["graph_capture_s"] = p.graph_capture_s * scale
             changes["warmup_s"] = p.warmup_s * scale
         if self.capacity_scale != 1.0:
             f = self.capacity_scale
@@ -92,6 +103,7 @@ class SimConfig:
             # A token rate is the inverse of a time constant: dividing 1/rate by F multiplies the rate.
             changes["prefill_tokens_per_s"] = p.prefill_tokens_per_s * f
             changes["decode_base_s"] = p.decode_base_s / f
+            changes["decode_graph_base_s"] = p.decode_graph_base_s / f
             changes["decode_per_req_s"] = p.decode_per_req_s / f
             changes["decode_per_kv_token_s"] = p.decode_per_kv_token_s / f
             changes["decode_per_gen_token_s"] = p.decode_per_gen_token_s / f
@@ -122,6 +134,7 @@ class SimConfig:
         if self.sglang_version not in VERSIONS:
             known = ", ".join(VERSIONS)
             raise ValueError(f"--sglang-version must be one of {known}, got {self.sglang_version!r}")
+        check_version(self.launch, self.sglang_version)
         if self.tp_size is not None and self.tp_size < 1:
             raise ValueError(f"--tp-size must be at least 1, got {self.tp_size}")
         if self.enable_hisparse and self.sglang_version == "0.5.9":

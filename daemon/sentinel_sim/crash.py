@@ -41,7 +41,19 @@ __all__ = [
     "tokenizer_lines",
 ]
 
-CrashKind = Literal["exception", "oom", "watchdog", "startup", "tokenizer", "nan", "died_init", "subprocess"]
+CrashKind = Literal[
+    "exception",
+    "oom",
+    "watchdog",
+    "startup",
+    "tokenizer",
+    "nan",
+    "died_init",
+    "subprocess",
+    "kv_pool",
+    "graph_oom",
+    "unsupported",
+]
 #: ``crash:text=...`` values: the default ``sampler`` is the "exception" kind.
 CRASH_TEXTS: Final = ("sampler", "tokenizer", "nan", "died_init", "subprocess")
 
@@ -139,8 +151,73 @@ _STARTUP: Final = (
 )
 
 
-def crash_lines(kind: CrashKind, *, used_gb: float = 93.8, total_gb: float = 94.97) -> tuple[str, str]:
-    """(the scheduler's exception record, the traceback body) for a crash of ``kind``."""
+# A start-up failure of the launch (launchmodel.py): ModelRunner.initialize, then the failing step.
+_INIT: Final = _STARTUP.split('  File "' + _SITE + '/sglang/srt/model_executor/model_runner.py", line 412')[
+    0
+] + (f'  File "{_SITE}/sglang/srt/model_executor/model_runner.py", line 412, in initialize\n')
+# CUDA_GRAPH_CAPTURE_FAILED_MSG (0.5.9 model_executor/cuda_graph_runner.py; 0.5.23
+# model_executor/runner_backend_utils/__init__.py).
+_CAPTURE_HINTS: Final = {
+    "0.5.9": (
+        "Possible solutions:\n"
+        "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+        "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
+        "3. disable torch compile by not using --enable-torch-compile\n"
+        "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)\n"
+    ),
+    "0.5.23": (
+        "Possible solutions:\n"
+        "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+        "2. set --cuda-graph-max-bs-decode to a smaller value (e.g., 16)\n"
+        "3. disable decode CUDA graph by --cuda-graph-backend-decode=disabled. "
+        "(Not recommended. Huge performance loss)\n"
+    ),
+}
+
+
+def _launch_failure(kind: CrashKind, detail: str, version: str, used_gb: float, total_gb: float) -> str:
+    if kind == "kv_pool":
+        # 0.5.9 model_runner_kv_cache_mixin.py init_memory_pool; 0.5.23 pool_configurator.py.
+        value = (
+            f"self.server_args.mem_fraction_static={detail}"
+            if version == "0.5.9"
+            else f"mem_fraction_static={detail}"
+        )
+        return (
+            _INIT
+            + "    self.init_memory_pool(min_per_gpu_memory)\n"
+            + "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+            + f"Current value: {value}\n"
+        )
+    if kind == "graph_oom":
+        return (
+            _INIT
+            + "    self.init_device_graphs()\n"
+            + "Exception: Capture cuda graph failed: "
+            + _oom(used_gb, total_gb).removeprefix("torch.OutOfMemoryError: ")
+            + _CAPTURE_HINTS.get(version, _CAPTURE_HINTS["0.5.23"])
+            + "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose \n"
+        )
+    # unsupported: the class of error SM120 gets from kernels built for other GPUs (DeepGEMM's
+    # attention.hpp, TRT-LLM-gen's fmhaRunner: "Unsupported architecture"), here naming the backend.
+    return (
+        _INIT + "    self.init_attention_backend()\n" + f"RuntimeError: {detail}: Unsupported architecture\n"
+    )
+
+
+def crash_lines(
+    kind: CrashKind,
+    *,
+    used_gb: float = 93.8,
+    total_gb: float = 94.97,
+    detail: str = "",
+    version: str = "0.5.23",
+) -> tuple[str, str]:
+    """(the scheduler's exception record, the traceback body) for a crash of ``kind``
+    (``detail``: the memory fraction of ``kv_pool``, the backend of ``unsupported``)."""
+    if kind in ("kv_pool", "graph_oom", "unsupported"):
+        body = _launch_failure(kind, detail, version, used_gb, total_gb)
+        return "Scheduler hit an exception: " + body.splitlines()[0], _after_first(body)
     if kind == "startup":
         return "Scheduler hit an exception: " + _STARTUP.splitlines()[0], _after_first(_STARTUP)
     if kind == "oom":

@@ -92,7 +92,7 @@ class Crasher:
         srv.log.scheduler(f"Scheduler watchdog timeout (self.watchdog_timeout={timeout:g}, self.soft=False)")
         self.crash("watchdog")
 
-    def crash(self, kind: CrashKind) -> None:
+    def crash(self, kind: CrashKind, detail: str = "") -> None:
         """Die as SGLang dies: scheduler exception record + traceback, SIGQUIT line, SIGKILL."""
         srv = self.srv
         if self._dead:
@@ -104,7 +104,9 @@ class Crasher:
             return
         if kind != "watchdog":
             used = srv.profile.gpu_mem_gb - 1.2
-            head, body = crash_lines(kind, used_gb=used, total_gb=srv.profile.gpu_mem_gb)
+            head, body = crash_lines(
+                kind, used_gb=used, total_gb=srv.profile.gpu_mem_gb, detail=detail, version=srv.version
+            )
             srv.log.scheduler(head)
             if body:
                 srv.log.raw(body)

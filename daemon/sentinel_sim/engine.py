@@ -343,7 +343,8 @@ class Engine:
         b = len(self.running)
         if b == 0:
             return 0.0
-        cost = p.decode_base_s + p.decode_per_req_s * b + p.decode_per_kv_token_s * self.kv_used
+        base = p.decode_graph_base_s if b <= p.cuda_graph_max_bs else p.decode_base_s
+        cost = base + p.decode_per_req_s * b + p.decode_per_kv_token_s * self.kv_used
         if p.decode_per_gen_token_s:
             cost += p.decode_per_gen_token_s * sum(r.generated for r in self.running)
         return cost

@@ -172,9 +172,11 @@ class ApiBase:
         script = make_script(
             script_key, thinking=thinking, thinking_tokens=p.thinking_tokens, prompt_ids=gp.prompt_ids
         )
+        # NaN logits never sample EOS: a known-bad launch (launchmodel.py) runs to max_new_tokens.
+        ignore_eos = gp.ignore_eos or bool(p.output_garbage)
         stop = None
         if gp.stop:
-            limit = gp.max_new_tokens if gp.ignore_eos else min(gp.max_new_tokens, script.natural_len)
+            limit = gp.max_new_tokens if ignore_eos else min(gp.max_new_tokens, script.natural_len)
             stop = stop_position(script.pieces(limit), gp.stop, limit)
         return Request(
             gp.rid,
@@ -182,7 +184,7 @@ class ApiBase:
             gp.max_new_tokens,
             script,
             prompt_key=gp.prompt or ",".join(map(str, gp.prompt_ids)),
-            ignore_eos=gp.ignore_eos,
+            ignore_eos=ignore_eos,
             min_new_tokens=gp.min_new_tokens,
             stop_at=stop[0] if stop else None,
             stop_text=stop[1] if stop else None,
@@ -199,6 +201,9 @@ class ApiBase:
         fault = self.srv.faults.active("garbage", time.monotonic())
         if fault is not None:
             return _GARBAGE[fault.text("style")] * (end - start)
+        if self.profile.output_garbage:
+            # A known-bad backend combination (launchmodel.py): every token is garbage.
+            return _GARBAGE[self.profile.output_garbage] * (end - start)
         return "".join(req.script.slice(start, end))
 
     @staticmethod

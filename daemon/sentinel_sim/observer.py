@@ -103,7 +103,8 @@ class EngineObserver(EngineHooks):
     def on_decode_step(self, engine: Engine, batch_size: int, tokens: int, drafts: int) -> None:
         self.tokens_since_log += tokens
         m = self.srv.metrics
-        cuda_graph = self.srv.profile.cuda_graph
+        # Above the largest captured batch size SGLang runs the step eagerly.
+        cuda_graph = self.srv.profile.cuda_graph and batch_size <= self.srv.profile.cuda_graph_max_bs
         if m is not None:
             m.rt_decode.inc(tokens)
             m.cuda_graph_pass(cuda_graph)

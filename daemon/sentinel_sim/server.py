@@ -37,6 +37,8 @@ from sentinel_sim.crash import CrashKind
 from sentinel_sim.crashing import Crasher
 from sentinel_sim.engine import Engine, Request
 from sentinel_sim.faults import Fault, FaultSet, check_fault_version, parse_fault_spec
+from sentinel_sim.launchflags import deprecation_warnings
+from sentinel_sim.launchmodel import server_args_fields
 from sentinel_sim.looplag import LoopLag
 from sentinel_sim.metrics import SimMetrics
 from sentinel_sim.observer import EngineObserver
@@ -313,10 +315,10 @@ class SimServer:
         device = min(device_capacity, e.kv_used)
         return device, device / device_capacity, e.kv_used, e.token_usage
 
-    def crash(self, kind: CrashKind) -> None:
+    def crash(self, kind: CrashKind, detail: str = "") -> None:
         """Die as SGLang dies: scheduler exception record + traceback, SIGQUIT line, SIGKILL
         (``crashing.py``; once: a second crash is ignored)."""
-        self._crasher.crash(kind)
+        self._crasher.crash(kind, detail)
 
     # ---- start-up ----------------------------------------------------------------------------
     def _write_ready_file(self) -> None:
@@ -346,7 +348,7 @@ class SimServer:
             "port": self.port,
             "quantization": "modelopt_fp4" if "NVFP4" in p.model_path else None,
             "kv_cache_dtype": p.kv_cache_dtype,
-            "mem_fraction_static": 0.85,
+            "mem_fraction_static": p.mem_fraction_static,
             "max_running_requests": p.max_running_requests,
             "max_queued_requests": None,
             "max_total_tokens": c.max_total_tokens,
@@ -369,8 +371,9 @@ class SimServer:
             "decode_log_interval": c.decode_log_interval,
             "reasoning_parser": p.reasoning_parser,
             "tool_call_parser": "glm47" if p.reasoning_parser == "glm45" else None,
-            "attention_backend": "nsa" if p.architecture == "GlmMoeDsaForCausalLM" else "flashinfer",
+            "attention_backend": p.attention_backend,
             "disable_cuda_graph": not p.cuda_graph,
+            **server_args_fields(p, self.version),
             "speculative_algorithm": "EAGLE" if p.mtp_accept_length > 1.0 else None,
             "speculative_num_draft_tokens": p.mtp_draft_tokens + 1 if p.mtp_accept_length > 1.0 else None,
             "enable_cache_report": c.enable_cache_report,
@@ -392,6 +395,8 @@ class SimServer:
             (f for f in self._startup_faults if f.name == "crash" and f.text("phase") == "startup"), None
         )
         t0 = time.monotonic()
+        for warning in deprecation_warnings(self.config.launch, self.version):
+            log.main(warning)
         args = ", ".join(f"{k}={v!r}" for k, v in self.server_args().items())
         log.main(f"server_args=ServerArgs({args})")
         log.all_ranks("Init torch distributed begin.")
@@ -412,10 +417,20 @@ class SimServer:
             f"avail mem={after_weights:.2f} GB, mem usage={p.weight_mem_gb:.2f} GB."
         )
         await self._sleep_server(p.kv_alloc_s)
+        failure, _, detail = p.startup_failure.partition(":")
+        if failure == "kv_pool":
+            self.crash("kv_pool", f"{p.mem_fraction_static:g}")
+            return
         log.all_ranks(
             f"KV Cache is allocated. #tokens: {p.max_total_num_tokens}, KV size: {p.kv_mem_gb:.2f} GB"
         )
         log.all_ranks(f"Memory pool end. avail mem={after_weights - p.kv_mem_gb:.2f} GB")
+        if failure == "unsupported":
+            self.crash("unsupported", detail)
+            return
+        capture = p.graph_capture_s > 0 or failure == "graph_oom"
+        if capture and not await self._capture_graphs(after_weights - p.kv_mem_gb, failure == "graph_oom"):
+            return
         log.scheduler(
             f"max_total_num_tokens={p.max_total_num_tokens}, chunked_prefill_size={p.chunked_prefill_size}, "
             f"max_prefill_tokens={p.max_prefill_tokens}, max_running_requests={p.max_running_requests}, "
@@ -434,6 +449,10 @@ class SimServer:
         log.main(f"INFO:     Uvicorn running on {self.base_url} (Press CTRL+C to quit)")
         self.status = "warming"
         await self._sleep_server(p.warmup_s + (slow.num("warmup") if slow else 0.0))
+        if failure == "oom":
+            # No room for the activations of a forward: the warm-up's (SGLang's) OOM kills it.
+            self.crash("oom")
+            return
         if not self.config.skip_server_warmup:
             await self._warmup()
         self.startup_seconds = (time.monotonic() - t0) * self.speed
@@ -449,6 +468,23 @@ class SimServer:
             self.arm_fault(fault)
         if self._ready is not None:
             self._ready.set()
+
+    async def _capture_graphs(self, avail_gb: float, fails: bool) -> bool:
+        """SGLang's capture phase (model_runner.py init_device_graphs); False: it failed."""
+        p = self.profile
+        self.log.all_ranks(
+            f"Capture cuda graph begin. This can take up to several minutes. avail mem={avail_gb:.2f} GB"
+        )
+        await self._sleep_server(p.graph_capture_s / (2 if fails else 1))
+        if fails:
+            self.crash("graph_oom")
+            return False
+        used = 2 * p.cuda_graph_max_bs / 1024
+        self.log.all_ranks(
+            f"Capture cuda graph end. Time elapsed: {p.graph_capture_s:.2f} s. mem usage={used:.2f} GB. "
+            f"avail mem={avail_gb - used:.2f} GB."
+        )
+        return True
 
     async def _late_bind(self) -> bool:
         """Bind the API port at "uvicorn start"; on failure log uvicorn's error and exit 1."""
