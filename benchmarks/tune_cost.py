@@ -1,9 +1,11 @@
 """`sentinel tune` vs calibrating every configuration fully, on the simulator: trial-seconds.
 
-    .venv/bin/python benchmarks/tune_cost.py [--speed 10] [--scales 0.5,0.8,1.25,1.6,2.0]
+    .venv/bin/python benchmarks/tune_cost.py [--speed 10] [--startup-time 60] [--length 128]
 
-The same configurations (the simulator's ``--capacity-scale`` x ``--max-running-requests`` 8/64,
-plus the base launch as the baseline) are measured twice on the same host:
+The same configurations (``--moe-runner-backend`` auto/triton/flashinfer_cutedsl/flashinfer_trtllm
+x ``--cuda-graph-max-bs`` 4/8/16, which the simulator's performance model reacts to; the first is
+the baseline; flashinfer_trtllm answers garbage on the simulated SM120) are measured twice on the
+same host:
 
 1. ``sentinel tune`` as shipped (the CLI, as a user runs it): correctness gate, a short
    calibration for every configuration, successive halving, full calibration and the reference
@@ -44,7 +46,7 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-def _config(directory: Path, args: argparse.Namespace, scales: list[float]) -> Path:
+def _config(directory: Path, args: argparse.Namespace, backends: list[str]) -> Path:
     cfg = directory / "tune.toml"
     cfg.write_text(
         f"""
@@ -54,7 +56,7 @@ port = {_port()}
 startup_poll_interval = 0.1
 stop_timeout = 10
 [server.profiles.sim]
-extra_args = ["--speed", "{args.speed:g}", "--startup-time", "{args.startup_time:g}"]
+extra_args = ["--speed", "{args.speed:g}", "--startup-time", "{args.startup_time:g}", "--sglang-version", "0.5.9"]
 [calibration]
 input_len = {args.length}
 output_len = {args.length}
@@ -70,8 +72,8 @@ short_requests = 40
 correctness_prompts = 12
 correctness_max_tokens = 16
 [tune.space]
-"--capacity-scale" = [{", ".join(f"{s:g}" for s in scales)}]
-"--max-running-requests" = [8, 64]
+"--moe-runner-backend" = [{", ".join(f'"{b}"' for b in backends)}]
+"--cuda-graph-max-bs" = [4, 8, 16]
 """
     )
     return cfg
@@ -126,7 +128,7 @@ async def run_brute(cfg: Path) -> tuple[list[dict[str, Any]], float, int]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--speed", type=float, default=10.0)
-    ap.add_argument("--scales", default="0.5,0.8,1.25,1.6,2.0")
+    ap.add_argument("--backends", default="auto,triton,flashinfer_cutedsl,flashinfer_trtllm")
     ap.add_argument(
         "--startup-time", type=float, default=60.0, help="server seconds from launch to ready (sim)"
     )
@@ -134,9 +136,9 @@ def main() -> None:
     ap.add_argument("--max-requests", type=int, default=600, help="[calibration] max_requests")
     args = ap.parse_args()
     configure_logging("warning", "console")
-    scales = [float(s) for s in args.scales.split(",")]
+    backends = args.backends.split(",")
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = _config(Path(tmp), args, scales)
+        cfg = _config(Path(tmp), args, backends)
         doc, tune_wall = run_tune(cfg)
         t0 = time.monotonic()
         trials, brute_s, brute_tokens = asyncio.run(run_brute(cfg))

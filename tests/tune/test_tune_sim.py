@@ -1,10 +1,12 @@
 """``sentinel tune`` end to end against the simulator as a managed child.
 
-The configurations differ in the simulator's ``--capacity-scale`` (its performance model's speed)
-and in whether it answers garbage (its ``garbage`` fault, ``!!!!`` while /health stays 200). The
-fastest correct one must win; the garbage ones, although fast, are rejected by the gate with
-the reason. Then a tune is SIGKILLed mid-trial: its server must die with it, and the re-run must
-resume without repeating a finished trial.
+The configurations are MoE runner backends x CUDA-graph capture sizes, which the simulator's
+performance model reacts to as SGLang does (docs/sim.md, "Launch flags the performance model
+reacts to"): ``flashinfer_trtllm`` is the fastest and, on the simulated SM120, answers ``!!!!``
+(NaN logits) while /health stays 200; ``triton`` is correct and slower; a larger capture size
+keeps more decode steps on CUDA graphs. The fastest correct one must win, the garbage ones are
+rejected by the gate with the reason. Then a tune is SIGKILLed mid-trial: its server must die with
+it, and the re-run must resume without repeating a finished trial.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 
 from sentinel.supervise.pidfile import process_start_ticks
 from support.daemon_proc import clean_env, free_port
+from support.headless_chromium import CHROMIUM, check_report_page
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +39,7 @@ startup_poll_interval = 0.1
 start_timeout = 60
 stop_timeout = 10
 [server.profiles.sim]
-extra_args = ["--speed", "10", "--startup-time", "5"]
+extra_args = ["--speed", "10", "--startup-time", "5", "--sglang-version", "0.5.9"]
 [calibration]
 input_len = 32
 output_len = 32
@@ -51,11 +54,10 @@ output_len = 32
 short_requests = 40
 correctness_prompts = 12
 correctness_max_tokens = 16
-baseline = {{"--capacity-scale" = 1.0, "--fault" = "stall:after=1000000"}}
+baseline = {{"--moe-runner-backend" = "auto", "--cuda-graph-max-bs" = 4}}
 [tune.space]
-# stall:after=1e6 server seconds never fires within a tune: the correct configurations' no-op.
-"--capacity-scale" = [0.5, 1.0, 2.0]
-"--fault" = ["stall:after=1000000", "garbage"]
+"--moe-runner-backend" = ["auto", "triton", "flashinfer_trtllm"]
+"--cuda-graph-max-bs" = [4, 16]
 """
     )
     return cfg
@@ -83,30 +85,37 @@ def _state(tmp_path: Path) -> dict[str, Any] | None:
 
 
 def test_the_fastest_correct_configuration_wins_and_garbage_is_rejected(tmp_path: Path) -> None:
-    proc = _tune(_config(tmp_path, free_port()), "--json")
+    proc = _tune(_config(tmp_path, free_port()), "--json", "--report", str(tmp_path / "report"))
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err
     doc = json.loads(out)
-    by_flags = {(t["flags"]["--capacity-scale"], t["flags"]["--fault"]): t for t in doc["trials"]}
+    by_flags = {
+        (t["flags"]["--moe-runner-backend"], t["flags"]["--cuda-graph-max-bs"]): t for t in doc["trials"]
+    }
     assert len(doc["trials"]) == 6
-    assert doc["trials"][0]["id"] == doc["baseline"]
-    assert by_flags[(1.0, "stall:after=1000000")]["id"] == doc["baseline"]
-    winner = by_flags[(2.0, "stall:after=1000000")]
+    assert doc["trials"][0]["id"] == doc["baseline"] == by_flags[("auto", 4)]["id"]
+    winner = by_flags[("auto", 16)]
     assert doc["winner"] == winner["id"], doc["winner_reason"]
-    assert "--capacity-scale" in winner["argv"]
-    for scale in (0.5, 1.0, 2.0):
-        bad = by_flags[(scale, "garbage")]
+    assert winner["argv"][-4:] == ["--moe-runner-backend", "auto", "--cuda-graph-max-bs", "16"]
+    for bs in (4, 16):
+        bad = by_flags[("flashinfer_trtllm", bs)]
         assert bad["status"] == "rejected"
         assert bad["reason"].startswith("correctness gate")
-        assert bad["correctness"]["failures"][0]["why"].startswith(("garbage", "wrong_answer"))
+        assert bad["correctness"]["failures"][0]["why"].startswith("garbage")
         assert bad["rounds"] == []
     assert winner["ready_s"] > 0
-    assert winner["server_version"]
+    assert winner["server_version"] == "0.5.9"
     assert winner["started_at"].endswith("Z")
     kinds = [r["kind"] for r in winner["rounds"]]
     assert kinds[:3] == ["short", "full", "reference"]
-    assert "--capacity-scale" in doc["winner_toml"]
+    assert '"--cuda-graph-max-bs", "16"' in doc["winner_toml"]
     assert doc["finished_at"] is not None
+    page = tmp_path / "report" / "index.html"
+    assert winner["id"] in page.read_text()
+    if CHROMIUM is not None:
+        seen = check_report_page(page, profile=tmp_path / "profile")
+        assert seen.images == seen.loaded > 0
+        assert seen.errors == 0
 
 
 def test_sigkill_mid_tune_kills_the_server_and_the_rerun_resumes(tmp_path: Path) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.util
 import json
 import os
 import signal
@@ -123,8 +122,14 @@ def _tune_command(args: argparse.Namespace) -> int:
             '"" for none)',
             2,
         )
-    if args.report is not None and importlib.util.find_spec("sentinel.tune.report") is None:
-        raise CliError("--report: the HTML report module (sentinel.tune.report) is not in this build", 2)
+    if args.report is not None:
+        from sentinel.reportkit import ReportError, require_matplotlib
+
+        try:
+            # Before any server starts: finding out after hours of trials would waste them.
+            require_matplotlib("--report")
+        except ReportError as exc:
+            raise CliError(str(exc), 2) from None
     try:
         configs = expand(tune)
     except SpaceError as exc:
@@ -256,10 +261,11 @@ def _output(doc: dict[str, Any], args: argparse.Namespace) -> int:
     else:
         print(format_table(doc))
     if args.report is not None:
-        from sentinel.tune import report  # type: ignore[attr-defined,unused-ignore]
+        from sentinel.reportkit import ReportError
+        from sentinel.tune.report import write_report
 
         try:
-            print(f"report: {report.write_report(doc, args.report)}", file=sys.stderr)
-        except OSError as exc:
-            print(f"sentinel tune: cannot write the report in {args.report}: {exc}", file=sys.stderr)
+            print(f"report: {write_report(doc, args.report)}", file=sys.stderr)
+        except (ReportError, OSError) as exc:
+            print(f"sentinel tune: report not written in {args.report}: {exc}", file=sys.stderr)
     return 0 if doc.get("winner") else 1

@@ -204,7 +204,9 @@ class ServerLab:
             crash = sup.last_crash
             failed = [f"{r.name}: {r.message}" for r in sup.preflight if r.status == "fail"]
             why = crash.detail if crash is not None else "; ".join(failed) or f"server {state.value}"
-            return LifeResult("failed", f"did not start: {why}"[:500])
+            if crash is not None and crash.lines:
+                why += f"; last line: {crash.lines[-1].strip()[:300]}"
+            return LifeResult("failed", f"did not start: {why}"[:600])
         trial["ready_s"] = round(time.monotonic() - t0, 3)
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
         tokens = 0
