@@ -56,7 +56,8 @@ port = {_port()}
 startup_poll_interval = 0.1
 stop_timeout = 10
 [server.profiles.sim]
-extra_args = ["--speed", "{args.speed:g}", "--startup-time", "{args.startup_time:g}", "--sglang-version", "0.5.9"]
+extra_args = ["--speed", "{args.speed:g}", "--startup-time", "{args.startup_time:g}",
+              "--sglang-version", "0.5.9"]
 [calibration]
 input_len = {args.length}
 output_len = {args.length}
