@@ -6,7 +6,7 @@ configuration (a sequence per configuration, so repeats can disagree), with no s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ class Killed(BaseException):
 class FakeLab:
     def __init__(
         self,
-        speeds: dict[int, Sequence[float]],
+        speeds: Mapping[int, Sequence[float]],
         *,
         garbage: frozenset[int] = frozenset(),
         skip: frozenset[int] = frozenset(),

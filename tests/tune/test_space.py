@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from sentinel.supervise.launch import render_command
 from sentinel.supervise.settings import LaunchProfile, ServerSettings
 from sentinel.tune.settings import RangeSpec, TuneSettings
-from sentinel.tune.space import SpaceError, apply_flags, expand, merge_vary, parse_vary, space_values
+from sentinel.tune.space import Flags, SpaceError, apply_flags, expand, merge_vary, parse_vary, space_values
 from sentinel.tune.trial import flag_aliases
 
 
@@ -100,7 +100,7 @@ def _sglang(version: str, **profile: object) -> ServerSettings:
 def test_version_dependent_spellings_follow_the_rendered_sglang() -> None:
     new = render_command(_sglang("0.5.23", disable_cuda_graph=True))
     assert "--cuda-graph-backend-decode=disabled" in new.argv
-    flags = {"--disable-cuda-graph": False, "--nsa-decode-backend": "trtllm"}
+    flags: Flags = {"--disable-cuda-graph": False, "--nsa-decode-backend": "trtllm"}
     out = apply_flags(new.argv, flags, flag_aliases(new, list(flags)))
     assert not any(a.startswith("--cuda-graph-backend") for a in out)
     assert out[-2:] == ["--dsa-decode-backend", "trtllm"]

@@ -38,11 +38,11 @@ def test_round_trip_and_the_newest_unfinished_tune_of_the_same_config(tmp_path: 
         _doc("20261203T000000Z-cccc", "zz"),
     )
     for d in (old, new, other):
-        save_doc(root / str(d["tune_id"]), d)  # type: ignore[arg-type]
+        save_doc(root / str(d["tune_id"]), d)
     assert load_doc(root / "20261202T000000Z-bbbb") == new
     assert find_unfinished(tmp_path, "fp") == "20261202T000000Z-bbbb"
     new["finished_at"] = "2026-12-02T01:00:00Z"
-    save_doc(root / "20261202T000000Z-bbbb", new)  # type: ignore[arg-type]
+    save_doc(root / "20261202T000000Z-bbbb", new)
     assert find_unfinished(tmp_path, "fp") == "20261201T000000Z-aaaa"
     assert find_unfinished(tmp_path, "none") is None
     (root / "junk").mkdir()
