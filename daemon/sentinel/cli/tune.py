@@ -104,6 +104,8 @@ def _tune_command(args: argparse.Namespace) -> int:
     )
 
     settings = load_settings(args.config)
+    # Warnings and up by default: the trial lines on stderr are the progress, and every server
+    # start would otherwise add half a dozen info events between them.
     configure_logging(args.log_level or "warning", args.log_format or settings.log.format)
     tune = _tune_settings(settings, args)
     if settings.server.mode != "child":
@@ -167,6 +169,12 @@ def _tune_command(args: argparse.Namespace) -> int:
             doc = load_doc(directory)
         except StateFileError as exc:
             raise CliError(str(exc), 2) from None
+        if doc.get("fingerprint") != fp:
+            print(
+                f"sentinel tune: warning: tune {tune_id} was started with another config (launch, space or "
+                "[tune]/[calibration] settings); its remaining trials run with this one's",
+                file=sys.stderr,
+            )
         doc["budget"]["time_s"], doc["budget"]["tokens"] = tune.budget_time_s, tune.budget_tokens
         if doc["finished_at"] is not None:
             return _output(doc, args)

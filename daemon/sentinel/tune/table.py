@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sentinel.tune.compare import DEFAULT_NOISE_FLOOR
+
 __all__ = ["format_table"]
 
 _WIDTH_CONFIG = 44
@@ -48,7 +50,10 @@ def format_table(doc: dict[str, Any]) -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     b = doc["budget"]
     lines.append("")
-    lines.append("b = baseline, * = winner; spread = min/max over n repeats (±5% for a single measurement)")
+    floor = f"±{DEFAULT_NOISE_FLOOR:.0%}"
+    lines.append(
+        f"b = baseline, * = winner; spread = min/max over n repeats ({floor} for a single measurement)"
+    )
     lines.append(f"trial time {b['spent_time_s']:.1f} s, tokens {b['spent_tokens']}")
     if doc.get("stop_reason"):
         lines.append(f"stopped early: {doc['stop_reason']}")
