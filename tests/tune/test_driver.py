@@ -170,6 +170,13 @@ async def test_the_time_budget_stops_the_tune_and_says_so(tmp_path: Path) -> Non
     assert doc["finished_at"] is None  # resumable with a larger budget
     assert doc["winner"] == "t03"
     assert _status(doc)[4] == "pending"
+    # A larger budget resumes the same tune to the end.
+    more = TuneSettings(space={"--x": tuple(range(1, 7))}, baseline={"--x": 1}, reference_profile="")
+    doc["budget"]["time_s"] = None
+    doc = await Tune(doc, tmp_path / "tid", FakeLab(speeds), more).run()
+    assert doc["stop_reason"] is None
+    assert doc["finished_at"] is not None
+    assert doc["winner"] == "t06"
 
 
 async def test_a_killed_tune_resumes_without_repeating_finished_lives(tmp_path: Path) -> None:

@@ -149,6 +149,7 @@ class Tune:
         if self.doc["finished_at"] is not None:
             return self.doc
         await self.lab.reap_leftover()
+        self.doc["stop_reason"] = None  # a budget that stopped an earlier run may have been raised
         progress = self.doc["progress"]
         while progress["stage"] != "done":
             if not progress["queue"]:
