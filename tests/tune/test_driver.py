@@ -202,3 +202,19 @@ async def test_a_killed_tune_resumes_without_repeating_finished_lives(tmp_path: 
     t03 = next(t for t in doc["trials"] if t["id"] == "t03")
     assert [r["kind"] for r in t03["rounds"]] == ["short"]  # the lost life left nothing behind
     assert doc["winner"] == "t06"
+
+
+async def test_close_survivors_are_halved_again_until_few_enough_for_full_calibrations(
+    tmp_path: Path,
+) -> None:
+    speeds = {i: [100.0 + i, 103.0 + i] for i in range(1, 11)}  # all within each other's noise
+    lab = FakeLab(speeds)
+    doc = await _tune(tmp_path, lab, list(range(1, 11)), max_full=4).run()
+    shorts = [tid for tid, kinds in lab.lives if kinds == ("short",)]
+    assert len(shorts) == 10 + 5  # the screen, then a second short round for the kept half
+    fulls = {tid for tid, kinds in lab.lives if "full" in kinds}
+    assert len(fulls) == 3  # ceil(5 / 2) go to the finals
+    assert doc["progress"]["round"] == 1
+    eliminated = [t for t in doc["trials"] if t["status"] == "eliminated"]
+    assert len(eliminated) == 7
+    assert {t["reason"].split(":")[0] for t in eliminated} == {"round 0", "round 1"}

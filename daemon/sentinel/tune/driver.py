@@ -249,7 +249,7 @@ class Tune:
                     self._by_id[tid]["status"], self._by_id[tid]["reason"] = "eliminated", why
                     self.say(f"{tid}: eliminated: {why}")
                 survivors = [self._by_id[tid] for tid in kept]
-            if len(survivors) > s.finalists:
+            if len(survivors) > s.max_full:
                 progress.update(
                     stage="halving", round=progress["round"] + 1, queue=[t["id"] for t in survivors]
                 )

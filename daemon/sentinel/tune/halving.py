@@ -5,7 +5,10 @@ After each round the ``ceil(n / factor)`` fastest (by the mean of their short me
 never fewer than ``finalists``; the others are ``eliminated`` with the figure that dropped them.
 When the best ``finalists`` are already apart from all the others beyond the spread (the slowest
 of them has its ``low`` above the next one's ``high``), only they stay: a further round would pay
-a server restart per survivor to confirm what the measurements already show.
+a server restart per survivor to confirm what the measurements already show; likewise a kept
+one whose ``high`` is below the ``low`` of the slowest of the best ``finalists`` goes. Survivors
+go straight to the finals once they are at most ``max_full`` (a full calibration decides among
+them better than another short one would).
 Survivors of a round are measured again (another short calibration after a fresh start: the
 restart-to-restart variation is part of the noise a deployment sees) until at most
 ``finalists`` remain; those get the full calibration and the reference profile.
@@ -71,6 +74,7 @@ def halve(
     )
     keep_n = max(floor, math.ceil(len(ranked) / factor))
     clear = False
+    slow: list[dict[str, Any]] = []
     if len(ranked) > floor:
         # The best `floor` already stand apart from the rest beyond the spread: more rounds would
         # pay server restarts to confirm what the measurements already say.
@@ -80,6 +84,14 @@ def halve(
         if first_out.high < last_in.low:
             keep_n, clear = floor, True
     kept, dropped = ranked[:keep_n], ranked[keep_n:]
+    if not clear and len(ranked) >= floor:
+        # Within the kept half, those beyond the spread below the slowest of the best `floor` are
+        # out too: they cannot reach the finals on this evidence.
+        edge = throughput_of(ranked[floor - 1])
+        assert edge is not None
+        slow = [t for t in kept[floor:] if throughput_of(t).high < edge.low]  # type: ignore[union-attr]
+        kept = [t for t in kept if t not in slow]
+        dropped = slow + dropped
     if not kept:
         return [], {}
     cut = kept[-1]
@@ -89,7 +101,7 @@ def halve(
     for t in dropped:
         tp = throughput_of(t)
         assert tp is not None
-        how = "beyond the spread" if clear else f"top {keep_n} of {len(ranked)} kept"
+        how = "beyond the spread" if clear or t in slow else f"top {keep_n} of {len(ranked)} kept"
         reasons[t["id"]] = (
             f"round {round_no}: output throughput {tp.text()} tok/s below the slowest kept "
             f"{cut['id']} {cut_tp.text()} tok/s ({how})"

@@ -85,6 +85,8 @@ class TuneSettings(Section):
     # Survivors kept per halving round: ceil(n / halving_factor); halving stops at `finalists`.
     halving_factor: float = Field(default=2.0, gt=1)
     finalists: int = Field(default=2, ge=1)
+    # Survivors this few go to the full calibration without another short round.
+    max_full: int = Field(default=4, ge=1)
     # [schedule.profiles.NAME] run once on each finalist ("" = none).
     reference_profile: str = "reference"
     slo: TuneSlo = Field(default_factory=TuneSlo)
@@ -110,6 +112,12 @@ class TuneSettings(Section):
         for name in value:
             check_flag_name(name)
         return value
+
+    @model_validator(mode="after")
+    def _full_covers_finalists(self) -> TuneSettings:
+        if self.max_full < self.finalists:
+            raise ValueError(f"max_full ({self.max_full}) is below finalists ({self.finalists})")
+        return self
 
     @model_validator(mode="after")
     def _sample_within_cap(self) -> TuneSettings:
