@@ -69,6 +69,7 @@ num_prompts = 16
 input_len = {args.length}
 output_len = {args.length}
 [tune]
+search = "{args.search}"
 short_requests = 40
 correctness_prompts = 12
 correctness_max_tokens = 16
@@ -135,6 +136,7 @@ def main() -> None:
     )
     ap.add_argument("--length", type=int, default=128, help="input and output tokens per request")
     ap.add_argument("--max-requests", type=int, default=600, help="[calibration] max_requests")
+    ap.add_argument("--search", choices=("race", "halving"), default="race", help="[tune] search")
     args = ap.parse_args()
     configure_logging("warning", "console")
     backends = args.backends.split(",")
@@ -152,7 +154,8 @@ def main() -> None:
     winner = by_id[doc["winner"]]["label"] if doc["winner"] else "none"
     print(
         f"{len(trials)} configurations, simulator --speed {args.speed:g} --startup-time "
-        f"{args.startup_time:g}, {args.length}/{args.length} tokens, max_requests {args.max_requests}"
+        f"{args.startup_time:g}, {args.length}/{args.length} tokens, max_requests {args.max_requests}, "
+        f"search {args.search}"
     )
     print(f"{'':<22}{'trial-s':>10}{'wall s':>9}{'lives':>7}{'tokens':>10}  winner")
     tune_tokens = doc["budget"]["spent_tokens"]

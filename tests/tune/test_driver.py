@@ -46,7 +46,13 @@ class FakeLab:
         return f"known bad: x={self._key(flags)}" if self._key(flags) in self.skip else None
 
     async def life(
-        self, trial: dict[str, Any], *, gate: bool, kinds: Sequence[str], checkpoint: Callable[[], None]
+        self,
+        trial: dict[str, Any],
+        *,
+        gate: bool,
+        kinds: Sequence[str],
+        checkpoint: Callable[[], None],
+        more: Callable[[dict[str, Any]], Sequence[str]] = lambda trial: (),
     ) -> LifeResult:
         self.lives.append((trial["id"], tuple(kinds)))
         key = self._key(trial["flags"])
@@ -61,7 +67,10 @@ class FakeLab:
             checkpoint()
             if bad:
                 return LifeResult("rejected", "correctness gate: garbage_repeated", trial_s=2.0, tokens=100)
-        for kind in kinds:
+        pending = list(kinds)
+        done: list[str] = []
+        while pending:
+            kind = pending.pop(0)
             if self.kill_at_life is not None and len(self.lives) == self.kill_at_life:
                 raise Killed
             seq = self.speeds[key]
@@ -77,7 +86,11 @@ class FakeLab:
                 }
             )
             checkpoint()
-        return LifeResult("ok", trial_s=10.0, tokens=1000 * len(kinds))
+            done.append(kind)
+            if not pending:
+                pending = list(more(trial))
+        self.lives[-1] = (trial["id"], tuple(done))
+        return LifeResult("ok", trial_s=10.0, tokens=1000 * len(done))
 
     async def reap_leftover(self) -> None:
         self.reaped += 1
@@ -108,11 +121,14 @@ def _status(doc: dict[str, Any]) -> dict[int, str]:
     return {t["flags"]["--x"]: t["status"] for t in doc["trials"]}
 
 
-async def test_garbage_is_rejected_however_fast_and_the_fastest_correct_wins(tmp_path: Path) -> None:
+@pytest.mark.parametrize("search", ["race", "halving"])
+async def test_garbage_is_rejected_however_fast_and_the_fastest_correct_wins(
+    tmp_path: Path, search: str
+) -> None:
     # x=5 is by far the fastest, and answers garbage.
     speeds = {1: [100.0], 2: [150.0], 3: [300.0], 4: [120.0], 5: [900.0], 6: [80.0]}
     lab = FakeLab(speeds, garbage=frozenset({5}), skip=frozenset({6}))
-    doc = await _tune(tmp_path, lab, [1, 2, 3, 4, 5, 6]).run()
+    doc = await _tune(tmp_path, lab, [1, 2, 3, 4, 5, 6], search=search).run()
     status = _status(doc)
     assert status[5] == "rejected"
     assert status[6] == "skipped"
@@ -124,12 +140,21 @@ async def test_garbage_is_rejected_however_fast_and_the_fastest_correct_wins(tmp
     assert "beyond the spread" in doc["winner_reason"]
     assert doc["finished_at"] is not None
     assert '"--x", "3"' in doc["winner_toml"]
-    # Halving: 4 measured -> 2 finalists; the eliminated ones say at which round and why.
-    assert status[1] == "eliminated"
-    assert status[4] == "eliminated"
-    assert "round 0" in by_x[1]["reason"]
-    full = [tid for tid, kinds in lab.lives if "full" in kinds]
-    assert sorted(full) == sorted([by_x[3]["id"], by_x[2]["id"]])
+    full = sorted(tid for tid, kinds in lab.lives if "full" in kinds)
+    if search == "halving":
+        # 4 measured -> 2 finalists; the eliminated ones say at which round and why.
+        assert status[1] == "eliminated"
+        assert status[4] == "eliminated"
+        assert "round 0" in by_x[1]["reason"]
+        assert full == sorted([by_x[3]["id"], by_x[2]["id"]])
+    else:
+        # One life per configuration; the full calibration only for those that reached the best
+        # short figure so far: x=1 (first), x=2 (150 is above 100), x=3; not x=4 (120 vs 300).
+        assert len(lab.lives) == 5
+        assert full == sorted(by_x[x]["id"] for x in (1, 2, 3))
+        assert status[4] == "eliminated"
+        assert by_x[4]["reason"].startswith("screen: short-calibration output throughput 120.0")
+        assert by_x[4]["rounds"][-1]["kind"] == "short"
     assert lab.reaped == 1
     # Written to disk: the document round-trips.
     assert load_doc(tmp_path / "tid") == doc
@@ -150,7 +175,7 @@ async def test_within_noise_repeats_then_keeps_the_baseline(tmp_path: Path) -> N
 async def test_a_clear_difference_needs_no_repeat(tmp_path: Path) -> None:
     lab = FakeLab({1: [100.0], 2: [200.0]})
     doc = await _tune(tmp_path, lab, [1, 2], repeats=3).run()
-    assert [k for _, k in lab.lives].count(("full",)) == 2
+    assert lab.lives == [("t01", ("short", "full")), ("t02", ("short", "full"))]
     assert doc["winner"] == "t02"
 
 
@@ -183,13 +208,15 @@ async def test_a_killed_tune_resumes_without_repeating_finished_lives(tmp_path: 
     speeds = {i: [100.0 * i] for i in range(1, 7)}
     killed = FakeLab(speeds, kill_at_life=3)
     with pytest.raises(Killed):
-        await _tune(tmp_path, killed, list(range(1, 7))).run()
+        await _tune(tmp_path, killed, list(range(1, 7)), search="halving").run()
     on_disk = load_doc(tmp_path / "tid")
     assert on_disk["progress"]["current"]["id"] == "t03"
     assert [t["status"] for t in on_disk["trials"][:3]] == ["measured", "measured", "running"]
     assert find_unfinished(tmp_path.parent, "fp1") is None  # not under <state>/tune/
     lab = FakeLab(speeds)
-    settings = TuneSettings(space={"--x": tuple(range(1, 7))}, baseline={"--x": 1}, reference_profile="")
+    settings = TuneSettings(
+        space={"--x": tuple(range(1, 7))}, baseline={"--x": 1}, reference_profile="", search="halving"
+    )
     doc = await Tune(on_disk, tmp_path / "tid", lab, settings).run()
     assert lab.reaped == 1
     screened = [tid for tid, kinds in lab.lives if kinds == ("short",)]
@@ -209,7 +236,7 @@ async def test_close_survivors_are_halved_again_until_few_enough_for_full_calibr
 ) -> None:
     speeds = {i: [100.0 + i, 103.0 + i] for i in range(1, 11)}  # all within each other's noise
     lab = FakeLab(speeds)
-    doc = await _tune(tmp_path, lab, list(range(1, 11)), max_full=4).run()
+    doc = await _tune(tmp_path, lab, list(range(1, 11)), max_full=4, search="halving").run()
     shorts = [tid for tid, kinds in lab.lives if kinds == ("short",)]
     assert len(shorts) == 10 + 5  # the screen, then a second short round for the kept half
     fulls = {tid for tid, kinds in lab.lives if "full" in kinds}

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from sentinel.tune.compare import judge
+from sentinel.tune.compare import Spread, judge, spread_of
 from sentinel.tune.halving import halve, pareto, summarize, throughput_of
 from sentinel.tune.settings import TuneSettings
 from sentinel.tune.space import Flags, flag_label
@@ -48,10 +48,17 @@ class Lab(Protocol):
         ...
 
     async def life(
-        self, trial: dict[str, Any], *, gate: bool, kinds: Sequence[str], checkpoint: Callable[[], None]
+        self,
+        trial: dict[str, Any],
+        *,
+        gate: bool,
+        kinds: Sequence[str],
+        checkpoint: Callable[[], None],
+        more: Callable[[dict[str, Any]], Sequence[str]] = lambda trial: (),
     ) -> LifeResult:
         """One server life: fills ``trial``'s started_at/ready_s/server_version/gpu/correctness and
-        appends one round per measurement, calling ``checkpoint()`` after each phase."""
+        appends one round per measurement, calling ``checkpoint()`` after each phase. When the
+        ``kinds`` are done, ``more(trial)`` may ask for further measurements in the same life."""
         ...
 
     async def reap_leftover(self) -> None:
@@ -219,7 +226,9 @@ class Tune:
         trial["starts"] += 1
         self.save()
         self.say(f"{trial['id']} {trial['label']}: starting ({stage}: {', '.join(kinds)})")
-        result = await self.lab.life(trial, gate=gate, kinds=kinds, checkpoint=self.save)
+        result = await self.lab.life(
+            trial, gate=gate, kinds=kinds, checkpoint=self.save, more=lambda t: self._more(t, stage)
+        )
         budget = self.doc["budget"]
         budget["spent_time_s"] = round(budget["spent_time_s"] + result.trial_s, 3)
         budget["spent_tokens"] += result.tokens
@@ -229,10 +238,38 @@ class Tune:
         else:
             trial["status"], trial["reason"] = result.outcome, result.reason
         trial["summary"] = summarize(trial["rounds"])
+        if self._racing(stage) and trial["status"] == "measured" and not _has(trial, "full"):
+            trial["status"], trial["reason"] = "eliminated", self._race_verdict(trial)[1]
         progress["current"] = None
         tp = throughput_of(trial)
         shown = f"{tp.text()} tok/s" if tp is not None else (trial["reason"] or "")
         self.say(f"{trial['id']}: {trial['status']} {shown}")
+
+    def _racing(self, stage: str) -> bool:
+        return stage == "screen" and self.settings.search == "race"
+
+    def _race_verdict(self, trial: dict[str, Any]) -> tuple[bool, str]:
+        """(contender, why not): does the short measurement reach the best short one so far?"""
+        own = _short(trial)
+        others = [(t, _short(t)) for t in self.doc["trials"] if t is not trial and t["status"] == "measured"]
+        ranked = sorted(((t, s) for t, s in others if s is not None), key=lambda p: -p[1].mean)
+        if own is None or not ranked:
+            return True, ""
+        best, best_s = ranked[0]
+        if own.high >= best_s.low:
+            return True, ""
+        return False, (
+            f"screen: short-calibration output throughput {own.text()} tok/s below {best['id']} "
+            f"{best_s.text()} beyond the spread (no full calibration)"
+        )
+
+    def _more(self, trial: dict[str, Any], stage: str) -> list[str]:
+        """Race: a contender goes on to the full calibration (and the reference) in the same life."""
+        if not self._racing(stage) or _has(trial, "full") or not _has(trial, "short"):
+            return []
+        if not self._race_verdict(trial)[0]:
+            return []
+        return ["full", "reference"] if self.settings.reference_profile else ["full"]
 
     def _survivors(self) -> list[dict[str, Any]]:
         return [t for t in self.doc["trials"] if t["status"] == "measured"]
@@ -242,6 +279,9 @@ class Tune:
         s, progress = self.settings, self.doc["progress"]
         stage = progress["stage"]
         survivors = self._survivors()
+        if stage == "screen" and s.search == "race":
+            progress.update(stage="final", queue=[])  # the contenders have their full calibration
+            return
         if stage in ("screen", "halving"):
             if len(survivors) > s.finalists:
                 kept, dropped = halve(survivors, s.halving_factor, s.finalists, progress["round"])
@@ -317,3 +357,17 @@ def _mean(trial: dict[str, Any]) -> float:
 def _in_order(a: dict[str, Any], b: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The two in trial order: within noise the one measured first (the cheaper default) is kept."""
     return (a, b) if a["id"] <= b["id"] else (b, a)
+
+
+def _has(trial: dict[str, Any], kind: str) -> bool:
+    return any(r.get("kind") == kind and r.get("throughput_tok_s") is not None for r in trial["rounds"])
+
+
+def _short(trial: dict[str, Any]) -> Spread | None:
+    return spread_of(
+        [
+            float(r["throughput_tok_s"])
+            for r in trial["rounds"]
+            if r.get("kind") == "short" and r.get("throughput_tok_s") is not None
+        ]
+    )

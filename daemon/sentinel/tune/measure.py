@@ -159,7 +159,10 @@ def tune_calibration(
     data["slo"] = slo
     if kind == "short":
         data["max_requests"] = min(base.max_requests, short_requests)
-        if short_max_concurrency is not None:
-            data["max_concurrency"] = short_max_concurrency
-            data["start_concurrency"] = min(base.start_concurrency, short_max_concurrency)
+        top = short_max_concurrency if short_max_concurrency is not None else base.max_concurrency
+        data["max_concurrency"] = top
+        # A ranking needs the ceiling, not the low steps: start at a quarter of the top concurrency
+        # (each step costs about one request's latency, whatever its concurrency).
+        data["start_concurrency"] = max(base.start_concurrency, top // 4, 1)
+        data["start_concurrency"] = min(data["start_concurrency"], top)
     return CalibrationSettings.model_validate(data)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -82,6 +83,10 @@ class TuneSettings(Section):
     # The short calibration of the halving rounds: a request budget, and optionally a lower ceiling.
     short_requests: int = Field(default=150, ge=6)
     short_max_concurrency: int | None = Field(default=None, ge=1)
+    # race: one server life per configuration; a short calibration, and the full one in the same
+    # life only when it reaches the best short figure so far (within the spread). halving: short
+    # rounds for every survivor (a restart each), halving by throughput, full for the last few.
+    search: Literal["race", "halving"] = "race"
     # Survivors kept per halving round: ceil(n / halving_factor); halving stops at `finalists`.
     halving_factor: float = Field(default=2.0, gt=1)
     finalists: int = Field(default=2, ge=1)

@@ -163,7 +163,13 @@ class ServerLab:
             self.say(f"stopped the server (pid {left.pid}) that the interrupted tune left running")
 
     async def life(
-        self, trial: dict[str, Any], *, gate: bool, kinds: Sequence[str], checkpoint: Callable[[], None]
+        self,
+        trial: dict[str, Any],
+        *,
+        gate: bool,
+        kinds: Sequence[str],
+        checkpoint: Callable[[], None],
+        more: Callable[[dict[str, Any]], Sequence[str]] = lambda trial: (),
     ) -> LifeResult:
         t0 = time.monotonic()
         cmd = self.command_for(trial["flags"])
@@ -178,7 +184,7 @@ class ServerLab:
         result = LifeResult("failed", "not started")
         try:
             await sup.start()
-            result = await self._serve(sup, trial, gate, kinds, checkpoint, t0)
+            result = await self._serve(sup, trial, gate, kinds, checkpoint, t0, more)
         finally:
             await sup.stop()
             result.trial_s = round(time.monotonic() - t0, 3)
@@ -192,6 +198,7 @@ class ServerLab:
         kinds: Sequence[str],
         checkpoint: Callable[[], None],
         t0: float,
+        more: Callable[[dict[str, Any]], Sequence[str]],
     ) -> LifeResult:
         limit = self.tune.ready_timeout or self.server.start_timeout
         try:
@@ -227,7 +234,9 @@ class ServerLab:
                 if not correctness["passed"]:
                     return LifeResult("rejected", gate_reason(correctness), tokens=tokens)
         epoch = sup.snapshot().epoch
-        for kind in kinds:
+        pending = list(kinds)
+        while pending:
+            kind = pending.pop(0)
             measured = await self._measure(kind)
             measured["round"] = len(trial["rounds"])
             tokens += int(measured.get("tokens") or 0)
@@ -246,6 +255,8 @@ class ServerLab:
                     f"{kind} calibration measured nothing trustworthy ({measured['stop_reason']})",
                     tokens=tokens,
                 )
+            if not pending:
+                pending = list(more(trial))
         return LifeResult("ok", tokens=tokens)
 
     async def _measure(self, kind: str) -> dict[str, Any]:
