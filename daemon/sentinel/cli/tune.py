@@ -2,7 +2,8 @@
 
 The base launch is the config's ``[server]`` profile; the flags to vary come from ``[tune]
 space`` and ``--vary FLAG=V1,V2,...`` (docs/tune.md). Each configuration is a server life of
-its own as a managed child: correctness gate first, then calibrations (successive halving), the
+its own as a managed child: correctness gate first, then calibrations (a race against the best so
+far, or successive halving), the
 reference profile for the finalists. State lives in ``<state_dir>/tune/<id>/state.json``; the
 same config resumes its unfinished tune (``--new`` starts over, ``--resume ID`` names one).
 
@@ -36,7 +37,8 @@ def register(sub: Any) -> None:
         "tune",
         help="find the fastest launch flags that still answer correctly (restarts the server per trial)",
         description="Try launch configurations one server life each: correctness gate, calibration "
-        "(successive halving), reference profile; pick a winner only beyond the noise.",
+        "(race against the best so far, or successive halving), reference profile; pick a winner only "
+        "beyond the noise.",
     )
     add_common_options(p)
     p.add_argument(
