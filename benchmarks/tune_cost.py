@@ -16,6 +16,13 @@ same host:
 Trial-seconds are server-seconds: each server life from launch to stop (what a 744B model pays
 in restarts and load), summed. The table also shows the server lives, the tokens sent and the
 winner each picked. Both run against the simulator as a managed child (one server at a time).
+
+Measured 2026-12-01 on the shared 2-core host, defaults (13 configurations, --speed 10,
+--startup-time 60, 128/128 tokens): race 198.2 trial-s (15 lives, 126,963 tokens) vs full
+calibration of every configuration 176.6 trial-s (13 lives, 108,606 tokens): 112%. Halving (before
+the max_full shortcut): 289.0 trial-s, 163%. Not cheaper here: a life's fixed cost (~8.5 s) is
+larger than what a full calibration of this workload costs over a short one (~4.6 s), and 5 of the
+10 correct configurations were within the noise band of the best (docs/tune.md, "Cost").
 """
 
 from __future__ import annotations
