@@ -45,6 +45,7 @@ RUN: dict[str, Run] = {
     "promtool check rules --lint-fatal deploy/alerts.yml": Run(60, "promtool"),
     "(cd deploy && promtool test rules *.test.yml)": Run(120, "promtool"),
     "python3 grafana/generate.py --check": Run(60),
+    "sentinel tune --help": Run(30, expect="--vary"),
 }
 
 # Not run here, each for its reason. Kept exact: an edited command must be re-listed.
@@ -109,6 +110,12 @@ SKIP: dict[str, str] = {
     ".venv/bin/python benchmarks/profile_figures.py --config deploy/config.example.toml --profile burst32": (
         "a benchmark"
     ),
+    # A tune starts a server per configuration (tests/tune/test_tune_sim.py runs one on the simulator).
+    "sentinel tune --config tune.toml --vary=--disable-cuda-graph=true,false "
+    "--vary=--mem-fraction-static=0.8,0.85": "starts SGLang servers; needs a tune.toml",
+    "sentinel tune --config tune.toml --json > tune.json": "starts SGLang servers; needs a tune.toml",
+    "sentinel tune --config tune.toml --report tune-report/": "starts SGLang servers; needs a tune.toml",
+    ".venv/bin/python benchmarks/tune_cost.py": "a benchmark (several minutes on the simulator)",
     # Elided flags ("..."): illustrations of a command's shape, not commands.
     "python -m sglang.bench_serving --backend sglang --port 30000 --num-prompts 64 --request-rate 16 ...": (
         "illustration; needs SGLang"

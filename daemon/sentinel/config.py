@@ -35,6 +35,7 @@ from sentinel.group.settings import GroupSettings
 from sentinel.schedule.settings import ScheduleSettings
 from sentinel.section import Section
 from sentinel.supervise.settings import ServerSettings
+from sentinel.tune.settings import TuneSettings
 
 __all__ = ["ENV_PREFIX", "ConfigError", "LogSettings", "Settings", "load_settings", "resolve_state_dir"]
 
@@ -90,6 +91,7 @@ class Settings(BaseSettings):
     schedule: ScheduleSettings = Field(default_factory=ScheduleSettings)
     calibration: CalibrationSettings = Field(default_factory=CalibrationSettings)
     group: GroupSettings = Field(default_factory=GroupSettings)
+    tune: TuneSettings = Field(default_factory=TuneSettings)
     state_dir: Path = Path("/var/lib/sentinel")
 
     @model_validator(mode="after")

@@ -32,6 +32,7 @@ COMMANDS: tuple[str, ...] = (
     "sentinel.cli.check",
     "sentinel.cli.bench",
     "sentinel.cli.sweep",
+    "sentinel.cli.tune",
     "sentinel.cli.run",
     "sentinel.cli.fleet",
     "sentinel.cli.status",

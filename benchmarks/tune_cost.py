@@ -1,0 +1,178 @@
+"""`sentinel tune` vs calibrating every configuration fully, on the simulator: trial-seconds.
+
+    .venv/bin/python benchmarks/tune_cost.py [--speed 10] [--startup-time 60] [--length 128]
+
+The same configurations (``--moe-runner-backend`` auto/triton/flashinfer_cutedsl/flashinfer_trtllm
+x ``--cuda-graph-max-bs`` 4/8/16, which the simulator's performance model reacts to; the first is
+the baseline; flashinfer_trtllm answers garbage on the simulated SM120) are measured twice on the
+same host:
+
+1. ``sentinel tune`` as shipped (the CLI, as a user runs it): correctness gate, a short
+   calibration for every configuration, successive halving, full calibration and the reference
+   profile for the finalists, repeats only within noise;
+2. the brute force: every configuration started, gated and calibrated fully (the same lab, the
+   same full calibration the tune gives its finalists), best mean throughput wins.
+
+Trial-seconds are server-seconds: each server life from launch to stop (what a 744B model pays
+in restarts and load), summed. The table also shows the server lives, the tokens sent and the
+winner each picked. Both run against the simulator as a managed child (one server at a time).
+
+Measured 2026-12-01 on the shared 2-core host, defaults (13 configurations, --speed 10,
+--startup-time 60, 128/128 tokens): race 198.2 trial-s (15 lives, 126,963 tokens) vs full
+calibration of every configuration 176.6 trial-s (13 lives, 108,606 tokens): 112%. Halving (before
+the max_full shortcut): 289.0 trial-s, 163%. Not cheaper here: a life's fixed cost (~8.5 s) is
+larger than what a full calibration of this workload costs over a short one (~4.6 s), and 5 of the
+10 correct configurations were within the noise band of the best (docs/tune.md, "Cost").
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from sentinel.config import load_settings
+from sentinel.log import configure_logging
+from sentinel.supervise.prelaunch import render_launch_command
+from sentinel.tune.driver import new_doc
+from sentinel.tune.space import expand, space_values
+from sentinel.tune.trial import ServerLab
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _config(directory: Path, args: argparse.Namespace, backends: list[str]) -> Path:
+    cfg = directory / "tune.toml"
+    cfg.write_text(
+        f"""
+state_dir = "{directory}/state"
+[server]
+port = {_port()}
+startup_poll_interval = 0.1
+stop_timeout = 10
+[server.profiles.sim]
+extra_args = ["--speed", "{args.speed:g}", "--startup-time", "{args.startup_time:g}",
+              "--sglang-version", "0.5.9"]
+[calibration]
+input_len = {args.length}
+output_len = {args.length}
+max_concurrency = 32
+max_requests = {args.max_requests}
+metrics_interval = 0.2
+[schedule.profiles.reference]
+num_prompts = 16
+input_len = {args.length}
+output_len = {args.length}
+[tune]
+search = "{args.search}"
+short_requests = 40
+correctness_prompts = 12
+correctness_max_tokens = 16
+[tune.space]
+"--moe-runner-backend" = [{", ".join(f'"{b}"' for b in backends)}]
+"--cuda-graph-max-bs" = [4, 8, 16]
+"""
+    )
+    return cfg
+
+
+def run_tune(cfg: Path) -> tuple[dict[str, Any], float]:
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "sentinel", "tune", "--config", str(cfg), "--json", "--new"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={k: v for k, v in os.environ.items() if not k.startswith("SENTINEL_")},
+    )
+    if proc.returncode != 0:
+        sys.exit(f"sentinel tune failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout), time.monotonic() - t0
+
+
+async def run_brute(cfg: Path) -> tuple[list[dict[str, Any]], float, int]:
+    settings = load_settings(cfg)
+    tune = settings.tune
+    base = await render_launch_command(settings.server)
+    lab = ServerLab(
+        settings.server,
+        base,
+        tune,
+        settings.calibration,
+        directory=Path(tempfile.mkdtemp(dir=settings.state_dir)),
+        reference=None,
+    )
+    configs = expand(tune)
+    doc = new_doc(
+        "brute",
+        tune,
+        space=space_values(tune),
+        configs=configs,
+        argvs=[lab.argv_for(c) for c in configs],
+        base_argv=list(base.argv),
+        sglang_version=None,
+        fp="",
+    )
+    spent, tokens = 0.0, 0
+    for trial in doc["trials"]:
+        result = await lab.life(trial, gate=True, kinds=["full"], checkpoint=lambda: None)
+        spent += result.trial_s
+        tokens += result.tokens
+        trial["status"] = "measured" if result.outcome == "ok" else result.outcome
+    return doc["trials"], spent, tokens
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--speed", type=float, default=10.0)
+    ap.add_argument("--backends", default="auto,triton,flashinfer_cutedsl,flashinfer_trtllm")
+    ap.add_argument(
+        "--startup-time", type=float, default=60.0, help="server seconds from launch to ready (sim)"
+    )
+    ap.add_argument("--length", type=int, default=128, help="input and output tokens per request")
+    ap.add_argument("--max-requests", type=int, default=600, help="[calibration] max_requests")
+    ap.add_argument("--search", choices=("race", "halving"), default="race", help="[tune] search")
+    args = ap.parse_args()
+    configure_logging("warning", "console")
+    backends = args.backends.split(",")
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = _config(Path(tmp), args, backends)
+        doc, tune_wall = run_tune(cfg)
+        t0 = time.monotonic()
+        trials, brute_s, brute_tokens = asyncio.run(run_brute(cfg))
+        brute_wall = time.monotonic() - t0
+    measured = [t for t in trials if t["status"] == "measured" and t["rounds"]]
+    best = max(measured, key=lambda t: t["rounds"][-1]["throughput_tok_s"])
+    by_id = {t["id"]: t for t in doc["trials"]}
+    tune_lives = sum(t["starts"] for t in doc["trials"])
+    tune_s = doc["budget"]["spent_time_s"]
+    winner = by_id[doc["winner"]]["label"] if doc["winner"] else "none"
+    print(
+        f"{len(trials)} configurations, simulator --speed {args.speed:g} --startup-time "
+        f"{args.startup_time:g}, {args.length}/{args.length} tokens, max_requests {args.max_requests}, "
+        f"search {args.search}"
+    )
+    print(f"{'':<22}{'trial-s':>10}{'wall s':>9}{'lives':>7}{'tokens':>10}  winner")
+    tune_tokens = doc["budget"]["spent_tokens"]
+    row = "{:<22}{:>10.1f}{:>9.1f}{:>7}{:>10}  {}"
+    print(row.format("sentinel tune", tune_s, tune_wall, tune_lives, tune_tokens, winner))
+    print(row.format("full calibration, all", brute_s, brute_wall, len(trials), brute_tokens, best["label"]))
+    share = f"{tune_s / brute_s:.0%} of the trial-seconds, {tune_tokens / brute_tokens:.0%} of the tokens"
+    print(f"tune / full: {share}")
+    print(f"tune's verdict: {doc['winner_reason']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,376 @@
+"""The tune's loop: screen every configuration, halve, measure the finalists, pick honestly.
+
+Driven by the document alone (``progress``: stage, round, queue, the life in progress), so a
+resumed tune continues where the killed one stopped: a trial whose server life was interrupted
+goes back to what it was before that life (its partial rounds dropped) and is measured again;
+every finished life stays. One server life at a time (:class:`Lab`): start, correctness gate on
+the first life of a configuration, the measurements of the stage, stop.
+
+Stages: ``screen`` (gate + short calibration, every configuration, baseline first; preflight's
+known-bad ones ``skipped``; with ``search = "race"`` a configuration whose short figure reaches
+the best one so far goes on to the full calibration and the reference profile in the same life,
+any other is eliminated), ``halving`` (``search = "halving"`` only, see
+:mod:`~sentinel.tune.halving`), ``final`` (halving: full calibration + reference profile for the
+last few; both: more full calibrations while the best two are within each other's spread, up to
+``repeats``), ``done``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from sentinel.tune.compare import Spread, judge, spread_of
+from sentinel.tune.halving import halve, pareto, summarize, throughput_of
+from sentinel.tune.settings import TuneSettings
+from sentinel.tune.space import Flags, flag_label
+from sentinel.tune.state import SCHEMA, now_iso, save_doc
+
+__all__ = ["Lab", "LifeResult", "Tune", "new_doc"]
+
+Outcome = Literal["ok", "failed", "rejected"]
+
+
+@dataclass
+class LifeResult:
+    outcome: Outcome
+    reason: str | None = None
+    trial_s: float = 0.0
+    tokens: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class Lab(Protocol):
+    """Where configurations run: the real one starts servers (trial.py), unit tests fake it."""
+
+    def skip_reason(self, flags: Flags) -> str | None:
+        """Why preflight refuses this configuration before any start (None: it may run)."""
+        ...
+
+    async def life(
+        self,
+        trial: dict[str, Any],
+        *,
+        gate: bool,
+        kinds: Sequence[str],
+        checkpoint: Callable[[], None],
+        more: Callable[[dict[str, Any]], Sequence[str]] = lambda trial: (),
+    ) -> LifeResult:
+        """One server life: fills ``trial``'s started_at/ready_s/server_version/gpu/correctness and
+        appends one round per measurement, calling ``checkpoint()`` after each phase. When the
+        ``kinds`` are done, ``more(trial)`` may ask for further measurements in the same life."""
+        ...
+
+    async def reap_leftover(self) -> None:
+        """Stop a server that a killed tune left running (before the first life of a resumed tune)."""
+        ...
+
+    def snippet(self, flags: Flags) -> str:
+        """The winning launch profile as TOML to paste into the config."""
+        ...
+
+
+def new_doc(
+    tune_id: str,
+    settings: TuneSettings,
+    *,
+    space: dict[str, list[Any]],
+    configs: Sequence[Flags],
+    argvs: Sequence[Sequence[str]],
+    base_argv: Sequence[str],
+    sglang_version: str | None,
+    fp: str,
+) -> dict[str, Any]:
+    trials = []
+    for i, (flags, argv) in enumerate(zip(configs, argvs, strict=True)):
+        trials.append(
+            {
+                "id": f"t{i + 1:02d}",
+                "label": flag_label(flags),
+                "flags": dict(flags),
+                "argv": list(argv),
+                "status": "pending",
+                "reason": None,
+                "started_at": None,
+                "ready_s": None,
+                "trial_s": None,
+                "starts": 0,
+                "server_version": None,
+                "gpu": None,
+                "correctness": None,
+                "rounds": [],
+                "summary": None,
+            }
+        )
+    slo = settings.slo
+    return {
+        "schema": SCHEMA,
+        "tune_id": tune_id,
+        "started_at": now_iso(),
+        "finished_at": None,
+        "sglang_version": sglang_version,
+        "base_argv": list(base_argv),
+        "space": space,
+        "budget": {
+            "time_s": settings.budget_time_s,
+            "tokens": settings.budget_tokens,
+            "spent_time_s": 0.0,
+            "spent_tokens": 0,
+        },
+        "slo": {"ttft_p99_s": slo.ttft_p99_s, "tpot_p99_s": slo.tpot_p99_s},
+        "baseline": trials[0]["id"] if trials else None,
+        "winner": None,
+        "winner_reason": None,
+        "winner_toml": None,
+        "stop_reason": None,
+        "pareto": [],
+        "fingerprint": fp,
+        "progress": {"stage": "screen", "round": 0, "queue": [t["id"] for t in trials], "current": None},
+        "trials": trials,
+    }
+
+
+class Tune:
+    def __init__(
+        self,
+        doc: dict[str, Any],
+        directory: Path,
+        lab: Lab,
+        settings: TuneSettings,
+        *,
+        say: Callable[[str], None] = lambda line: None,
+    ) -> None:
+        self.doc = doc
+        self.directory = directory
+        self.lab = lab
+        self.settings = settings
+        self.say = say
+        self._by_id = {t["id"]: t for t in doc["trials"]}
+
+    def save(self) -> None:
+        save_doc(self.directory, self.doc)
+
+    # ------------------------------------------------------------------ the loop
+    async def run(self) -> dict[str, Any]:
+        self._recover()
+        if self.doc["finished_at"] is not None:
+            return self.doc
+        await self.lab.reap_leftover()
+        self.doc["stop_reason"] = None  # a budget that stopped an earlier run may have been raised
+        progress = self.doc["progress"]
+        while progress["stage"] != "done":
+            if not progress["queue"]:
+                self._advance()
+                self.save()
+                continue
+            why = self._budget_exhausted()
+            if why is not None:
+                self.doc["stop_reason"] = why
+                self.say(f"stopping: {why}")
+                break
+            tid = progress["queue"][0]
+            await self._one_life(self._by_id[tid], progress["stage"])
+            progress["queue"].pop(0)
+            self.save()
+        self._finish()
+        self.save()
+        return self.doc
+
+    def _recover(self) -> None:
+        """A life interrupted by a kill: back to the trial as it was before it (see the docstring)."""
+        current = self.doc["progress"].get("current")
+        if not current:
+            return
+        trial = self._by_id.get(current["id"])
+        if trial is not None:
+            del trial["rounds"][current["rounds"] :]
+            trial["status"] = current["status"]
+            if current.get("gate"):
+                trial["correctness"] = None
+            trial["summary"] = summarize(trial["rounds"])
+            self.say(f"{trial['id']}: its interrupted server life is measured again")
+        self.doc["progress"]["current"] = None
+        self.save()
+
+    def _budget_exhausted(self) -> str | None:
+        b = self.doc["budget"]
+        if b["time_s"] is not None and b["spent_time_s"] >= b["time_s"]:
+            return f"time budget spent ({b['spent_time_s']:.0f} of {b['time_s']:.0f} trial seconds)"
+        if b["tokens"] is not None and b["spent_tokens"] >= b["tokens"]:
+            return f"token budget spent ({b['spent_tokens']} of {b['tokens']} tokens)"
+        return None
+
+    async def _one_life(self, trial: dict[str, Any], stage: str) -> None:
+        if stage == "screen":
+            skip = self.lab.skip_reason(trial["flags"])
+            if skip is not None:
+                trial["status"], trial["reason"] = "skipped", skip
+                self.say(f"{trial['id']} {trial['label']}: skipped: {skip}")
+                return
+        gate = trial["correctness"] is None
+        has_full = any(r["kind"] == "full" for r in trial["rounds"])
+        if stage == "final":
+            kinds: list[str] = (
+                ["full"] if has_full or not self.settings.reference_profile else ["full", "reference"]
+            )
+        else:
+            kinds = ["short"]
+        progress = self.doc["progress"]
+        progress["current"] = {
+            "id": trial["id"],
+            "rounds": len(trial["rounds"]),
+            "status": trial["status"],
+            "gate": gate,
+        }
+        trial["status"] = "running"
+        trial["starts"] += 1
+        self.save()
+        self.say(f"{trial['id']} {trial['label']}: starting ({stage}: {', '.join(kinds)})")
+        result = await self.lab.life(
+            trial, gate=gate, kinds=kinds, checkpoint=self.save, more=lambda t: self._more(t, stage)
+        )
+        budget = self.doc["budget"]
+        budget["spent_time_s"] = round(budget["spent_time_s"] + result.trial_s, 3)
+        budget["spent_tokens"] += result.tokens
+        trial["trial_s"] = round((trial["trial_s"] or 0.0) + result.trial_s, 3)
+        if result.outcome == "ok":
+            trial["status"], trial["reason"] = "measured", None
+        else:
+            trial["status"], trial["reason"] = result.outcome, result.reason
+        trial["summary"] = summarize(trial["rounds"])
+        if self._racing(stage) and trial["status"] == "measured" and not _has(trial, "full"):
+            trial["status"], trial["reason"] = "eliminated", self._race_verdict(trial)[1]
+        progress["current"] = None
+        tp = throughput_of(trial)
+        shown = f"{tp.text()} tok/s" if tp is not None else (trial["reason"] or "")
+        self.say(f"{trial['id']}: {trial['status']} {shown}")
+
+    def _racing(self, stage: str) -> bool:
+        return stage == "screen" and self.settings.search == "race"
+
+    def _race_verdict(self, trial: dict[str, Any]) -> tuple[bool, str]:
+        """(contender, why not): does the short measurement reach the best short one so far?"""
+        own = _short(trial)
+        others = [(t, _short(t)) for t in self.doc["trials"] if t is not trial and t["status"] == "measured"]
+        ranked = sorted(((t, s) for t, s in others if s is not None), key=lambda p: -p[1].mean)
+        if own is None or not ranked:
+            return True, ""
+        best, best_s = ranked[0]
+        if own.high >= best_s.low:
+            return True, ""
+        return False, (
+            f"screen: short-calibration output throughput {own.text()} tok/s below {best['id']} "
+            f"{best_s.text()} beyond the spread (no full calibration)"
+        )
+
+    def _more(self, trial: dict[str, Any], stage: str) -> list[str]:
+        """Race: a contender goes on to the full calibration (and the reference) in the same life."""
+        if not self._racing(stage) or _has(trial, "full") or not _has(trial, "short"):
+            return []
+        if not self._race_verdict(trial)[0]:
+            return []
+        return ["full", "reference"] if self.settings.reference_profile else ["full"]
+
+    def _survivors(self) -> list[dict[str, Any]]:
+        return [t for t in self.doc["trials"] if t["status"] == "measured"]
+
+    def _advance(self) -> None:
+        """The queue of the current stage is empty: decide the next stage and its queue."""
+        s, progress = self.settings, self.doc["progress"]
+        stage = progress["stage"]
+        survivors = self._survivors()
+        if stage == "screen" and s.search == "race":
+            progress.update(stage="final", queue=[])  # the contenders have their full calibration
+            return
+        if stage in ("screen", "halving"):
+            if len(survivors) > s.finalists:
+                kept, dropped = halve(survivors, s.halving_factor, s.finalists, progress["round"])
+                for tid, why in dropped.items():
+                    self._by_id[tid]["status"], self._by_id[tid]["reason"] = "eliminated", why
+                    self.say(f"{tid}: eliminated: {why}")
+                survivors = [self._by_id[tid] for tid in kept]
+            if len(survivors) > s.max_full:
+                progress.update(
+                    stage="halving", round=progress["round"] + 1, queue=[t["id"] for t in survivors]
+                )
+            else:
+                progress.update(stage="final", queue=[t["id"] for t in survivors])
+            if not survivors:
+                progress.update(stage="done", queue=[])
+            return
+        # final: repeat while the best two are within noise and repeats are left
+        ranked = sorted(survivors, key=lambda t: -_mean(t))
+        if len(ranked) >= 2:
+            a, b = _in_order(ranked[0], ranked[1])
+            ta, tb = throughput_of(a), throughput_of(b)
+            if ta is not None and tb is not None:
+                verdict = judge(a["id"], ta, b["id"], tb, preferred=self.doc["baseline"])
+                short = [t["id"] for t in (a, b) if (throughput_of(t) or ta).n < s.repeats]
+                if not verdict.significant and short:
+                    self.say(f"within noise: repeating {', '.join(short)}")
+                    progress.update(queue=short)
+                    return
+        progress.update(stage="done", queue=[])
+
+    def _finish(self) -> None:
+        doc = self.doc
+        measured = sorted(
+            (t for t in doc["trials"] if t["status"] == "measured" and throughput_of(t) is not None),
+            key=lambda t: -_mean(t),
+        )
+        doc["pareto"] = pareto(doc["trials"])
+        if self.doc["progress"]["stage"] == "done":
+            doc["finished_at"] = now_iso()
+        if not measured:
+            rejected = [t for t in doc["trials"] if t["status"] in ("rejected", "failed", "skipped")]
+            doc["winner"], doc["winner_toml"] = None, None
+            doc["winner_reason"] = doc["stop_reason"] or (
+                f"no configuration answered correctly and was measured ({len(rejected)} rejected, failed "
+                "or skipped)"
+            )
+            return
+        best = measured[0]
+        reason: str
+        if len(measured) == 1:
+            others = len(doc["trials"]) - 1
+            reason = f"{best['id']} is the only configuration measured to the end ({others} others rejected, "
+            reason += "failed, skipped or eliminated)"
+        else:
+            a, b = _in_order(measured[0], measured[1])
+            ta, tb = throughput_of(a), throughput_of(b)
+            assert ta is not None
+            assert tb is not None
+            verdict = judge(a["id"], ta, b["id"], tb, preferred=doc["baseline"])
+            best = self._by_id[verdict.better]
+            reason = verdict.reason
+        if doc["stop_reason"]:
+            reason += f" (tune stopped early: {doc['stop_reason']})"
+        doc["winner"], doc["winner_reason"] = best["id"], reason
+        doc["winner_toml"] = self.lab.snippet(best["flags"])
+
+
+def _mean(trial: dict[str, Any]) -> float:
+    tp = throughput_of(trial)
+    return tp.mean if tp is not None else -math.inf
+
+
+def _in_order(a: dict[str, Any], b: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The two in trial order: within noise the one measured first (the cheaper default) is kept."""
+    return (a, b) if a["id"] <= b["id"] else (b, a)
+
+
+def _has(trial: dict[str, Any], kind: str) -> bool:
+    return any(r.get("kind") == kind and r.get("throughput_tok_s") is not None for r in trial["rounds"])
+
+
+def _short(trial: dict[str, Any]) -> Spread | None:
+    return spread_of(
+        [
+            float(r["throughput_tok_s"])
+            for r in trial["rounds"]
+            if r.get("kind") == "short" and r.get("throughput_tok_s") is not None
+        ]
+    )
