@@ -68,18 +68,14 @@ extra_args = ["--speed", "{args.speed:g}", "--startup-time", "{args.startup_time
 [calibration]
 input_len = {args.length}
 output_len = {args.length}
-max_concurrency = 32
-max_requests = {args.max_requests}
-metrics_interval = 0.2
+{f"max_requests = {args.max_requests}" if args.max_requests else ""}
+metrics_interval = {1.0 / args.speed:g}
 [schedule.profiles.reference]
 num_prompts = 16
 input_len = {args.length}
 output_len = {args.length}
 [tune]
 search = "{args.search}"
-short_requests = 40
-correctness_prompts = 12
-correctness_max_tokens = 16
 [tune.space]
 "--moe-runner-backend" = [{", ".join(f'"{b}"' for b in backends)}]
 "--cuda-graph-max-bs" = [4, 8, 16]
@@ -136,13 +132,15 @@ async def run_brute(cfg: Path) -> tuple[list[dict[str, Any]], float, int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--speed", type=float, default=10.0)
+    ap.add_argument("--speed", type=float, default=20.0, help="simulator speed (every duration / S)")
     ap.add_argument("--backends", default="auto,triton,flashinfer_cutedsl,flashinfer_trtllm")
     ap.add_argument(
-        "--startup-time", type=float, default=60.0, help="server seconds from launch to ready (sim)"
+        "--startup-time", type=float, default=300.0, help="server seconds from launch to ready (sim)"
     )
-    ap.add_argument("--length", type=int, default=128, help="input and output tokens per request")
-    ap.add_argument("--max-requests", type=int, default=600, help="[calibration] max_requests")
+    ap.add_argument("--length", type=int, default=256, help="input and output tokens per request")
+    ap.add_argument(
+        "--max-requests", type=int, default=0, help="[calibration] max_requests (0: the default, 2000)"
+    )
     ap.add_argument("--search", choices=("race", "halving"), default="race", help="[tune] search")
     args = ap.parse_args()
     configure_logging("warning", "console")

@@ -160,16 +160,33 @@ async def test_garbage_is_rejected_however_fast_and_the_fastest_correct_wins(
     assert load_doc(tmp_path / "tid") == doc
 
 
-async def test_within_noise_repeats_then_keeps_the_baseline(tmp_path: Path) -> None:
+async def test_within_noise_repeats_in_the_same_life_then_keeps_the_baseline(tmp_path: Path) -> None:
     # Baseline x=1 and x=2 alternate around the same figure: no significant difference.
     speeds = {1: [100.0, 104.0, 98.0], 2: [103.0, 97.0, 101.0]}
     lab = FakeLab(speeds)
     doc = await _tune(tmp_path, lab, [1, 2], repeats=3).run()
     by_x = {t["flags"]["--x"]: t for t in doc["trials"]}
-    assert by_x[1]["summary"]["throughput_tok_s"]["n"] == 3
+    # x=2's short figure is a record (103 > 100): full calibration, within noise of x=1's, so it
+    # is measured again in the same life, up to `repeats`; no server is started again for it.
+    assert lab.lives == [("t01", ("short", "full")), ("t02", ("short", "full", "full", "full"))]
+    assert by_x[1]["summary"]["throughput_tok_s"]["n"] == 1
     assert by_x[2]["summary"]["throughput_tok_s"]["n"] == 3
     assert doc["winner"] == by_x[1]["id"] == doc["baseline"]
     assert doc["winner_reason"].startswith("no significant difference")
+
+
+async def test_race_names_the_configurations_it_left_within_noise(tmp_path: Path) -> None:
+    # x=2 (99) is not a record after x=1 (100): no full calibration, but within the spread.
+    lab = FakeLab({1: [100.0], 2: [99.0], 3: [60.0]})
+    doc = await _tune(tmp_path, lab, [1, 2, 3]).run()
+    assert [kinds for _, kinds in lab.lives] == [("short", "full"), ("short",), ("short",)]
+    status = _status(doc)
+    assert status == {1: "measured", 2: "eliminated", 3: "eliminated"}
+    by_x = {t["flags"]["--x"]: t for t in doc["trials"]}
+    assert "within the spread" in by_x[2]["reason"]
+    assert "beyond the spread" in by_x[3]["reason"]
+    assert doc["winner"] == "t01"
+    assert doc["winner_reason"].endswith("not fully calibrated: t02")
 
 
 async def test_a_clear_difference_needs_no_repeat(tmp_path: Path) -> None:

@@ -252,27 +252,61 @@ class Tune:
         return stage == "screen" and self.settings.search == "race"
 
     def _race_verdict(self, trial: dict[str, Any]) -> tuple[bool, str]:
-        """(contender, why not): does the short measurement reach the best short one so far?"""
+        """(contender, why not): is the short measurement the best short one so far?
+
+        Strictly above the best so far (a new record), not "within its spread": a server life is
+        the expensive part of a tune, and a band this wide (one short measurement borrows +-5 %)
+        would send most configurations of a space that differ by a few percent to the full
+        calibration (benchmarks/tune_cost.py measured 5 of 10). The fastest configuration is
+        always a record when it is measured, so it always gets its full calibration; the ones
+        that stayed within noise of the winner without being records are named in the verdict."""
         own = _short(trial)
-        others = [(t, _short(t)) for t in self.doc["trials"] if t is not trial and t["status"] == "measured"]
+        others = [(t, _short(t)) for t in self.doc["trials"] if t is not trial and _has(t, "short")]
         ranked = sorted(((t, s) for t, s in others if s is not None), key=lambda p: -p[1].mean)
         if own is None or not ranked:
             return True, ""
         best, best_s = ranked[0]
-        if own.high >= best_s.low:
+        if own.mean > best_s.mean:
             return True, ""
+        beyond = "beyond the spread" if own.high < best_s.low else "within the spread"
         return False, (
             f"screen: short-calibration output throughput {own.text()} tok/s below {best['id']} "
-            f"{best_s.text()} beyond the spread (no full calibration)"
+            f"{best_s.text()}, the best so far ({beyond}; no full calibration)"
         )
 
     def _more(self, trial: dict[str, Any], stage: str) -> list[str]:
-        """Race: a contender goes on to the full calibration (and the reference) in the same life."""
-        if not self._racing(stage) or _has(trial, "full") or not _has(trial, "short"):
+        """Race: what else this life measures, without a restart. A record goes on to the full
+        calibration; a full figure within noise of the best other full figure is measured again
+        (up to ``repeats``) in the same life; then the reference profile."""
+        if not self._racing(stage) or not _has(trial, "short"):
             return []
-        if not self._race_verdict(trial)[0]:
-            return []
-        return ["full", "reference"] if self.settings.reference_profile else ["full"]
+        if not _has(trial, "full"):
+            return ["full"] if self._race_verdict(trial)[0] else []
+        if self._within_noise_of_best(trial):
+            return ["full"]
+        if self.settings.reference_profile and not any(r.get("kind") == "reference" for r in trial["rounds"]):
+            return ["reference"]
+        return []
+
+    def _within_noise_of_best(self, trial: dict[str, Any]) -> bool:
+        """Another full calibration in this life: fewer than ``repeats`` so far, and its figure's
+        spread overlaps the best other configuration's."""
+        rounds = trial["rounds"]
+        fulls = sum(1 for r in rounds if r.get("kind") == "full" and r.get("throughput_tok_s") is not None)
+        if fulls >= self.settings.repeats:
+            return False
+        own = throughput_of({"summary": summarize(rounds)})
+        others = [
+            (t, throughput_of(t)) for t in self.doc["trials"] if t is not trial and t["status"] == "measured"
+        ]
+        ranked = sorted(((t, s) for t, s in others if s is not None), key=lambda p: -p[1].mean)
+        if own is None or not ranked:
+            return False
+        best, best_s = ranked[0]
+        verdict = judge(trial["id"], own, best["id"], best_s)
+        if not verdict.significant:
+            self.say(f"{trial['id']}: within noise of {best['id']}: measuring again in the same life")
+        return not verdict.significant
 
     def _survivors(self) -> list[dict[str, Any]]:
         return [t for t in self.doc["trials"] if t["status"] == "measured"]
@@ -283,7 +317,9 @@ class Tune:
         stage = progress["stage"]
         survivors = self._survivors()
         if stage == "screen" and s.search == "race":
-            progress.update(stage="final", queue=[])  # the contenders have their full calibration
+            # Every life is done: the records had their full calibrations (and repeats within
+            # noise) in their own lives; no server is started again.
+            progress.update(stage="done", queue=[])
             return
         if stage in ("screen", "halving"):
             if len(survivors) > s.finalists:
@@ -346,10 +382,29 @@ class Tune:
             verdict = judge(a["id"], ta, b["id"], tb, preferred=doc["baseline"])
             best = self._by_id[verdict.better]
             reason = verdict.reason
+        reason += _close_calls(doc["trials"], best)
         if doc["stop_reason"]:
             reason += f" (tune stopped early: {doc['stop_reason']})"
         doc["winner"], doc["winner_reason"] = best["id"], reason
         doc["winner_toml"] = self.lab.snippet(best["flags"])
+
+
+def _close_calls(trials: Sequence[dict[str, Any]], best: dict[str, Any]) -> str:
+    """Eliminated configurations whose short figure overlapped the winner's: the verdict names
+    them (the winner beat them on a single short measurement, not beyond its spread)."""
+    won = _short(best)
+    if won is None:
+        return ""
+    close = [
+        t["id"]
+        for t in trials
+        if t["status"] == "eliminated" and (own := _short(t)) is not None and own.high >= won.low
+    ]
+    if not close:
+        return ""
+    return (
+        f"; within the spread of {best['id']}'s short measurement, not fully calibrated: {', '.join(close)}"
+    )
 
 
 def _mean(trial: dict[str, Any]) -> float:
