@@ -7,12 +7,13 @@ every finished life stays. One server life at a time (:class:`Lab`): start, corr
 the first life of a configuration, the measurements of the stage, stop.
 
 Stages: ``screen`` (gate + short calibration, every configuration, baseline first; preflight's
-known-bad ones ``skipped``; with ``search = "race"`` a configuration whose short figure reaches
-the best one so far goes on to the full calibration and the reference profile in the same life,
-any other is eliminated), ``halving`` (``search = "halving"`` only, see
+known-bad ones ``skipped``; with ``search = "race"`` a configuration whose short figure beats
+the best one so far goes on to the full calibration in the same life, repeated there while within
+noise of the best other full figure, then the reference profile; any other is eliminated; the race
+ends after the screen), ``halving`` (``search = "halving"`` only, see
 :mod:`~sentinel.tune.halving`), ``final`` (halving: full calibration + reference profile for the
-last few; both: more full calibrations while the best two are within each other's spread, up to
-``repeats``), ``done``.
+last few, started again while the best two are within each other's spread, up to ``repeats``),
+``done``.
 """
 
 from __future__ import annotations
