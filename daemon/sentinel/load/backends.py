@@ -321,8 +321,8 @@ class OpenAIParser(ResponseParser):
             content, fr, prompt, completion, cached, rtok = m.groups()
             reasoning = None
         running: int | None = None
+        rec = self.rec
         if prompt is not None:  # usage (the pattern has all four or none): `_usage`, inlined
-            rec = self.rec
             running = int(completion)
             rec.prompt_tokens = int(prompt)
             if cached is not None:
@@ -331,7 +331,20 @@ class OpenAIParser(ResponseParser):
                 self.usage_reasoning = int(rtok)
             self.usage_completion = running
         if reasoning or content:
-            self._delta(now, running, reasoning, content)
+            if running is not None and running > self.tokens_seen and not self.keep_text:
+                # `_delta` and `_chunk`, inlined for the common chunk: the client's hottest lines.
+                n = running - self.tokens_seen
+                self.tokens_seen = running
+                rec.chunk_times.append(now)
+                rec.chunk_tokens.append(n)
+                if content:
+                    rec.content_tokens += n
+                    if rec.ttfc is None:
+                        rec.ttfc = now
+                else:
+                    rec.reasoning_tokens += n
+            else:
+                self._delta(now, running, reasoning, content)
         if fr is not None:
             self._finish_reason(fr.decode())
         return True
