@@ -10,8 +10,11 @@ Wire formats (SGLang v0.5.9; see docs in shared reference §2.4/2.5):
   carries usage, which gives exact tokens per chunk under multi-token prediction.
 - errors after the stream began are `data: {"error": {...}}` events in a 200 response.
 
-Parsers are fed decoded JSON events with their arrival time and fill a `RequestRecord`; a
-protocol violation raises `StreamFailure` with the failure reason.
+Parsers are fed SSE events with their arrival time and fill a `RequestRecord`; a protocol
+violation raises `StreamFailure` with the failure reason. Events are decoded as JSON, except the
+common shapes that are read from their bytes with the same result (the native stream's middle
+events, SGLang's OpenAI chunks: `sentinel.load.openai_chunks`), which is most of the client's
+CPU per token otherwise.
 """
 
 from __future__ import annotations
