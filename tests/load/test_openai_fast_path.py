@@ -21,7 +21,8 @@ from sentinel.load.openai_chunks import CHAT_CHUNK, COMPLETION_CHUNK
 from sentinel.load.records import FailureReason, RequestRecord
 from sentinel.load.sink import split_events
 
-# What SGLang 0.5.9 (and `sentinel sim`) writes, byte for byte: chunks of `curl -N` output.
+# What SGLang 0.5.9 (and `sentinel sim`) writes, byte for byte: chunks of `curl -N` output; the
+# chat file ends with two in 0.5.23's usage shape (`completion_tokens_details`).
 _FIXTURES = Path(__file__).parent / "fixtures"
 SGLANG_CHAT = split_events((_FIXTURES / "sglang_openai_chunks_chat.sse").read_bytes())[0]
 SGLANG_COMPLETION = split_events((_FIXTURES / "sglang_openai_chunks_completions.sse").read_bytes())[0]
@@ -45,8 +46,8 @@ def _usage(rng: random.Random, completion: int) -> Any:
     }
     if kind > 0.9:
         usage.pop(rng.choice(list(usage)))  # a server that leaves a field out
-    elif kind > 0.85:
-        usage["completion_tokens_details"] = {"reasoning_tokens": 2}  # OpenAI's own field
+    elif kind > 0.8:  # SGLang 0.5.23's (and OpenAI's) other place for the reasoning count
+        usage["completion_tokens_details"] = rng.choice([None, {"reasoning_tokens": 2}, {"x": 1}])
     return usage
 
 

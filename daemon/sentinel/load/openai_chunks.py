@@ -4,7 +4,7 @@ At one token per event, `json.loads` and walking the decoded dicts was the large
 client's CPU on the chat and completions routes (a cProfile of `sentinel bench` against
 `sentinel sim --stream-interval 1`: about half of the read path), where the native route's
 parser already reads its events with byte searches. These patterns match, in full, the chunks
-SGLang v0.5.9/0.5.23 write (`model_dump_json()` of `ChatCompletionStreamResponse` /
+SGLang v0.5.9 and v0.5.23 write (`model_dump_json()` of `ChatCompletionStreamResponse` /
 `CompletionStreamResponse`: compact, fields in declaration order, `delta` with every field,
 one choice, usage null or `UsageInfo`), and capture what the parser needs.
 
@@ -35,7 +35,9 @@ _USAGE = (
     rb'"usage":(?:null|\{"prompt_tokens":' + _CINT + rb',"total_tokens":' + _INT
     + rb',"completion_tokens":' + _CINT
     + rb',"prompt_tokens_details":(?:null|\{"cached_tokens":' + _CINT + rb"\})"
-    + rb',"reasoning_tokens":' + _CINT + rb"\})\}"
+    + rb',"reasoning_tokens":' + _CINT
+    # 0.5.23 adds OpenAI's location of the reasoning count (the parser reads reasoning_tokens).
+    + rb'(?:,"completion_tokens_details":(?:null|\{"reasoning_tokens":' + _INT + rb"\}))?\})\}"
 )  # fmt: skip
 _HEAD = rb'\{"id":' + _STR + rb',"object":"%s","created":' + _INT + rb',"model":' + _STR
 
