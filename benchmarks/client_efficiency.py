@@ -31,7 +31,10 @@ Needs the peers: `bash benchmarks/peer_setup.sh`. A peer that cannot run prints 
 Usage: .venv/bin/python benchmarks/client_efficiency.py [--speed 1.5] [--num-prompts 192]
        [--input-len 256] [--output-len 512] [--max-concurrency 48] [--repeat 2]
        [--backends sglang,sglang-oai,sglang-oai-chat] [--clients sentinel,bs23,rust,bs59] [--pin]
-       [--profile tiny-llama-1x-h200]
+       [--profile tiny-llama-1x-h200] [--baseline DIR]
+`--baseline DIR` adds the client `base`: `sentinel bench` of another checkout (DIR, e.g. one of
+main made with `git archive`), run from its `daemon/` with this venv, so that a change to the
+client is measured before/after in one run (its ratio column reads sentinel ÷ baseline).
 The box is shared: the load average is printed with the table; compare ratios within one run.
 """
 
@@ -67,6 +70,7 @@ CLIENTS = {
     "bs23": "bench_serving 0.5.23",
     "rust": "bench_serving 0.5.23 --rust-client",
     "bs59": "bench_serving 0.5.9",
+    "base": "sentinel bench --baseline",
 }
 THINKING_OFF = {"chat_template_kwargs": {"enable_thinking": False}}
 
@@ -167,6 +171,11 @@ def client_argv(client: str, backend: str, base_url: str, args: argparse.Namespa
         common += ["--extra-request-body", json.dumps(THINKING_OFF)]
     if client == "sentinel":
         return [str(SENTINEL), "bench", "--log-level", "warning", *common]
+    if client == "base":
+        if not args.baseline:
+            raise PeerNotReady("client base needs --baseline DIR")
+        main = "import sys; from sentinel.cli import main; sys.argv[0] = 'sentinel'; sys.exit(main())"
+        return [sys.executable, "-c", main, "bench", "--log-level", "warning", *common]
     tokenizer = ["--tokenizer", str(peer_tokenizer())]
     if client == "bs59":
         return [str(peer_python()), str(SHIM), *common, *tokenizer]
@@ -185,6 +194,8 @@ def run_one(sim: Any, client: str, backend: str, rnd: int, args: argparse.Namesp
             return Row(backend, client, rnd, error=str(exc))
         t0 = time.time()
         env = {**os.environ, **OFFLINE_ENV}
+        if client == "base":  # the baseline's package first on the path, ahead of this checkout's
+            env["PYTHONPATH"] = str(Path(args.baseline, "daemon").resolve())
         with tempfile.TemporaryFile() as err:
             proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, cwd=tmp, env=env)
             with CpuSampler({"client": proc.pid, "sim": sim.pid}) as sampler:
@@ -232,11 +243,14 @@ def main() -> None:
     ap.add_argument("--max-concurrency", type=int, default=48)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--backends", default="sglang,sglang-oai,sglang-oai-chat")
-    ap.add_argument("--clients", default=",".join(CLIENTS))
+    ap.add_argument("--clients", default=",".join(c for c in CLIENTS if c != "base"))
     ap.add_argument("--pin", action="store_true", help="simulator on CPU 0, clients on CPU 1")
+    ap.add_argument("--baseline", help="a checkout whose sentinel bench is client `base`")
     args = ap.parse_args()
     backends = args.backends.split(",")
     clients = args.clients.split(",")
+    if args.baseline and "base" not in clients:
+        clients.append("base")
     for c in clients:
         if c not in CLIENTS:
             raise SystemExit(f"unknown client {c!r}; known: {', '.join(CLIENTS)}")

@@ -10,8 +10,11 @@ Wire formats (SGLang v0.5.9; see docs in shared reference §2.4/2.5):
   carries usage, which gives exact tokens per chunk under multi-token prediction.
 - errors after the stream began are `data: {"error": {...}}` events in a 200 response.
 
-Parsers are fed decoded JSON events with their arrival time and fill a `RequestRecord`; a
-protocol violation raises `StreamFailure` with the failure reason.
+Parsers are fed SSE events with their arrival time and fill a `RequestRecord`; a protocol
+violation raises `StreamFailure` with the failure reason. Events are decoded as JSON, except the
+common shapes that are read from their bytes with the same result (the native stream's middle
+events, SGLang's OpenAI chunks: `sentinel.load.openai_chunks`), which is most of the client's
+CPU per token otherwise.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import re
 from typing import Any
 
 from sentinel.load.datasets import Prompt
+from sentinel.load.openai_chunks import CHAT_CHUNK, COMPLETION_CHUNK
 from sentinel.load.records import FailureReason, RequestRecord
 from sentinel.load.spec import Backend, LoadSpec
 
@@ -275,6 +279,7 @@ class OpenAIParser(ResponseParser):
     def __init__(self, rec: RequestRecord, keep_text: bool, chat: bool) -> None:
         super().__init__(rec, keep_text)
         self.chat = chat
+        self.pattern = CHAT_CHUNK if chat else COMPLETION_CHUNK
         self.usage_reasoning: int | None = None
 
     def _usage(self, usage: object) -> int | None:
@@ -292,6 +297,60 @@ class OpenAIParser(ResponseParser):
             self.usage_reasoning = reasoning
         self.usage_completion = completion
         return completion
+
+    def feed_event(self, event: bytes, now: float) -> None:
+        """SGLang's chunks are read by one match of their exact byte shape
+        (`sentinel.load.openai_chunks`); anything else by the full decode."""
+        m = self.pattern.fullmatch(event, 6, len(event) - 2)
+        if m is None or not self._take(m, event, now):
+            ResponseParser.feed_bytes(self, event[6:-2], now)
+
+    def feed_bytes(self, payload: bytes, now: float) -> None:
+        m = self.pattern.fullmatch(payload)
+        if m is None or not self._take(m, payload, now):
+            ResponseParser.feed_bytes(self, payload, now)
+
+    def _take(self, m: re.Match[bytes], raw: bytes, now: float) -> bool:
+        """A matched chunk, with the same effect as `feed` of its decoded JSON. False (nothing
+        done) when it is not valid UTF-8: the full decode reports that."""
+        if not raw.isascii():
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return False
+        if self.chat:
+            content, reasoning, fr, prompt, completion, cached, rtok = m.groups()
+        else:
+            content, fr, prompt, completion, cached, rtok = m.groups()
+            reasoning = None
+        running: int | None = None
+        rec = self.rec
+        if prompt is not None:  # usage (the pattern has all four or none): `_usage`, inlined
+            running = int(completion)
+            rec.prompt_tokens = int(prompt)
+            if cached is not None:
+                rec.cached_tokens = int(cached)
+            if rtok != b"0":
+                self.usage_reasoning = int(rtok)
+            self.usage_completion = running
+        if reasoning or content:
+            if running is not None and running > self.tokens_seen and not self.keep_text:
+                # `_delta` and `_chunk`, inlined for the common chunk: the client's hottest lines.
+                n = running - self.tokens_seen
+                self.tokens_seen = running
+                rec.chunk_times.append(now)
+                rec.chunk_tokens.append(n)
+                if content:
+                    rec.content_tokens += n
+                    if rec.ttfc is None:
+                        rec.ttfc = now
+                else:
+                    rec.reasoning_tokens += n
+            else:
+                self._delta(now, running, reasoning, content)
+        if fr is not None:
+            self._finish_reason(fr.decode())
+        return True
 
     def feed(self, obj: Any, now: float) -> None:
         if not isinstance(obj, dict):
@@ -317,27 +376,34 @@ class OpenAIParser(ResponseParser):
             reasoning_text = None
             content_text = choice.get("text")
         if reasoning_text or content_text:
-            if running is not None and running > self.tokens_seen:
-                n = running - self.tokens_seen
-                self.tokens_seen = running
-            else:
-                # No per-chunk usage: one token per chunk, as bench_serving's chat client.
-                n = 1
-                self.tokens_seen += 1
-            self._chunk(
-                now, n, reasoning=bool(reasoning_text) and not content_text, content=bool(content_text)
-            )
-            if self.keep_text:
-                # bench_serving's generated_text: reasoning then content (_combine_openai_chat_content).
-                for part in (reasoning_text, content_text):
-                    if isinstance(part, str):
-                        self.texts.append(part)
+            self._delta(now, running, reasoning_text, content_text)
         fr = choice.get("finish_reason")
         if fr is not None:
-            self.finished = True
-            self.rec.finish_reason = str(fr)
-            if fr == "abort":
-                raise StreamFailure(FailureReason.ABORTED, "server aborted the request")
+            self._finish_reason(fr)
+
+    def _delta(self, now: float, running: int | None, reasoning_text: Any, content_text: Any) -> None:
+        """A chunk with text; the texts are str (decoded JSON) or bytes (the fast path's UTF-8)."""
+        if running is not None and running > self.tokens_seen:
+            n = running - self.tokens_seen
+            self.tokens_seen = running
+        else:
+            # No per-chunk usage: one token per chunk, as bench_serving's chat client.
+            n = 1
+            self.tokens_seen += 1
+        self._chunk(now, n, reasoning=bool(reasoning_text) and not content_text, content=bool(content_text))
+        if self.keep_text:
+            # bench_serving's generated_text: reasoning then content (_combine_openai_chat_content).
+            for part in (reasoning_text, content_text):
+                if isinstance(part, str):
+                    self.texts.append(part)
+                elif isinstance(part, bytes):
+                    self.texts.append(part.decode("utf-8"))
+
+    def _finish_reason(self, fr: object) -> None:
+        self.finished = True
+        self.rec.finish_reason = str(fr)
+        if fr == "abort":
+            raise StreamFailure(FailureReason.ABORTED, "server aborted the request")
 
     def finish(self) -> None:
         super().finish()
