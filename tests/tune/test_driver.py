@@ -36,6 +36,7 @@ class FakeLab:
         self.skip = skip
         self.kill_at_life = kill_at_life
         self.lives: list[tuple[str, tuple[str, ...]]] = []
+        self.probes: list[int | None] = []
         self.reaped = 0
 
     @staticmethod
@@ -53,8 +54,10 @@ class FakeLab:
         kinds: Sequence[str],
         checkpoint: Callable[[], None],
         more: Callable[[dict[str, Any]], Sequence[str]] = lambda trial: (),
+        probe_concurrency: int | None = None,
     ) -> LifeResult:
         self.lives.append((trial["id"], tuple(kinds)))
+        self.probes.append(probe_concurrency)
         key = self._key(trial["flags"])
         trial["started_at"], trial["ready_s"] = "2026-12-01T00:00:00Z", 1.0
         if gate:
@@ -79,6 +82,7 @@ class FakeLab:
             trial["rounds"].append(
                 {
                     "kind": kind,
+                    "saturation_concurrency": 24 if kind == "full" else None,
                     "throughput_tok_s": tp,
                     "ttft_p99_s": 1000 / tp,
                     "tokens": 1000,
@@ -168,7 +172,7 @@ async def test_within_noise_repeats_in_the_same_life_then_keeps_the_baseline(tmp
     by_x = {t["flags"]["--x"]: t for t in doc["trials"]}
     # x=2's short figure is a record (103 > 100): full calibration, within noise of x=1's, so it
     # is measured again in the same life, up to `repeats`; no server is started again for it.
-    assert lab.lives == [("t01", ("short", "full")), ("t02", ("short", "full", "full", "full"))]
+    assert lab.lives == [("t01", ("full", "short")), ("t02", ("short", "full", "full", "full"))]
     assert by_x[1]["summary"]["throughput_tok_s"]["n"] == 1
     assert by_x[2]["summary"]["throughput_tok_s"]["n"] == 3
     assert doc["winner"] == by_x[1]["id"] == doc["baseline"]
@@ -179,7 +183,7 @@ async def test_race_names_the_configurations_it_left_within_noise(tmp_path: Path
     # x=2 (99) is not a record after x=1 (100): no full calibration, but within the spread.
     lab = FakeLab({1: [100.0], 2: [99.0], 3: [60.0]})
     doc = await _tune(tmp_path, lab, [1, 2, 3]).run()
-    assert [kinds for _, kinds in lab.lives] == [("short", "full"), ("short",), ("short",)]
+    assert [kinds for _, kinds in lab.lives] == [("full", "short"), ("short",), ("short",)]
     status = _status(doc)
     assert status == {1: "measured", 2: "eliminated", 3: "eliminated"}
     by_x = {t["flags"]["--x"]: t for t in doc["trials"]}
@@ -192,7 +196,10 @@ async def test_race_names_the_configurations_it_left_within_noise(tmp_path: Path
 async def test_a_clear_difference_needs_no_repeat(tmp_path: Path) -> None:
     lab = FakeLab({1: [100.0], 2: [200.0]})
     doc = await _tune(tmp_path, lab, [1, 2], repeats=3).run()
-    assert lab.lives == [("t01", ("short", "full")), ("t02", ("short", "full"))]
+    # The first configuration: full calibration first, then its probe at the concurrency where it
+    # saturated; every later probe runs at that concurrency.
+    assert lab.lives == [("t01", ("full", "short")), ("t02", ("short", "full"))]
+    assert lab.probes == [None, 24]
     assert doc["winner"] == "t02"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -108,3 +109,22 @@ def test_version_dependent_spellings_follow_the_rendered_sglang() -> None:
     on = apply_flags(old.argv, {"--disable-cuda-graph": True}, flag_aliases(old, ["--disable-cuda-graph"]))
     assert on[-1] == "--disable-cuda-graph"
     assert dataclasses.replace(old, argv=tuple(on)).argv.count("--disable-cuda-graph") == 1
+
+
+def test_short_round_is_one_probe_step_once_the_race_knows_where_to_probe() -> None:
+    from sentinel.calibrate.search import step_requests
+    from sentinel.calibrate.settings import CalibrationSettings
+    from sentinel.tune.measure import tune_calibration
+
+    base = CalibrationSettings()
+    kw: dict[str, Any] = {"short_requests": 150, "short_max_concurrency": None, "ttft_p99_s": 2.0}
+    ramp = tune_calibration(base, "short", tpot_p99_s=None, **kw)
+    assert (ramp.start_concurrency, ramp.max_concurrency, ramp.max_requests) == (16, 64, 150)
+    probe = tune_calibration(base, "short", tpot_p99_s=None, probe_concurrency=24, **kw)
+    assert (probe.start_concurrency, probe.max_concurrency) == (24, 24)
+    # One step of two requests per slot, and the budget holds exactly that step.
+    assert probe.max_requests == step_requests(24, probe) == 48
+    assert probe.seed != base.seed  # not the full calibration's prompts (prefix cache)
+    assert probe.slo.ttft_seconds == 2.0
+    full = tune_calibration(base, "full", tpot_p99_s=None, probe_concurrency=24, **kw)
+    assert (full.start_concurrency, full.max_concurrency, full.max_requests) == (1, 64, 2000)

@@ -26,6 +26,7 @@ from typing import Any, Literal, Protocol
 
 from sentinel.tune.compare import Spread, judge, spread_of
 from sentinel.tune.halving import halve, pareto, summarize, throughput_of
+from sentinel.tune.measure import saturation_concurrency
 from sentinel.tune.settings import TuneSettings
 from sentinel.tune.space import Flags, flag_label
 from sentinel.tune.state import SCHEMA, now_iso, save_doc
@@ -59,10 +60,13 @@ class Lab(Protocol):
         kinds: Sequence[str],
         checkpoint: Callable[[], None],
         more: Callable[[dict[str, Any]], Sequence[str]] = lambda trial: (),
+        probe_concurrency: int | None = None,
     ) -> LifeResult:
         """One server life: fills ``trial``'s started_at/ready_s/server_version/gpu/correctness and
         appends one round per measurement, calling ``checkpoint()`` after each phase. When the
-        ``kinds`` are done, ``more(trial)`` may ask for further measurements in the same life."""
+        ``kinds`` are done, ``more(trial)`` may ask for further measurements in the same life.
+        A ``short`` measurement runs at ``probe_concurrency`` (else at the concurrency where this
+        trial's own full calibration saturated, else the short ramp)."""
         ...
 
     async def reap_leftover(self) -> None:
@@ -217,6 +221,10 @@ class Tune:
             kinds: list[str] = (
                 ["full"] if has_full or not self.settings.reference_profile else ["full", "reference"]
             )
+        elif self._racing(stage) and self._probe_anchor() is None:
+            # The first configuration measured gets its full calibration first: where it
+            # saturates is the concurrency every other configuration's probe runs at.
+            kinds = ["full"]
         else:
             kinds = ["short"]
         progress = self.doc["progress"]
@@ -231,7 +239,12 @@ class Tune:
         self.save()
         self.say(f"{trial['id']} {trial['label']}: starting ({stage}: {', '.join(kinds)})")
         result = await self.lab.life(
-            trial, gate=gate, kinds=kinds, checkpoint=self.save, more=lambda t: self._more(t, stage)
+            trial,
+            gate=gate,
+            kinds=kinds,
+            checkpoint=self.save,
+            more=lambda t: self._more(t, stage),
+            probe_concurrency=self._probe_anchor() if self._racing(stage) else None,
         )
         budget = self.doc["budget"]
         budget["spent_time_s"] = round(budget["spent_time_s"] + result.trial_s, 3)
@@ -279,8 +292,12 @@ class Tune:
         """Race: what else this life measures, without a restart. A record goes on to the full
         calibration; a full figure within noise of the best other full figure is measured again
         (up to ``repeats``) in the same life; then the reference profile."""
-        if not self._racing(stage) or not _has(trial, "short"):
+        if not self._racing(stage):
             return []
+        if not _has(trial, "short"):
+            # The first configuration: its probe, at its own saturation concurrency, comparable
+            # with everyone else's.
+            return ["short"] if _has(trial, "full") else []
         if not _has(trial, "full"):
             return ["full"] if self._race_verdict(trial)[0] else []
         if self._within_noise_of_best(trial):
@@ -288,6 +305,14 @@ class Tune:
         if self.settings.reference_profile and not any(r.get("kind") == "reference" for r in trial["rounds"]):
             return ["reference"]
         return []
+
+    def _probe_anchor(self) -> int | None:
+        """The concurrency of the race's probes: where the first full calibration saturated."""
+        for t in self.doc["trials"]:
+            c = saturation_concurrency(t)
+            if c is not None:
+                return c
+        return None
 
     def _within_noise_of_best(self, trial: dict[str, Any]) -> bool:
         """Another full calibration in this life: fewer than ``repeats`` so far, and its figure's

@@ -109,6 +109,9 @@ def calibration_round(kind: str, result: CalibrationResult) -> dict[str, Any]:
         "ttft_p99_s": m.ttft.p99 if m is not None and m.ttft is not None else None,
         "tpot_p50_s": m.tpot.p50 if m is not None and m.tpot is not None else None,
         "knee_concurrency": result.knee_concurrency.value,
+        # Where the saturation figure was measured: the race's probes of the other configurations
+        # run at this concurrency (tune_calibration).
+        "saturation_concurrency": step.concurrency if step is not None else None,
         "slo_capacity_rps": result.max_rate_within_slo.value,
         "tokens": tokens,
         "duration_s": round(result.duration, 3),
@@ -148,8 +151,15 @@ def tune_calibration(
     short_max_concurrency: int | None,
     ttft_p99_s: float | None,
     tpot_p99_s: float | None,
+    probe_concurrency: int | None = None,
 ) -> CalibrationSettings:
-    """[calibration] for a tune round: the tune's SLO; a short round on a smaller request budget."""
+    """[calibration] for a tune round: the tune's SLO; a short round on a smaller request budget.
+
+    With ``probe_concurrency`` (the race, once the first configuration's full calibration found
+    where it saturates) the short round is one step at that concurrency: two requests per slot,
+    prompts of another seed than the full calibration's (a server that just ran the full
+    calibration must not answer the probe from its prefix cache). One step is what makes it
+    cheaper than a full calibration, whose low-concurrency steps cost the most wall time."""
     data = base.model_dump()
     slo = dict(data["slo"])
     if ttft_p99_s is not None:
@@ -157,7 +167,17 @@ def tune_calibration(
     if tpot_p99_s is not None:
         slo.update(tpot_seconds=tpot_p99_s, tpot_percentile=99)
     data["slo"] = slo
-    if kind == "short":
+    if kind == "short" and probe_concurrency is not None:
+        c = max(1, probe_concurrency)
+        requests = max(base.step_min_requests, 2 * c)
+        data.update(
+            start_concurrency=c,
+            max_concurrency=c,
+            step_requests_per_slot=max(base.step_requests_per_slot, 2.0),
+            max_requests=requests,
+            seed=base.seed + 7919,
+        )
+    elif kind == "short":
         data["max_requests"] = min(base.max_requests, short_requests)
         top = short_max_concurrency if short_max_concurrency is not None else base.max_concurrency
         data["max_concurrency"] = top
@@ -166,3 +186,11 @@ def tune_calibration(
         data["start_concurrency"] = max(base.start_concurrency, top // 4, 1)
         data["start_concurrency"] = min(data["start_concurrency"], top)
     return CalibrationSettings.model_validate(data)
+
+
+def saturation_concurrency(trial: dict[str, Any]) -> int | None:
+    """Where this trial's first full calibration saturated (None: no full round yet)."""
+    for r in trial.get("rounds", ()):
+        if r.get("kind") == "full" and isinstance(r.get("saturation_concurrency"), int):
+            return int(r["saturation_concurrency"])
+    return None

@@ -40,6 +40,7 @@ from sentinel.tune.measure import (
     gate_reason,
     reference_round,
     run_gate,
+    saturation_concurrency,
     tune_calibration,
 )
 from sentinel.tune.settings import TuneSettings
@@ -170,6 +171,7 @@ class ServerLab:
         kinds: Sequence[str],
         checkpoint: Callable[[], None],
         more: Callable[[dict[str, Any]], Sequence[str]] = lambda trial: (),
+        probe_concurrency: int | None = None,
     ) -> LifeResult:
         t0 = time.monotonic()
         cmd = self.command_for(trial["flags"])
@@ -184,7 +186,7 @@ class ServerLab:
         result = LifeResult("failed", "not started")
         try:
             await sup.start()
-            result = await self._serve(sup, trial, gate, kinds, checkpoint, t0, more)
+            result = await self._serve(sup, trial, gate, kinds, checkpoint, t0, more, probe_concurrency)
         finally:
             await sup.stop()
             result.trial_s = round(time.monotonic() - t0, 3)
@@ -199,6 +201,7 @@ class ServerLab:
         checkpoint: Callable[[], None],
         t0: float,
         more: Callable[[dict[str, Any]], Sequence[str]],
+        probe_concurrency: int | None,
     ) -> LifeResult:
         limit = self.tune.ready_timeout or self.server.start_timeout
         try:
@@ -237,7 +240,7 @@ class ServerLab:
         pending = list(kinds)
         while pending:
             kind = pending.pop(0)
-            measured = await self._measure(kind)
+            measured = await self._measure(kind, probe_concurrency or saturation_concurrency(trial))
             measured["round"] = len(trial["rounds"])
             tokens += int(measured.get("tokens") or 0)
             snap = sup.snapshot()
@@ -259,7 +262,7 @@ class ServerLab:
                 pending = list(more(trial))
         return LifeResult("ok", tokens=tokens)
 
-    async def _measure(self, kind: str) -> dict[str, Any]:
+    async def _measure(self, kind: str, probe_concurrency: int | None) -> dict[str, Any]:
         if kind == "reference":
             assert self.reference is not None
             return await reference_round(
@@ -273,6 +276,7 @@ class ServerLab:
             short_max_concurrency=t.short_max_concurrency,
             ttft_p99_s=t.slo.ttft_p99_s,
             tpot_p99_s=t.slo.tpot_p99_s,
+            probe_concurrency=probe_concurrency if t.search == "race" else None,
         )
         result = await calibrate(cal, base_url=self.base_url, api_key=self.api_key or None)
         return calibration_round(kind, result)
