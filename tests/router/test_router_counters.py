@@ -84,15 +84,13 @@ def test_the_collector_exports_the_derived_counters_not_the_smg_families() -> No
 
 
 def test_a_quiet_router_exports_every_counter_at_zero_from_its_first_read() -> None:
-    pool = {"workers": [{"url": f"http://127.0.0.1:3100{i}", "is_healthy": True} for i in (1, 2, 3)]}
-    reg = scrape(QUIET, pool)
+    urls = [f"http://127.0.0.1:3100{i}" for i in (1, 2, 3)]  # the workers of the quiet capture
+    reg = scrape(QUIET, {"workers": [{"url": u, "is_healthy": True} for u in urls]})
     assert reg.get_sample_value("sentinel_router_retries_exhausted_total") == 0
     for source in ("worker", "gateway"):
         assert reg.get_sample_value("sentinel_router_upstream_5xx_total", {"source": source}) == 0
-    for w in pool["workers"]:
-        assert (
-            reg.get_sample_value("sentinel_router_worker_breaker_failures_total", {"worker": w["url"]}) == 0
-        )
+    for url in urls:
+        assert reg.get_sample_value("sentinel_router_worker_breaker_failures_total", {"worker": url}) == 0
 
 
 def test_without_the_metrics_port_the_counters_are_absent_not_zero() -> None:
