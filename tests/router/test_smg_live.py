@@ -378,6 +378,13 @@ def test_an_open_breaker_on_a_healthy_worker_is_seen_as_unroutable(
         assert value("sentinel_router_worker_routable", worker=good) == 1
         assert value("sentinel_router_workers", state="breaker_open") == 1
         assert value("sentinel_router_ready") == 1
+        # The errors clients saw, from the router's counters: every 503 was the faulty worker's own
+        # answer (retries off), and the breaker counted its failures there only.
+        assert value("sentinel_router_upstream_5xx_total", source="worker") == codes.count(503)
+        assert value("sentinel_router_upstream_5xx_total", source="gateway") == 0
+        assert (value("sentinel_router_worker_breaker_failures_total", worker=bad) or 0) >= 3
+        assert value("sentinel_router_worker_breaker_failures_total", worker=good) == 0
+        assert value("sentinel_router_retries_exhausted_total") is not None
 
 
 def test_a_prefill_decode_pair_of_simulators_serves_through_the_router_in_pd_mode(

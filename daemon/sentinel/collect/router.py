@@ -13,12 +13,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import httpx
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from sentinel.collect.registry import CollectorInputs, register
 from sentinel.collect.source import CollectionFailed
 from sentinel.router import RouterReadError, RouterSnapshot, read_router
+from sentinel.router.counters import UPSTREAM_SOURCES, RouterCounters
 from sentinel.router.workers import WORKER_STATES
 
 __all__ = ["RouterCollector", "router_families"]
@@ -69,6 +70,8 @@ def router_families(snap: RouterSnapshot, expected_workers: int = 0) -> list[Met
     out: list[Metric] = [ready, healthy, routable, pool]
     if snap.breakers_read:
         out.append(breaker)
+    if snap.counters is not None:
+        out.extend(_counter_families(snap.counters, [w.url for w in snap.workers]))
     if expected_workers:
         expected = GaugeMetricFamily(
             "sentinel_router_workers_expected", "The pool size the configuration expects ([server.router])."
@@ -76,6 +79,43 @@ def router_families(snap: RouterSnapshot, expected_workers: int = 0) -> list[Met
         expected.add_metric([], float(expected_workers))
         out.append(expected)
     return out
+
+
+# The router's own counts, exposed as the router reports them: a router restart resets them, which
+# Prometheus reads as a counter reset (rate() and increase() handle it), as for the re-exposed
+# sglang:* counters of a restarted server. Keeping a running offset here would need state across
+# scrapes and would still be wrong whenever sentinel restarts too.
+_RESET_NOTE = " The router's own count: a router restart shows as a counter reset."
+
+
+def _counter_families(c: RouterCounters, workers: list[str]) -> list[Metric]:
+    exhausted = CounterMetricFamily(
+        "sentinel_router_retries_exhausted",
+        "Requests the router gave up on after all its retries, router-wide: the sum of"
+        " smg_worker_retries_exhausted_total over worker_type and endpoint (it has no worker label)."
+        + _RESET_NOTE,
+    )
+    exhausted.add_metric([], c.retries_exhausted)
+    upstream = CounterMetricFamily(
+        "sentinel_router_upstream_5xx",
+        "5xx answers to routed requests, router-wide: smg_router_upstream_responses_total with a 5xx"
+        " status_code, summed; source=worker when a worker answered it (empty error_code), gateway when"
+        " the router made it up (connection failed, no available workers)." + _RESET_NOTE,
+        labels=["source"],
+    )
+    for source in UPSTREAM_SOURCES:
+        upstream.add_metric([source], c.upstream_5xx.get(source, 0.0))
+    failures = CounterMetricFamily(
+        "sentinel_router_worker_breaker_failures",
+        "Failures the router's circuit breaker counted for the worker (5xx answers, failed"
+        ' connections): smg_worker_cb_outcomes_total{outcome="failure"}.' + _RESET_NOTE,
+        labels=["worker"],
+    )
+    # Every worker of the pool at 0 from its first read; a URL only the counters name (left the
+    # pool) is still reported while the router keeps it.
+    for url in sorted(set(workers) | set(c.worker_failures)):
+        failures.add_metric([url], c.worker_failures.get(url, 0.0))
+    return [exhausted, upstream, failures]
 
 
 class RouterCollector:

@@ -8,9 +8,11 @@ from __future__ import annotations
 import time
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from sentinel.httpread import HttpReadError, read
-from sentinel.router.workers import RouterSnapshot, WorkerView, parse_breakers, parse_workers
+from sentinel.router.counters import RouterCounters, parse_counters
+from sentinel.router.workers import RouterSnapshot, WorkerView, breakers_of, parse_workers
 
 __all__ = ["READINESS_PATH", "RouterReadError", "read_router", "resolve_model"]
 
@@ -48,7 +50,7 @@ async def resolve_model(client: httpx.AsyncClient, timeout_s: float) -> str:
 async def read_router(
     client: httpx.AsyncClient, *, timeout_s: float, metrics_url: str | None = None
 ) -> RouterSnapshot:
-    """/readiness and /workers of the router ``client`` points at, plus breakers from ``metrics_url``.
+    """/readiness and /workers of the router ``client`` points at; breakers and counters from ``metrics_url``.
 
     Raises :class:`RouterReadError` when /workers cannot be read; an unreadable metrics port only
     leaves the breakers unknown (``breakers_read`` False): the pool is still worth reporting.
@@ -70,6 +72,7 @@ async def read_router(
     except ValueError as exc:  # JSONDecodeError is one
         raise RouterReadError("bad_reply", str(exc)[:200]) from None
     breakers: dict[str, str] = {}
+    counters: RouterCounters | None = None
     breakers_read = False
     if metrics_url is not None:
         try:
@@ -81,7 +84,8 @@ async def read_router(
                 max_bytes=32 << 20,
                 expect_ok=True,
             )
-            breakers = parse_breakers(resp.text)
+            families = list(text_string_to_metric_families(resp.text))
+            breakers, counters = breakers_of(families), parse_counters(families)
             breakers_read = True
         except (HttpReadError, ValueError):
             pass
@@ -89,4 +93,4 @@ async def read_router(
         WorkerView(url, healthy, status, breakers.get(url) if breakers_read else None)
         for url, healthy, status in pool
     )
-    return RouterSnapshot(ready.status_code == 200, views, breakers_read, time.time())
+    return RouterSnapshot(ready.status_code == 200, views, breakers_read, time.time(), counters)

@@ -6,12 +6,23 @@ malformed reply raises ``ValueError`` naming what was wrong, never ``KeyError``/
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["BREAKER_STATES", "RouterSnapshot", "WorkerView", "parse_breakers", "parse_workers"]
+from sentinel.router.counters import RouterCounters
+
+__all__ = [
+    "BREAKER_STATES",
+    "RouterSnapshot",
+    "WorkerView",
+    "breakers_of",
+    "parse_breakers",
+    "parse_workers",
+]
 
 # smg_worker_cb_state's values (its HELP text: "0=closed, 1=open, 2=half_open").
 BREAKER_STATES = {0: "closed", 1: "open", 2: "half_open"}
@@ -50,6 +61,8 @@ class RouterSnapshot:
     workers: tuple[WorkerView, ...]
     breakers_read: bool  # the metrics port answered
     timestamp: float  # wall clock of the read
+    # The router's error counters; None when its metrics port was not read.
+    counters: RouterCounters | None = None
 
     def routable(self, url: str) -> bool:
         return any(w.url == url and w.routable for w in self.workers)
@@ -81,8 +94,13 @@ def parse_workers(data: Any) -> list[tuple[str, bool, str]]:
 
 def parse_breakers(text: str) -> dict[str, str]:
     """worker URL -> breaker state, from the router's ``/metrics`` text (smg_worker_cb_state)."""
+    return breakers_of(text_string_to_metric_families(text))
+
+
+def breakers_of(families: Iterable[Metric]) -> dict[str, str]:
+    """:func:`parse_breakers` of families already parsed (the reader parses the text once)."""
     out: dict[str, str] = {}
-    for family in text_string_to_metric_families(text):
+    for family in families:
         if family.name != "smg_worker_cb_state":
             continue
         for s in family.samples:
