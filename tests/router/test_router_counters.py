@@ -112,3 +112,15 @@ async def test_a_router_restart_shows_as_a_counter_reset() -> None:
     assert snap.counters is not None
     assert snap.counters.retries_exhausted == 1
     assert any(f.name == "sentinel_router_retries_exhausted" for f in router_families(snap))
+
+
+def test_a_counter_that_is_not_a_count_is_a_failed_read_not_an_export() -> None:
+    import pytest
+
+    for bad in ("NaN", "-3", "+Inf"):
+        text = (
+            "# TYPE smg_worker_retries_exhausted_total counter\n"
+            f'smg_worker_retries_exhausted_total{{worker_type="regular"}} {bad}\n'
+        )
+        with pytest.raises(ValueError, match="not a count"):
+            parse_counters(text_string_to_metric_families(text))

@@ -9,6 +9,7 @@ Parsing only; a malformed value raises ``ValueError`` like the rest of :mod:`sen
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -28,6 +29,14 @@ class RouterCounters:
     worker_failures: dict[str, float] = field(default_factory=dict)  # worker URL -> breaker failures
 
 
+def _count(value: float) -> float:
+    # A counter is a finite count >= 0: a router's NaN, infinity or negative value is malformed
+    # (ValueError, counted as a failed read like any other), never exported.
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"router counter value {value!r} is not a count")
+    return value
+
+
 def parse_counters(families: Iterable[Metric]) -> RouterCounters:
     """Sum the smg counter families (already parsed from the metrics text) sentinel exports."""
     exhausted = 0.0
@@ -36,14 +45,14 @@ def parse_counters(families: Iterable[Metric]) -> RouterCounters:
     for family in families:
         # The text parser names a counter family without _total; its samples keep it.
         if family.name == "smg_worker_retries_exhausted":
-            exhausted += sum(s.value for s in family.samples if s.name.endswith("_total"))
+            exhausted += sum(_count(s.value) for s in family.samples if s.name.endswith("_total"))
         elif family.name == "smg_router_upstream_responses":
             for s in family.samples:
                 if s.name.endswith("_total") and s.labels.get("status_code", "").startswith("5"):
-                    upstream["gateway" if s.labels.get("error_code") else "worker"] += s.value
+                    upstream["gateway" if s.labels.get("error_code") else "worker"] += _count(s.value)
         elif family.name == "smg_worker_cb_outcomes":
             for s in family.samples:
                 worker = s.labels.get("worker")
                 if worker and s.name.endswith("_total") and s.labels.get("outcome") == "failure":
-                    failures[worker] = failures.get(worker, 0.0) + s.value
+                    failures[worker] = failures.get(worker, 0.0) + _count(s.value)
     return RouterCounters(exhausted, upstream, failures)
