@@ -76,6 +76,9 @@ input_len = {args.length}
 output_len = {args.length}
 [tune]
 search = "{args.search}"
+# The brute force runs no reference profile: neither does the tune here, so both pay the same
+# per life but for what the search itself saves.
+reference_profile = ""
 [tune.space]
 "--moe-runner-backend" = [{", ".join(f'"{b}"' for b in backends)}]
 "--cuda-graph-max-bs" = [4, 8, 16]

@@ -289,9 +289,10 @@ class Tune:
         )
 
     def _more(self, trial: dict[str, Any], stage: str) -> list[str]:
-        """Race: what else this life measures, without a restart. A record goes on to the full
-        calibration; a full figure within noise of the best other full figure is measured again
-        (up to ``repeats``) in the same life; then the reference profile."""
+        """Race: what else this life measures, without a restart. The first configuration's probe
+        after its full calibration; a probe within the spread of the best probe so far is
+        repeated (up to ``repeats``, other prompts each time) before it decides; a record goes on
+        to the full calibration (knee, SLO capacity), then the reference profile."""
         if not self._racing(stage):
             return []
         if not _has(trial, "short"):
@@ -299,12 +300,38 @@ class Tune:
             # with everyone else's.
             return ["short"] if _has(trial, "full") else []
         if not _has(trial, "full"):
+            if self._probe_needs_repeat(trial):
+                return ["short"]
             return ["full"] if self._race_verdict(trial)[0] else []
-        if self._within_noise_of_best(trial):
-            return ["full"]
         if self.settings.reference_profile and not any(r.get("kind") == "reference" for r in trial["rounds"]):
             return ["reference"]
         return []
+
+    def _probe_needs_repeat(self, trial: dict[str, Any]) -> bool:
+        """Another probe in this life: fewer than ``repeats`` so far, not clearly below the best
+        probe so far, and not clearly above it either (within each other's spread)."""
+        shorts = sum(1 for r in trial["rounds"] if r.get("kind") == "short" and r.get("throughput_tok_s"))
+        if shorts >= self.settings.repeats:
+            return False
+        own = _short(trial)
+        others = [(t, _short(t)) for t in self.doc["trials"] if t is not trial and _has(t, "short")]
+        ranked = sorted(((t, sp) for t, sp in others if sp is not None), key=lambda p: -p[1].mean)
+        if own is None or not ranked:
+            return False
+        best, best_s = ranked[0]
+        if own.high < best_s.low:
+            return False  # clearly slower: eliminated without spending more on it
+        verdict = judge(trial["id"], own, best["id"], best_s)
+        if not verdict.significant:
+            self.say(f"{trial['id']}: probe within noise of {best['id']}: probing again in the same life")
+        return not verdict.significant
+
+    def _figure(self, trial: dict[str, Any]) -> Spread | None:
+        """The figure configurations are compared on: the race's probes (same concurrency and
+        method for all, repeated where close), halving's summary (full calibrations)."""
+        if self.settings.search == "race" and self._probe_anchor() is not None:
+            return _short(trial)
+        return throughput_of(trial)
 
     def _probe_anchor(self) -> int | None:
         """The concurrency of the race's probes: where the first full calibration saturated."""
@@ -313,26 +340,6 @@ class Tune:
             if c is not None:
                 return c
         return None
-
-    def _within_noise_of_best(self, trial: dict[str, Any]) -> bool:
-        """Another full calibration in this life: fewer than ``repeats`` so far, and its figure's
-        spread overlaps the best other configuration's."""
-        rounds = trial["rounds"]
-        fulls = sum(1 for r in rounds if r.get("kind") == "full" and r.get("throughput_tok_s") is not None)
-        if fulls >= self.settings.repeats:
-            return False
-        own = throughput_of({"summary": summarize(rounds)})
-        others = [
-            (t, throughput_of(t)) for t in self.doc["trials"] if t is not trial and t["status"] == "measured"
-        ]
-        ranked = sorted(((t, s) for t, s in others if s is not None), key=lambda p: -p[1].mean)
-        if own is None or not ranked:
-            return False
-        best, best_s = ranked[0]
-        verdict = judge(trial["id"], own, best["id"], best_s)
-        if not verdict.significant:
-            self.say(f"{trial['id']}: within noise of {best['id']}: measuring again in the same life")
-        return not verdict.significant
 
     def _survivors(self) -> list[dict[str, Any]]:
         return [t for t in self.doc["trials"] if t["status"] == "measured"]
@@ -379,9 +386,10 @@ class Tune:
 
     def _finish(self) -> None:
         doc = self.doc
+        figure = self._figure
         measured = sorted(
-            (t for t in doc["trials"] if t["status"] == "measured" and throughput_of(t) is not None),
-            key=lambda t: -_mean(t),
+            (t for t in doc["trials"] if t["status"] == "measured" and figure(t) is not None),
+            key=lambda t: -(figure(t) or _NONE).mean,
         )
         doc["pareto"] = pareto(doc["trials"])
         if self.doc["progress"]["stage"] == "done":
@@ -402,12 +410,16 @@ class Tune:
             reason += "failed, skipped or eliminated)"
         else:
             a, b = _in_order(measured[0], measured[1])
-            ta, tb = throughput_of(a), throughput_of(b)
+            ta, tb = figure(a), figure(b)
             assert ta is not None
             assert tb is not None
             verdict = judge(a["id"], ta, b["id"], tb, preferred=doc["baseline"])
             best = self._by_id[verdict.better]
             reason = verdict.reason
+            anchor = self._probe_anchor()
+            if self.settings.search == "race" and anchor is not None:
+                # The race compares its probes: one method, one concurrency, repeated in the life.
+                reason += f" (the race's probes at concurrency {anchor})"
         reason += _close_calls(doc["trials"], best)
         if doc["stop_reason"]:
             reason += f" (tune stopped early: {doc['stop_reason']})"
@@ -431,6 +443,9 @@ def _close_calls(trials: Sequence[dict[str, Any]], best: dict[str, Any]) -> str:
     return (
         f"; within the spread of {best['id']}'s short measurement, not fully calibrated: {', '.join(close)}"
     )
+
+
+_NONE = Spread(-math.inf, -math.inf, -math.inf, 0)
 
 
 def _mean(trial: dict[str, Any]) -> float:

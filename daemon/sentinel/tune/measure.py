@@ -152,6 +152,7 @@ def tune_calibration(
     ttft_p99_s: float | None,
     tpot_p99_s: float | None,
     probe_concurrency: int | None = None,
+    repeat: int = 0,
 ) -> CalibrationSettings:
     """[calibration] for a tune round: the tune's SLO; a short round on a smaller request budget.
 
@@ -167,6 +168,8 @@ def tune_calibration(
     if tpot_p99_s is not None:
         slo.update(tpot_seconds=tpot_p99_s, tpot_percentile=99)
     data["slo"] = slo
+    # Repeat n of a round in one server life: other prompts (a prefix cache must not answer it).
+    data["seed"] = base.seed + 101 * repeat
     if kind == "short" and probe_concurrency is not None:
         c = max(1, probe_concurrency)
         requests = max(base.step_min_requests, 2 * c)
@@ -175,7 +178,7 @@ def tune_calibration(
             max_concurrency=c,
             step_requests_per_slot=max(base.step_requests_per_slot, 2.0),
             max_requests=requests,
-            seed=base.seed + 7919,
+            seed=base.seed + 7919 + 101 * repeat,
         )
     elif kind == "short":
         data["max_requests"] = min(base.max_requests, short_requests)

@@ -240,7 +240,10 @@ class ServerLab:
         pending = list(kinds)
         while pending:
             kind = pending.pop(0)
-            measured = await self._measure(kind, probe_concurrency or saturation_concurrency(trial))
+            # The n-th measurement of a kind in this life draws other prompts than the ones
+            # before it: a server answering a repeat from its prefix cache would read as faster.
+            repeat = sum(1 for r in trial["rounds"] if r.get("kind") == kind)
+            measured = await self._measure(kind, probe_concurrency or saturation_concurrency(trial), repeat)
             measured["round"] = len(trial["rounds"])
             tokens += int(measured.get("tokens") or 0)
             snap = sup.snapshot()
@@ -262,7 +265,7 @@ class ServerLab:
                 pending = list(more(trial))
         return LifeResult("ok", tokens=tokens)
 
-    async def _measure(self, kind: str, probe_concurrency: int | None) -> dict[str, Any]:
+    async def _measure(self, kind: str, probe_concurrency: int | None, repeat: int) -> dict[str, Any]:
         if kind == "reference":
             assert self.reference is not None
             return await reference_round(
@@ -277,6 +280,7 @@ class ServerLab:
             ttft_p99_s=t.slo.ttft_p99_s,
             tpot_p99_s=t.slo.tpot_p99_s,
             probe_concurrency=probe_concurrency if t.search == "race" else None,
+            repeat=repeat,
         )
         result = await calibrate(cal, base_url=self.base_url, api_key=self.api_key or None)
         return calibration_round(kind, result)
