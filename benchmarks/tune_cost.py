@@ -7,9 +7,9 @@ x ``--cuda-graph-max-bs`` 4/8/16, which the simulator's performance model reacts
 the baseline; flashinfer_trtllm answers garbage on the simulated SM120) are measured twice on the
 same host:
 
-1. ``sentinel tune`` as shipped (the CLI, as a user runs it): correctness gate, a short
-   calibration for every configuration, successive halving, full calibration and the reference
-   profile for the finalists, repeats only within noise;
+1. ``sentinel tune`` as shipped (the CLI, as a user runs it): correctness gate, the first
+   configuration's full calibration, a one-step probe for every other one (repeated in its life
+   when close), the full calibration only for a new best;
 2. the brute force: every configuration started, gated and calibrated fully (the same lab, the
    same full calibration the tune gives its finalists), best mean throughput wins.
 
@@ -17,12 +17,12 @@ Trial-seconds are server-seconds: each server life from launch to stop (what a 7
 in restarts and load), summed. The table also shows the server lives, the tokens sent and the
 winner each picked. Both run against the simulator as a managed child (one server at a time).
 
-Measured 2026-12-01 on the shared 2-core host, defaults (13 configurations, --speed 10,
---startup-time 60, 128/128 tokens): race 198.2 trial-s (15 lives, 126,963 tokens) vs full
-calibration of every configuration 176.6 trial-s (13 lives, 108,606 tokens): 112%. Halving (before
-the max_full shortcut): 289.0 trial-s, 163%. Not cheaper here: a life's fixed cost (~8.5 s) is
-larger than what a full calibration of this workload costs over a short one (~4.6 s), and 5 of the
-10 correct configurations were within the noise band of the best (docs/tune.md, "Cost").
+Measured 2026-12-01 on the 2-core host (load average 0.4-1.5), defaults (13 configurations,
+--speed 20, --startup-time 300, 256/256 tokens, [calibration] defaults, no reference profile on
+either side): race 322.9 trial-s (13 lives, 874,946 tokens) vs full calibration of every
+configuration 338.1 trial-s (13 lives, 505,748 tokens): 96 %. A life's fixed cost (start 15.6 s
+of ~26 s) dominates here; the race replaces the full calibration (12-14 s) by a one-step probe
+(3.3 s) for all but the records (docs/tune.md, "Cost").
 """
 
 from __future__ import annotations
