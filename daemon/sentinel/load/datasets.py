@@ -25,6 +25,7 @@ from sentinel.load.spec import (
     SharedPrefixDataset,
     ShareGPTDataset,
     SpecError,
+    json_object_line,
 )
 
 __all__ = ["Prompt", "PromptSource", "load_jsonl", "load_sharegpt"]
@@ -86,12 +87,7 @@ def load_jsonl(dataset: JsonlDataset, backend: Backend) -> list[Prompt]:
         if not line.strip():
             continue
         where = f"{dataset.path}:{lineno}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"{where}: not JSON ({exc.msg})") from None
-        if not isinstance(obj, dict):
-            raise SpecError(f"{where}: expected a JSON object")
+        obj = json_object_line(line, where)
         out = obj.get("output_len", obj.get("max_tokens", dataset.output_len))
         if dataset.fixed_output_len is not None:
             out = dataset.fixed_output_len

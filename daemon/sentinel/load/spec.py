@@ -7,6 +7,7 @@ one per scheduled reference load and the calibration sweep can derive new ones w
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,11 +28,23 @@ __all__ = [
     "ShareGPTDataset",
     "SharedPrefixDataset",
     "SpecError",
+    "json_object_line",
 ]
 
 
 class SpecError(ValueError):
     """A spec that cannot describe a valid run (bad length, rate, bound...)."""
+
+
+def json_object_line(line: str, where: str) -> dict[str, Any]:
+    """One line of a JSONL dataset or trace as an object; ``where`` (``file:line``) names it."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{where}: not JSON ({exc.msg})") from None
+    if not isinstance(obj, dict):
+        raise SpecError(f"{where}: expected a JSON object")
+    return obj
 
 
 # bench_serving's goodput SLO keys (sglang.benchmark.goodput, 0.5.23).

@@ -10,12 +10,11 @@ at ``json.loads``).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Any
 
-from sentinel.load.spec import MooncakeDataset, SpecError
+from sentinel.load.spec import MooncakeDataset, SpecError, json_object_line
 
 __all__ = ["MOONCAKE_BLOCK_WORDS", "TraceSession", "load_mooncake", "mooncake_prompts", "warmup_text"]
 
@@ -57,12 +56,7 @@ def load_mooncake(ds: MooncakeDataset) -> list[TraceSession]:
         if ds.max_sessions is not None and len(raw) >= ds.max_sessions:
             break  # bench_serving keeps the first --num-prompts lines, then sorts them
         where = f"{ds.path}:{lineno}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"{where}: not JSON ({exc.msg})") from None
-        if not isinstance(obj, dict):
-            raise SpecError(f"{where}: expected a JSON object")
+        obj = json_object_line(line, where)
         ts = obj.get("timestamp")
         if not isinstance(ts, int | float) or isinstance(ts, bool) or not math.isfinite(ts) or ts < 0:
             raise SpecError(f"{where}: 'timestamp' (ms) must be a number >= 0, got {ts!r}")
