@@ -80,8 +80,35 @@ async def _gather() -> set[str]:
     return _names(text) | _names(sglang_text)
 
 
+def _router_names() -> set[str]:
+    """The router collector's series, read from the real smg 1.13.0 captures in tests/router/data
+    (a router target is another configuration than the default one gathered above)."""
+    from pathlib import Path
+
+    from sentinel.collect.router import RouterCollector, _Config
+
+    data = Path(__file__).parents[1] / "router" / "data"
+    metrics = (data / "smg-1.13.0-metrics-faults.prom").read_text()
+    workers = (data / "smg-1.13.0-workers.json").read_text()
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/readiness":
+            return httpx.Response(200, json={"status": "ready"})
+        if request.url.path == "/workers":
+            return httpx.Response(200, content=workers)
+        if request.url.path == "/metrics":
+            return httpx.Response(200, text=metrics)
+        return httpx.Response(404)
+
+    registry = CollectorRegistry()
+    config = _Config(True, "http://router:30000", "http://router:29000/metrics", 3, 2.0)
+    registry.register(RouterCollector(config, transport=httpx.MockTransport(handle)))
+    return _names(generate_latest(registry).decode())
+
+
 @pytest.fixture(scope="session")
 def known_metrics() -> set[str]:
-    names = asyncio.run(_gather())
+    # The router collector reads with asyncio.run of its own: outside _gather's loop.
+    names = asyncio.run(_gather()) | _router_names()
     assert "sentinel_gpu_temperature_celsius" in names, "fake GPU readings did not arrive"
     return names

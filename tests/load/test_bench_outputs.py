@@ -62,7 +62,8 @@ async def test_csv_and_html_of_a_sim_run(sim_factory: Any, tmp_path: Path) -> No
             assert row["itl_max_s"] == row["itl_mean_s"] == row["tpot_s"] == ""
         assert float(row["planned_at"]) <= float(row["started_at"])
     tpots = [float(r["tpot_s"]) for r in rows if r["tpot_s"]]
-    assert math.fsum(tpots) / len(tpots) * 1e3 == pytest.approx(record["mean_tpot_ms"], rel=1e-4)
+    # The CSV holds microseconds: the mean of the rounded values is within 0.5 us of the JSONL's.
+    assert math.fsum(tpots) / len(tpots) * 1e3 == pytest.approx(record["mean_tpot_ms"], abs=5e-4)
 
     text = page.read_text(encoding="utf-8")
     assert text.count("data:image/png;base64,") == len(PLOTS)
