@@ -275,11 +275,10 @@ class Tune:
         always a record when it is measured, so it always gets its full calibration; the ones
         that stayed within noise of the winner without being records are named in the verdict."""
         own = _short(trial)
-        others = [(t, _short(t)) for t in self.doc["trials"] if t is not trial and _has(t, "short")]
-        ranked = sorted(((t, s) for t, s in others if s is not None), key=lambda p: -p[1].mean)
-        if own is None or not ranked:
+        found = self._best_other_probe(trial)
+        if own is None or found is None:
             return True, ""
-        best, best_s = ranked[0]
+        best, best_s = found
         if own.mean > best_s.mean:
             return True, ""
         beyond = "beyond the spread" if own.high < best_s.low else "within the spread"
@@ -314,17 +313,21 @@ class Tune:
         if shorts >= self.settings.repeats:
             return False
         own = _short(trial)
-        others = [(t, _short(t)) for t in self.doc["trials"] if t is not trial and _has(t, "short")]
-        ranked = sorted(((t, sp) for t, sp in others if sp is not None), key=lambda p: -p[1].mean)
-        if own is None or not ranked:
+        found = self._best_other_probe(trial)
+        if own is None or found is None:
             return False
-        best, best_s = ranked[0]
+        best, best_s = found
         if own.high < best_s.low:
             return False  # clearly slower: eliminated without spending more on it
         verdict = judge(trial["id"], own, best["id"], best_s)
         if not verdict.significant:
             self.say(f"{trial['id']}: probe within noise of {best['id']}: probing again in the same life")
         return not verdict.significant
+
+    def _best_other_probe(self, trial: dict[str, Any]) -> tuple[dict[str, Any], Spread] | None:
+        """The configuration with the best probe (short) mean so far, other than ``trial``."""
+        probes = [(t, sp) for t in self.doc["trials"] if t is not trial and (sp := _short(t)) is not None]
+        return max(probes, key=lambda p: p[1].mean, default=None)
 
     def _figure(self, trial: dict[str, Any]) -> Spread | None:
         """The figure configurations are compared on: the race's probes (same concurrency and
