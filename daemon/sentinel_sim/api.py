@@ -18,6 +18,7 @@ from sentinel_sim.generation import ACTIVE_KEY, ARRIVAL_KEY, RECEIVED_KEY, json_
 from sentinel_sim.routes_info import InfoRoutes
 from sentinel_sim.routes_native import NativeRoutes
 from sentinel_sim.routes_openai import OpenAIRoutes
+from sentinel_sim.routes_profile import ProfileRoutes
 from sentinel_sim.rxtime import receive_time
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ __all__ = ["build_api_app"]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-class SGLangApi(InfoRoutes, NativeRoutes, OpenAIRoutes):
+class SGLangApi(InfoRoutes, NativeRoutes, OpenAIRoutes, ProfileRoutes):
     # ---- middleware --------------------------------------------------------------------------
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -121,4 +122,7 @@ def build_api_app(srv: SimServer) -> web.Application:
     r.add_get("/flush_cache", api.flush_cache)
     r.add_post("/flush_cache", api.flush_cache)
     r.add_post("/abort_request", api.abort_request)
+    for path, handler in (("/start_profile", api.start_profile), ("/stop_profile", api.stop_profile)):
+        r.add_get(path, handler)
+        r.add_post(path, handler)
     return app

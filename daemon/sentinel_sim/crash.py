@@ -53,6 +53,7 @@ CrashKind = Literal[
     "kv_pool",
     "graph_oom",
     "unsupported",
+    "profiler",
 ]
 #: ``crash:text=...`` values: the default ``sampler`` is the "exception" kind.
 CRASH_TEXTS: Final = ("sampler", "tokenizer", "nan", "died_init", "subprocess")
@@ -218,6 +219,8 @@ def crash_lines(
     if kind in ("kv_pool", "graph_oom", "unsupported"):
         body = _launch_failure(kind, detail, version, used_gb, total_gb)
         return "Scheduler hit an exception: " + body.splitlines()[0], _after_first(body)
+    if kind == "profiler":
+        return "Scheduler hit an exception: " + _PROFILER.splitlines()[0], _after_first(_PROFILER)
     if kind == "startup":
         return "Scheduler hit an exception: " + _STARTUP.splitlines()[0], _after_first(_STARTUP)
     if kind == "oom":
@@ -227,6 +230,26 @@ def crash_lines(
     else:
         body = _HEAD + _SAMPLER
     return "Scheduler hit an exception: " + body.splitlines()[0], _after_first(body)
+
+
+# 0.5.9: a second plain /start_profile while torch's profiler runs (scheduler_profiler_mixin.py
+# start_profile has no try/except around torch_profiler.start(); 0.5.23 catches it).
+_PROFILER: Final = (
+    "Traceback (most recent call last):\n"
+    f'  File "{_SITE}/sglang/srt/managers/scheduler.py", line 3170, in run_scheduler_process\n'
+    "    scheduler.event_loop_normal()\n"
+    f'  File "{_SITE}/sglang/srt/managers/scheduler.py", line 1083, in event_loop_normal\n'
+    "    self.process_input_requests(recv_reqs)\n"
+    f'  File "{_SITE}/sglang/srt/managers/scheduler.py", line 1345, in process_input_requests\n'
+    "    output = self._request_dispatcher(recv_req)\n"
+    f'  File "{_SITE}/sglang/srt/managers/scheduler_profiler_mixin.py", line 358, in profile\n'
+    "    return self.start_profile()\n"
+    f'  File "{_SITE}/sglang/srt/managers/scheduler_profiler_mixin.py", line 166, in start_profile\n'
+    "    self.torch_profiler.start()\n"
+    f'  File "{_SITE}/torch/profiler/profiler.py", line 883, in start\n'
+    "    self._transit_action(ProfilerAction.NONE, self.current_action)\n"
+    "RuntimeError: Profiler is already enabled on this thread.\n"
+)
 
 
 def _after_first(text: str) -> str:

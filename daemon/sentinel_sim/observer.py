@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from sentinel_sim.engine import Engine, EngineHooks, Request, RequestState
+from sentinel_sim.profiler import SimProfiler
 from sentinel_sim.versions import decode_line, prefill_line, retract_line
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ class EngineObserver(EngineHooks):
         self.last_prefill_tokens = 0
         self.tokens_since_log = 0
         self.last_gen_throughput = 0.0
+        self.profiler = SimProfiler(srv)
 
     def _stats_common(self, engine: Engine) -> None:
         m = self.srv.metrics
@@ -59,6 +61,7 @@ class EngineObserver(EngineHooks):
         cached_tokens: int,
         finished_prefill: list[Request],
     ) -> None:
+        self.profiler.on_batch(engine.stats.forward_ct, prefill=True)
         now = time.monotonic()
         gap = now - self.last_prefill_log
         self.last_prefill_log = now
@@ -101,6 +104,7 @@ class EngineObserver(EngineHooks):
         m.log_stats(_by_priority(before, engine.waiting))
 
     def on_decode_step(self, engine: Engine, batch_size: int, tokens: int, drafts: int) -> None:
+        self.profiler.on_batch(engine.stats.forward_ct, prefill=False)
         self.tokens_since_log += tokens
         m = self.srv.metrics
         # Above the largest captured batch size SGLang runs the step eagerly.

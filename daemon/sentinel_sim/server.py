@@ -134,7 +134,8 @@ class SimServer:
         self.truth = GroundTruth(time.time() - time.monotonic())
         self.faults = FaultSet()
         self._startup_faults: list[Fault] = [parse_fault_spec(spec) for spec in config.faults]
-        self.engine = Engine(self.profile, speed=config.speed, hooks=EngineObserver(self), seed=config.seed)
+        self.observer = EngineObserver(self)  # the scheduler's side: logs, metrics, profiler
+        self.engine = Engine(self.profile, speed=config.speed, hooks=self.observer, seed=config.seed)
         self.loop_lag = LoopLag()
         self.status = "starting"
         self.draining = False
