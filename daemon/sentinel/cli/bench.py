@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sentinel.cli.bench_flags import REJECTED_DATASETS, add_rejected_options, rejected_messages
 from sentinel.cli.bench_outputs import check_outputs, write_reports
+from sentinel.cli.bench_profile import ProfilePlan, Profiler, add_profile_options, profile_plan
 from sentinel.cli.bench_ramp import StepValues, format_ramp_summary, ramp_steps
 from sentinel.cli.bench_server import flush_cache, record_server_info
 from sentinel.cli.bench_trace import add_trace_options, check_trace_flags, mooncake_dataset, trace_warnings
@@ -68,6 +69,11 @@ def register(sub: Any) -> None:
         "--extra-request-body", default=None, metavar="JSON", help="merged into every request body"
     )
     g.add_argument("--request-timeout", type=float, default=900.0, help="per-request limit, seconds")
+    g.add_argument(
+        "--fake-prefill",
+        action="store_true",
+        help="decode-only run against a PD decode server: a fake KV transfer (bench_serving's)",
+    )
     d = p.add_argument_group("dataset")
     d.add_argument(
         "--dataset-name",
@@ -205,7 +211,11 @@ def register(sub: Any) -> None:
         help="SLOs for goodput, KEY in ttft, tpot, e2el, e.g. --goodput ttft:500 tpot:50",
     )
     o.add_argument("--cache-report", action="store_true", help="print Cache Hit Details")
+    o.add_argument(
+        "--plot-throughput", action="store_true", help="plot output tokens/s and requests per second (text)"
+    )
     add_trace_options(p)
+    add_profile_options(p)
     add_rejected_options(p)
     p.set_defaults(handler=_handle)
 
@@ -283,6 +293,10 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
             raise CliError(f"--extra-request-body is not JSON: {exc.msg}", 2) from None
         if not isinstance(extra, dict):
             raise CliError("--extra-request-body must be a JSON object", 2)
+    if args.fake_prefill:
+        # bench_serving's: SGLang's FAKE_BOOTSTRAP_HOST (srt/disaggregation/utils.py) marks a
+        # transfer the decode server fakes; these two win over --extra-request-body's.
+        extra |= {"bootstrap_host": "2.2.2.2", "bootstrap_room": 0}
     rate = args.request_rate
     if args.arrival is not None:
         arrival = ArrivalProcess(args.arrival)
@@ -392,18 +406,20 @@ def _bench_command(args: argparse.Namespace) -> int:
     if steps:
         return _ramp(steps)
     spec = build_spec(args)
+    profile = profile_plan(args)
     check_outputs(args)
     for warning in trace_warnings(args):
         print(f"sentinel bench: {warning}", file=sys.stderr)
     show_progress = sys.stderr.isatty() and not args.disable_tqdm
     flush = args.flush_cache_timeout if args.flush_cache else None
-    result, interrupted = run_on_loop(_bench(spec, show_progress, flush), spec.arrival)
+    result, interrupted = run_on_loop(_bench(spec, show_progress, flush, profile), spec.arrival)
     return _report(args, result, interrupted)
 
 
 def _ramp(steps: list[tuple[str, argparse.Namespace]]) -> int:
     """One run per step (`sentinel.cli.bench_ramp`), then the summary; stops at a failed step."""
     specs = [(label, ns, build_spec(ns)) for label, ns in steps]  # every step checked first
+    profile = profile_plan(steps[0][1])  # the same in every step: one profile per run
     for _, ns in steps:
         check_outputs(ns)
     for warning in trace_warnings(steps[0][1]):
@@ -415,7 +431,7 @@ def _ramp(steps: list[tuple[str, argparse.Namespace]]) -> int:
             print(f"\nRamp step {k}/{len(specs)}: {label}", flush=True)
             show_progress = sys.stderr.isatty() and not ns.disable_tqdm
             flush = ns.flush_cache_timeout if ns.flush_cache else None
-            result, interrupted = run_on_loop(_bench(spec, show_progress, flush), spec.arrival)
+            result, interrupted = run_on_loop(_bench(spec, show_progress, flush, profile), spec.arrival)
             if not result.warmup_failed:
                 done.append((label, result))
             code = _report(ns, result, interrupted)
@@ -448,7 +464,9 @@ def run_on_loop(main: Coroutine[Any, Any, _T], arrival: ArrivalProcess) -> _T:
     return uvloop.run(main)
 
 
-async def _bench(spec: LoadSpec, show_progress: bool, flush_timeout: float | None) -> tuple[RunResult, bool]:
+async def _bench(
+    spec: LoadSpec, show_progress: bool, flush_timeout: float | None, profile: ProfilePlan | None = None
+) -> tuple[RunResult, bool]:
     from sentinel.load.engine import run_load
     from sentinel.load.progress import ProgressLine
     from sentinel.load.records import LoadCounters
@@ -483,9 +501,17 @@ async def _bench(spec: LoadSpec, show_progress: bool, flush_timeout: float | Non
             if flush_timeout is not None:
                 await flush_cache(session, spec, flush_timeout)
             on_record = progress.on_record if progress is not None else None
+            profiler = Profiler(session, spec, profile) if profile is not None else None
             result = await run_load(
-                spec, counters=counters, on_record=on_record, cancel=cancel, session=session
+                spec,
+                counters=counters,
+                on_record=on_record,
+                cancel=cancel,
+                session=session,
+                before_measured=profiler.start if profiler is not None else None,
             )
+            if profiler is not None:
+                await profiler.stop()
             if spec.backend == "sglang" and not result.warmup_failed:
                 await record_server_info(session, spec, result)
             return result, interrupted
@@ -527,6 +553,10 @@ def _report(args: argparse.Namespace, result: RunResult, interrupted: bool) -> i
 
     m = result.metrics
     if not result.warmup_failed:
+        if args.plot_throughput:
+            from sentinel.cli.bench_plot import throughput_plots
+
+            print(throughput_plots(result), flush=True)  # before the block, as bench_serving
         print(format_result_block(result, cache_report=args.cache_report), flush=True)
     if args.output_file is not None:
         record = result.to_dict(details=args.output_details)

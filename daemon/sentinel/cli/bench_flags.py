@@ -16,10 +16,6 @@ from typing import Any
 __all__ = ["REJECTED", "REJECTED_DATASETS", "add_rejected_options", "rejected_messages"]
 
 _MULTIMODAL = "image datasets are multimodal; sentinel bench sends text and token-id prompts only"
-_PROFILER = (
-    "sentinel bench does not drive SGLang's torch profiler (/start_profile, /stop_profile): "
-    "profile with the server's own endpoints"
-)
 _TRACE = "the agentic-trace dataset is not implemented (mooncake trace replay is: --dataset-name mooncake)"
 _GSP = "generated-shared-prefix in sentinel bench has groups, prefix and question lengths only"
 
@@ -47,30 +43,13 @@ REJECTED: dict[str, str] = {
         "needs the model's chat template (transformers); use --backend sglang-oai-chat, "
         "where the server applies its template"
     ),
-    "--profile": _PROFILER,
-    "--plot-throughput": (
-        "no terminal plots (termplotlib + gnuplot); "
-        "--output-html plots throughput and requests in flight over time"
-    ),
-    "--profile-activities": _PROFILER,
-    "--profile-start-step": _PROFILER,
-    "--profile-steps": _PROFILER,
-    "--profile-num-steps": _PROFILER,
-    "--profile-by-stage": _PROFILER,
-    "--profile-stages": _PROFILER,
-    "--profile-output-dir": _PROFILER,
-    "--profile-prefix": _PROFILER,
     "--prompt-suffix": "not implemented (random prompts are token sequences, not chat text)",
-    "--pd-separated": "PD disaggregation profiling is not implemented; load a PD router like any server",
-    "--profile-prefill-url": _PROFILER,
-    "--profile-decode-url": _PROFILER,
     "--gsp-prompts-per-group": "the request count is --num-prompts, spread over --gsp-num-groups",
     "--gsp-range-ratio": _GSP,
     "--gsp-send-routing-key": _GSP + " (no X-SMG-Routing-Key header; --header sets a fixed one)",
     "--gsp-ordered": _GSP + " (requests go round-robin over the groups)",
     "--gsp-group-distribution": _GSP + " (groups are used uniformly)",
     "--gsp-zipf-alpha": _GSP + " (groups are used uniformly)",
-    "--fake-prefill": "decode-only benchmarking against a fake-transfer PD decode server is not implemented",
     "--rust-client": "bench_serving's optional Rust HTTP client; sentinel bench always uses its own",
     "--rust-worker-threads": "bench_serving's optional Rust HTTP client; sentinel bench always uses its own",
 }

@@ -29,7 +29,7 @@ import json
 import random
 import secrets
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import aiohttp
@@ -277,6 +277,7 @@ async def run_load(
     on_record: RecordCallback | None = None,
     cancel: asyncio.Event | None = None,
     session: aiohttp.ClientSession | None = None,
+    before_measured: Callable[[], Awaitable[None]] | None = None,
 ) -> RunResult:
     """Run `spec` to its bound and return every figure and record.
 
@@ -287,6 +288,9 @@ async def run_load(
       `cancelled`), and the partial result is returned with `cancelled=True`.
     - `session`: an aiohttp session for the auxiliary calls (model lookup); the streams
       themselves use the engine's own connection pool (`sentinel.load.transport`).
+    - `before_measured`: awaited after a warm-up that succeeded, before the measured phase
+      (`sentinel bench --profile` starts SGLang's profiler there, as bench_serving does); a
+      stop cuts it short; it must not raise (an exception of it is dropped).
 
     Never raises for a server's behaviour (every failure is a counted reason in the result);
     `sentinel.load.SpecError` only for a dataset file that cannot be read.
@@ -314,7 +318,9 @@ async def run_load(
                     model, note = await resolve_model(aux, spec)
                     if note:
                         notes.append(note)
-        result = await _run(spec, client, counters, on_record, cancel_task, source, model, notes)
+        result = await _run(
+            spec, client, counters, on_record, cancel_task, source, model, notes, before_measured
+        )
         if spec.tokenizer is not None:
             from sentinel.load.tokenizer import load_tokenizer
 
@@ -348,6 +354,7 @@ async def _run(
     source: PromptSource,
     model: str,
     notes: list[str],
+    before_measured: Callable[[], Awaitable[None]] | None = None,
 ) -> RunResult:
     records: list[RequestRecord] = []
     warmup_failed = False
@@ -388,6 +395,12 @@ async def _run(
     inflight: set[asyncio.Task[None]] = set()
     cancelled = cancel_task.done()
     prepared: list[tuple[RequestRecord, bytes]] = []
+    if not warmup_failed and not cancelled and before_measured is not None:
+        hook = asyncio.ensure_future(before_measured())
+        if await _wait(hook, None, cancel_task):
+            hook.cancel()
+        await asyncio.gather(hook, return_exceptions=True)
+        cancelled = cancel_task.done()
     if not warmup_failed and not cancelled:
         # Connections are opened before the clock starts, so no request's TTFT carries a TCP
         # (or TLS) handshake that a long-lived client would not pay.

@@ -75,7 +75,15 @@ from dataclasses import dataclass
 from sentinel.load.records import FailureReason, RequestRecord
 from sentinel.load.stats import Summary, summarize
 
-__all__ = ["Goodput", "RunMetrics", "SteadyState", "compute_metrics", "in_flight_steps", "token_buckets"]
+__all__ = [
+    "Goodput",
+    "RunMetrics",
+    "SteadyState",
+    "compute_metrics",
+    "concurrency_buckets",
+    "in_flight_steps",
+    "token_buckets",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,18 +253,23 @@ def token_buckets(ok: Sequence[RequestRecord]) -> tuple[float, list[int]]:
     return first, tokens
 
 
-def _bucket_peaks(ok: Sequence[RequestRecord]) -> tuple[float, int]:
-    if not ok:
-        return 0.0, 0
-    first, tokens = token_buckets(ok)
-    n_buckets = len(tokens)
+def concurrency_buckets(ok: Sequence[RequestRecord], first: float, n_buckets: int) -> list[int]:
+    """Requests running at some point of each whole second from ``first`` (token_buckets' seconds):
+    bench_serving's concurrent_requests_per_second (peak concurrent requests, --plot-throughput)."""
     conc = [0] * n_buckets
     for r in ok:
         lo = int(r.sent - first)
         hi = int(r.sent + (r.latency or 0.0) - first)
         for b in range(lo, min(hi + 1, n_buckets)):
             conc[b] += 1
-    return float(max(tokens)), max(conc)
+    return conc
+
+
+def _bucket_peaks(ok: Sequence[RequestRecord]) -> tuple[float, int]:
+    if not ok:
+        return 0.0, 0
+    first, tokens = token_buckets(ok)
+    return float(max(tokens)), max(concurrency_buckets(ok, first, len(tokens)))
 
 
 def _send_delays(dispatched: Sequence[RequestRecord]) -> list[float]:
