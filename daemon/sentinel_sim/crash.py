@@ -33,6 +33,7 @@ from typing import Final, Literal
 __all__ = [
     "CRASH_TEXTS",
     "NAN_SANITIZED",
+    "SITE",
     "CrashKind",
     "crash_lines",
     "died_init_lines",
@@ -64,7 +65,8 @@ NAN_SANITIZED: Final = (
     "further occurrences are silent."
 )
 
-_SITE: Final = "/usr/local/lib/python3.12/dist-packages"
+SITE: Final = "/usr/local/lib/python3.12/dist-packages"  # where tracebacks put the wheels
+_SITE: Final = SITE
 
 _HEAD: Final = (
     "Traceback (most recent call last):\n"

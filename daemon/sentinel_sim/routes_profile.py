@@ -15,6 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
+from sentinel_sim.crash import SITE
 from sentinel_sim.generation import ApiBase, json_response
 from sentinel_sim.profiler import ProfileOutcome, TorchDoubleStart
 
@@ -129,19 +130,42 @@ def _validation_error(error: dict[str, Any]) -> web.Response:
     )
 
 
+# (http_server.py line of the route's await, its call) and the tokenizer mixin, per version.
+_ROUTE_LINES = {
+    "0.5.9": {"start_profile": (839, "start_profile("), "stop_profile": (861, "stop_profile()")},
+    "0.5.23": {
+        "start_profile": (1225, "start_profile(obj or ProfileReq())"),
+        "stop_profile": (1236, "stop_profile()"),
+    },
+}
+_MIXIN = {
+    "0.5.9": ("tokenizer_communicator_mixin.py", {"start_profile": 441, "stop_profile": 446}, 451),
+    "0.5.23": ("tokenizer_control_mixin.py", {"start_profile": 417, "stop_profile": 422}, 427),
+}
+
+
+def _traceback(route: str, version: str) -> str:
+    """uvicorn's traceback of the route's RuntimeError, from the SGLang frames on (the
+    Starlette and uvicorn frames above them are left out)."""
+    line, call = _ROUTE_LINES[version][route]
+    mixin, entry, raised = _MIXIN[version]
+    return (
+        "Traceback (most recent call last):\n"
+        f'  File "{SITE}/sglang/srt/entrypoints/http_server.py", line {line}, in {route}_async\n'
+        f"    await _global_state.tokenizer_manager.{call}\n"
+        f'  File "{SITE}/sglang/srt/managers/{mixin}", line {entry[route]}, in {route}\n'
+        "    return await self._execute_profile(req)\n"
+        f'  File "{SITE}/sglang/srt/managers/{mixin}", line {raised}, in _execute_profile\n'
+        "    raise RuntimeError(result.message)\n"
+    )
+
+
 class ProfileRoutes(ApiBase):
     def _refused(self, route: str, outcome: ProfileOutcome) -> web.Response:
-        # tokenizer_manager._execute_profile raises RuntimeError(message): uvicorn logs it, 500.
-        log = self.srv.log
-        log.main("Exception in ASGI application")
-        log.raw(
-            "Traceback (most recent call last):\n"
-            f"  ...\n  in {route}_async\n"
-            f"    await _global_state.tokenizer_manager.{route}(...)\n"
-            "  in _execute_profile\n"
-            "    raise RuntimeError(result.message)\n"
-            f"RuntimeError: {outcome.message}\n"
-        )
+        # tokenizer_manager._execute_profile raises RuntimeError(message); uvicorn logs it
+        # (SGLang's uvicorn format, "ERROR:" level prefix) and answers a bare 500.
+        self.srv.log.main("ERROR:    Exception in ASGI application")
+        self.srv.log.raw(_traceback(route, self.srv.version) + f"RuntimeError: {outcome.message}\n")
         return web.Response(status=500, text="Internal Server Error")
 
     async def start_profile(self, request: web.Request) -> web.Response:

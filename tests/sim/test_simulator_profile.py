@@ -68,7 +68,11 @@ async def test_start_stop_writes_one_placeholder_trace_per_rank(version: str, tm
         # nothing running now: SGLang's refusal is a RuntimeError in the route, a bare 500
         r = await client.get("/stop_profile")
         assert (r.status_code, r.text) == (500, "Internal Server Error")
-        assert "RuntimeError: Profiling is not in progress. Call /start_profile first." in err.getvalue()
+        log = err.getvalue()
+        assert "RuntimeError: Profiling is not in progress. Call /start_profile first." in log
+        assert "] ERROR:    Exception in ASGI application\nTraceback (most recent call last):" in log
+        mixin = "tokenizer_communicator_mixin.py" if version == "0.5.9" else "tokenizer_control_mixin.py"
+        assert f'/sglang/srt/managers/{mixin}", line' in log
 
 
 async def test_0_5_9_second_start_kills_the_scheduler(tmp_path: Path) -> None:
