@@ -85,6 +85,8 @@ class SimProfiler:
 
     # ---- the scheduler's per-batch predicate (called after forward_ct was counted) -------------
     def on_batch(self, forward_ct: int, prefill: bool) -> None:
+        if not (self.by_stage or self.target_ct or self.start_ct):
+            return  # nothing armed (the usual case: this runs once per forward)
         try:
             self._predicate(forward_ct, prefill)
         except TorchDoubleStart:
