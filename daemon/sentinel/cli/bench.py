@@ -419,7 +419,7 @@ def _bench_command(args: argparse.Namespace) -> int:
 def _ramp(steps: list[tuple[str, argparse.Namespace]]) -> int:
     """One run per step (`sentinel.cli.bench_ramp`), then the summary; stops at a failed step."""
     specs = [(label, ns, build_spec(ns)) for label, ns in steps]  # every step checked first
-    profile = profile_plan(steps[0][1])  # the same in every step: one profile per run
+    profile = profile_plan(steps[0][1])  # the same flags in every step; each step is profiled
     for _, ns in steps:
         check_outputs(ns)
     for warning in trace_warnings(steps[0][1]):
