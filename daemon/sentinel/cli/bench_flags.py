@@ -20,12 +20,9 @@ _PROFILER = (
     "sentinel bench does not drive SGLang's torch profiler (/start_profile, /stop_profile): "
     "profile with the server's own endpoints"
 )
-_TRACE = "the agentic-trace dataset is not implemented (mooncake trace replay is: --dataset-name mooncake)"
-_GSP = "generated-shared-prefix in sentinel bench has groups, prefix and question lengths only"
 
 # --dataset-name values bench_serving 0.5.23 has and sentinel bench refuses.
 REJECTED_DATASETS: dict[str, str] = {
-    "agentic-trace": _TRACE,
     "mmmu": _MULTIMODAL,
     "image": _MULTIMODAL,
     "longbench_v2": "longbench_v2 is not implemented (a Hugging Face download)",
@@ -33,8 +30,6 @@ REJECTED_DATASETS: dict[str, str] = {
 }
 
 REJECTED: dict[str, str] = {
-    "--dataset-offset": _TRACE,
-    "--agentic-max-turns": _TRACE,
     "--speed-bench-category": "the speed-bench dataset is not implemented (it is a Hugging Face download)",
     "--speed-bench-output-len": "the speed-bench dataset is not implemented (it is a Hugging Face download)",
     "--image-count": _MULTIMODAL,
@@ -64,12 +59,6 @@ REJECTED: dict[str, str] = {
     "--pd-separated": "PD disaggregation profiling is not implemented; load a PD router like any server",
     "--profile-prefill-url": _PROFILER,
     "--profile-decode-url": _PROFILER,
-    "--gsp-prompts-per-group": "the request count is --num-prompts, spread over --gsp-num-groups",
-    "--gsp-range-ratio": _GSP,
-    "--gsp-send-routing-key": _GSP + " (no X-SMG-Routing-Key header; --header sets a fixed one)",
-    "--gsp-ordered": _GSP + " (requests go round-robin over the groups)",
-    "--gsp-group-distribution": _GSP + " (groups are used uniformly)",
-    "--gsp-zipf-alpha": _GSP + " (groups are used uniformly)",
     "--fake-prefill": "decode-only benchmarking against a fake-transfer PD decode server is not implemented",
     "--rust-client": "bench_serving's optional Rust HTTP client; sentinel bench always uses its own",
     "--rust-worker-threads": "bench_serving's optional Rust HTTP client; sentinel bench always uses its own",

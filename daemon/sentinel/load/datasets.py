@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 import random
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sentinel.load.spec import (
+    AgenticTraceDataset,
     Backend,
     JsonlDataset,
     LoadSpec,
@@ -60,8 +63,51 @@ class Prompt:
     output_len: int
     group: int | None = None  # shared-prefix group
     extra: Mapping[str, Any] | None = None  # merged into this request's body (openai dataset)
-    # Multi-turn: the user messages of turns 2.. (`content` is turn 1's messages).
-    turns: tuple[str, ...] = ()
+    # Multi-turn: what turns 2.. add to the history (`content` is turn 1's messages): a user
+    # message's text (shared prefixes), or a round's messages (agentic traces).
+    turns: tuple[str | list[dict[str, Any]], ...] = ()
+    # bench_serving's --gsp-send-routing-key: the X-SMG-Routing-Key header of this request.
+    routing_key: str | None = None
+
+
+def _drawn(rng: random.Random, full: int, ratio: float) -> int:
+    """bench_serving's compute_random_lens: uniform in [max(int(full * ratio), 1), full]; no
+    draw at ratio 1 (exactly full), so the default leaves the seeded stream as it was."""
+    if ratio >= 1.0 or full <= 0:
+        return max(full, 0)
+    return rng.randint(max(int(full * ratio), 1), full)
+
+
+class GroupPicker:
+    """Which shared-prefix group each request uses (bench_serving's gsp assignment), and its key."""
+
+    def __init__(self, ds: SharedPrefixDataset, seed: int) -> None:
+        self._ds = ds
+        self._rng = random.Random(seed ^ 0x6A0F)  # its own stream: prompts do not depend on it
+        g = ds.num_groups
+        self._weights = [(rank + 1) ** -ds.zipf_alpha for rank in range(g)] if ds.zipf_alpha else None
+        self._plan: list[int] = []
+        if ds.prompts_per_group is not None:
+            total = g * ds.prompts_per_group
+            if self._weights is None:
+                self._plan = [k for k in range(g) for _ in range(ds.prompts_per_group)]
+            else:
+                self._plan = self._rng.choices(range(g), weights=self._weights, k=total)
+            if not ds.ordered:
+                self._rng.shuffle(self._plan)
+        # As bench_serving: per run, so a router does not keep one run's routes for the next.
+        stamp = f"{uuid.uuid4().hex[:8]}_{datetime.now().strftime('%Y%m%d%H%M%S')}"
+        self._keys = [f"{stamp}_{k}" for k in range(g)] if ds.routing_key else None
+
+    def group(self, i: int) -> int:
+        if self._plan:
+            return self._plan[i % len(self._plan)]
+        if self._weights is not None:
+            return self._rng.choices(range(self._ds.num_groups), weights=self._weights)[0]
+        return i % self._ds.num_groups
+
+    def routing_key(self, group: int) -> str | None:
+        return None if self._keys is None else self._keys[group]
 
 
 def _ids(rng: random.Random, n: int) -> list[int]:
@@ -188,6 +234,10 @@ class PromptSource:
         ds = spec.dataset
         if isinstance(ds, MooncakeDataset):
             self._file = self._load_trace(ds)
+        elif isinstance(ds, AgenticTraceDataset):
+            from sentinel.load.agentic import load_agentic
+
+            self._file = load_agentic(ds)[0]
         elif isinstance(ds, JsonlDataset):
             self._file = load_jsonl(ds, spec.backend)
         elif isinstance(ds, ShareGPTDataset):
@@ -196,10 +246,9 @@ class PromptSource:
         elif isinstance(ds, SharedPrefixDataset):
             # Prefixes come from their own generator so they do not depend on the run length.
             prng = random.Random(spec.seed ^ 0x5EED)
-            self._prefixes = [
-                _words(prng, ds.prefix_len) if self._text else _ids(prng, ds.prefix_len)
-                for _ in range(ds.num_groups)
-            ]
+            self._prefix_lens = [_drawn(prng, ds.prefix_len, ds.range_ratio) for _ in range(ds.num_groups)]
+            self._prefixes = [_words(prng, n) if self._text else _ids(prng, n) for n in self._prefix_lens]
+            self._groups = GroupPicker(ds, spec.seed)
         self._i = 0
 
     def _load_trace(self, ds: MooncakeDataset) -> list[Prompt]:
@@ -224,6 +273,14 @@ class PromptSource:
 
         return load_tokenizer(self._spec.tokenizer).count_prompt
 
+    def planned_requests(self, arrivals: int) -> int:
+        """Requests that many arrivals make: a conversation is one arrival and one request per turn."""
+        if self._file is not None:
+            n = len(self._file)
+            return sum(1 + len(self._file[k % n].turns) for k in range(arrivals))
+        ds = self._spec.dataset
+        return arrivals * (ds.num_turns if isinstance(ds, SharedPrefixDataset) else 1)
+
     def __iter__(self) -> Iterator[Prompt]:
         return self
 
@@ -241,19 +298,25 @@ class PromptSource:
             content: str | list[int] = _words(self._rng, n_in) if self._text else _ids(self._rng, n_in)
             return Prompt(content, n_in, n_out)
         assert isinstance(ds, SharedPrefixDataset)
-        group = i % ds.num_groups
+        return self._shared_prefix(ds, self._groups.group(i))
+
+    def _shared_prefix(self, ds: SharedPrefixDataset, group: int) -> Prompt:
+        rng, ratio = self._rng, ds.range_ratio
         n_suffix = ds.input_len - ds.prefix_len
         prefix = self._prefixes[group]
+        out = _drawn(rng, ds.output_len, ratio)
+        key = self._groups.routing_key(group)
         if isinstance(prefix, str) and ds.num_turns > 1:
             # bench_serving's multi-turn shape: "<system prompt>\n\n<question 1>", then questions.
-            questions = [_words(self._rng, n_suffix) for _ in range(ds.num_turns)]
+            questions = [_words(rng, _drawn(rng, n_suffix, ratio)) for _ in range(ds.num_turns)]
             first = [{"role": "user", "content": f"{prefix}\n\n{questions[0]}"}]
-            return Prompt(first, 0, ds.output_len, group, turns=tuple(questions[1:]))
+            return Prompt(first, 0, out, group, turns=tuple(questions[1:]), routing_key=key)
+        n_q = _drawn(rng, n_suffix, ratio)
         if isinstance(prefix, str):
-            suffix = _words(self._rng, n_suffix)
+            suffix = _words(rng, n_q)
             text = f"{prefix} {suffix}" if prefix else suffix
-            return Prompt(text, ds.input_len, ds.output_len, group)
-        return Prompt(prefix + _ids(self._rng, n_suffix), ds.input_len, ds.output_len, group)
+            return Prompt(text, self._prefix_lens[group] + n_q, out, group, routing_key=key)
+        return Prompt(prefix + _ids(rng, n_q), len(prefix) + n_q, out, group, routing_key=key)
 
     def warmup(self, n: int) -> list[Prompt]:
         """Warm-up prompts, output capped at 32 tokens as in bench_serving.
@@ -267,10 +330,17 @@ class PromptSource:
             return [self._trace_warmup] * n
         probe = PromptSource(self._spec, stream_seed=self._spec.seed + 1_000_003)
         ds = self._spec.dataset
-        groups = ds.num_groups if isinstance(ds, SharedPrefixDataset) else 1
-        first = [next(probe) for _ in range(groups)]
+        if isinstance(ds, SharedPrefixDataset):
+            # One per group whatever the groups' order or weights (a shuffled or Zipf plan),
+            # with this run's routing keys.
+            probe._groups = self._groups
+            first = [probe._shared_prefix(ds, g) for g in range(ds.num_groups)]
+        else:
+            first = [next(probe)]
         out: list[Prompt] = []
         for k in range(n):
-            p = first[k % groups]
-            out.append(Prompt(p.content, p.prompt_len, min(p.output_len, 32), p.group))
+            p = first[k % len(first)]
+            # The routing key goes too: the warm-up caches each prefix where its requests will go.
+            short = min(p.output_len, 32)
+            out.append(Prompt(p.content, p.prompt_len, short, p.group, routing_key=p.routing_key))
         return out
