@@ -35,6 +35,12 @@ def _trace(tmp_path: Path, conversations: list[Any]) -> Path:
     return path
 
 
+def _last(content: object) -> object:
+    assert isinstance(content, list)
+    assert isinstance(content[-1], dict)
+    return content[-1]["content"]
+
+
 def _args(*argv: str) -> argparse.Namespace:
     return build_parser().parse_args(["bench", *argv])
 
@@ -70,7 +76,7 @@ def test_rotation_caps_and_skips_as_bench_serving(tmp_path: Path) -> None:
     path = _trace(tmp_path, [_conv("a", 3), empty, holes, _conv("d", 4)])
     prompts, offset = load_agentic(AgenticTraceDataset(path, offset=6))
     assert offset == 2  # 6 % 4
-    assert [p.content[-1]["content"] for p in prompts] == ["q1", "d task", "a task"]
+    assert [_last(p.content) for p in prompts] == ["q1", "d task", "a task"]
     # A turn without messages is no round; a string round is one user message.
     assert prompts[0].turns == ([{"role": "user", "content": "q2"}],)
     # Only role and content go out (bench_serving's _normalize_round_messages).

@@ -16,7 +16,7 @@ from sentinel.cli import build_parser, main
 from sentinel.cli.bench import build_spec
 from sentinel.cli.bench_datasets import dataset_warnings
 from sentinel.cli.common import CliError
-from sentinel.load.datasets import PromptSource
+from sentinel.load.datasets import Prompt, PromptSource
 from sentinel.load.spec import LoadSpec, SharedPrefixDataset
 
 _GSP = [
@@ -46,7 +46,7 @@ def test_prompts_per_group_makes_the_plan_and_num_prompts_gives_way() -> None:
 
 def test_the_plan_is_shuffled_unless_ordered() -> None:
     src = _source(num_groups=3, prompts_per_group=4)
-    shuffled = [next(src).group for _ in range(12)]
+    shuffled = [_group(next(src)) for _ in range(12)]
     assert Counter(shuffled) == {0: 4, 1: 4, 2: 4}
     assert shuffled != sorted(shuffled)
     ordered = _source(num_groups=3, prompts_per_group=4, ordered=True)
@@ -54,6 +54,17 @@ def test_the_plan_is_shuffled_unless_ordered() -> None:
     # Without a plan: round-robin, as before these options.
     plain = _source(num_groups=3)
     assert [next(plain).group for _ in range(6)] == [0, 1, 2, 0, 1, 2]
+
+
+def _group(p: Prompt) -> int:
+    assert p.group is not None
+    return p.group
+
+
+def _ids(p: Prompt) -> list[int]:
+    assert isinstance(p.content, list)
+    assert all(isinstance(t, int) for t in p.content)
+    return [t for t in p.content if isinstance(t, int)]
 
 
 def _common_prefix(seqs: list[list[int]]) -> int:
@@ -68,7 +79,7 @@ def test_range_ratio_draws_lengths_and_one_keeps_them_exact() -> None:
     # Per group one prefix length in [10, 20]; per request a question in [5, 10], an output in [8, 16].
     prefixes = []
     for g in range(3):
-        contents = [p.content for p in prompts if p.group == g and isinstance(p.content, list)]
+        contents = [_ids(p) for p in prompts if p.group == g]
         prefixes.append(_common_prefix(contents))
     assert all(10 <= n <= 20 for n in prefixes)
     assert all(min(prefixes) + 5 <= p.prompt_len <= max(prefixes) + 10 for p in prompts)
@@ -87,7 +98,7 @@ def test_zipf_makes_group_0_the_hottest() -> None:
     assert 0.62 < counts[0] / 2000 < 0.78
     # With a plan: groups x prompts_per_group draws (ordered: in draw order, not sorted).
     planned = _source(num_groups=4, zipf_alpha=2.0, prompts_per_group=50, ordered=True)
-    groups = [next(planned).group for _ in range(200)]
+    groups = [_group(next(planned)) for _ in range(200)]
     assert Counter(groups)[0] > 100
     assert groups != sorted(groups)
     assert [next(planned).group for _ in range(200)] == groups  # the plan repeats

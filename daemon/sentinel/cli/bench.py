@@ -258,6 +258,7 @@ def _logprob_body(args: argparse.Namespace, backend: Backend) -> dict[str, Any]:
 
 def build_spec(args: argparse.Namespace) -> LoadSpec:
     """The LoadSpec an argument namespace describes; `CliError` (exit 2) for bad usage."""
+    from sentinel.load.chat_template import load_chat_template
     from sentinel.load.spec import (
         ArrivalProcess,
         Backend,
@@ -307,6 +308,8 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
         backend = Backend.parse(args.backend)
         # Checked now (exit 2 before the run): a local file, and the library installed.
         tokenizer = None if args.tokenizer is None else load_tokenizer(args.tokenizer).path
+        if args.apply_chat_template and tokenizer is not None:
+            load_chat_template(tokenizer)  # a template there, jinja2 installed, and it compiles
         dataset: DatasetSpec
         num = args.num_prompts
         if args.dataset_name == "mooncake":
@@ -315,7 +318,12 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
         elif args.dataset_name in ("jsonl", "custom"):
             if args.dataset_path is None:
                 raise CliError(f"--dataset-name {args.dataset_name} needs --dataset-path", 2)
-            dataset = JsonlDataset(args.dataset_path, output_len=args.random_output_len)
+            dataset = JsonlDataset(
+                args.dataset_path,
+                output_len=args.random_output_len,
+                prompt_suffix=args.prompt_suffix,
+                chat_template=args.apply_chat_template,
+            )
         elif args.dataset_name == "openai":
             if args.dataset_path is None:
                 raise CliError("--dataset-name openai needs --dataset-path", 2)
@@ -329,7 +337,11 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
                     "--dataset-name sharegpt needs --dataset-path (sentinel bench downloads nothing)", 2
                 )
             dataset = ShareGPTDataset(
-                args.dataset_path, output_len=args.sharegpt_output_len, context_len=args.sharegpt_context_len
+                args.dataset_path,
+                output_len=args.sharegpt_output_len,
+                context_len=args.sharegpt_context_len,
+                prompt_suffix=args.prompt_suffix,
+                chat_template=args.apply_chat_template,
             )
         elif args.dataset_name == "generated-shared-prefix":
             dataset, planned = shared_prefix_dataset(args)
@@ -370,6 +382,7 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
             stream=not args.disable_stream,
             request_timeout_s=args.request_timeout,
             keep_text=args.output_details,
+            print_requests=args.print_requests,
             tokenizer=tokenizer,
         )
     except SpecError as exc:

@@ -61,6 +61,22 @@ def add_dataset_options(d: argparse._ArgumentGroup) -> None:
         action="store_true",
         help="with --gsp-prompts-per-group: group by group, not shuffled",
     )
+    d.add_argument(
+        "--prompt-suffix",
+        default="",
+        help='sharegpt, custom: appended to each prompt, before a closing "Assistant:" (as bench_serving)',
+    )
+    d.add_argument(
+        "--apply-chat-template",
+        action="store_true",
+        help="sharegpt, custom: render each prompt with the --tokenizer directory's chat template "
+        "(needs jinja2: the tokenizer extra)",
+    )
+    d.add_argument(
+        "--print-requests",
+        action="store_true",
+        help="sglang-oai-chat: a line on stdout as each request starts and ends",
+    )
     d.add_argument("--gsp-group-distribution", choices=("uniform", "zipf"), default="uniform")
     d.add_argument(
         "--gsp-zipf-alpha", type=float, default=None, help="zipf: p(rank) ~ rank**-alpha, group 0 hottest"
@@ -83,6 +99,23 @@ def check_dataset_flags(args: argparse.Namespace) -> None:
     """Flags given for a dataset they do nothing for: exit 2 rather than a silent no-op."""
     if args.dataset_name != "generated-shared-prefix" and _gsp_only(args):
         raise CliError(f"{', '.join(_gsp_only(args))}: need --dataset-name generated-shared-prefix", 2)
+    # bench_serving applies both in its sharegpt and custom datasets only.
+    text_datasets = ("sharegpt", "custom", "jsonl")
+    for flag, on in (
+        ("--prompt-suffix", bool(args.prompt_suffix)),
+        ("--apply-chat-template", args.apply_chat_template),
+    ):
+        if on and args.dataset_name not in text_datasets:
+            raise CliError(f"{flag} applies to --dataset-name sharegpt or custom (as bench_serving)", 2)
+    if args.apply_chat_template and args.tokenizer is None:
+        raise CliError(
+            "--apply-chat-template needs --tokenizer: a local directory (or its tokenizer.json) with the "
+            "model's chat template (tokenizer_config.json 'chat_template', or chat_template.jinja)",
+            2,
+        )
+    if args.print_requests and args.backend not in ("sglang-oai-chat", "vllm-chat", "lmdeploy-chat", "chat"):
+        # bench_serving asserts the same (its other request functions do not print).
+        raise CliError("--print-requests needs --backend sglang-oai-chat (as bench_serving)", 2)
     if args.dataset_name != "agentic-trace":
         for flag, on in (
             ("--dataset-offset", args.dataset_offset != 0),

@@ -37,11 +37,6 @@ REJECTED: dict[str, str] = {
     "--random-image-count": _MULTIMODAL,
     "--image-format": _MULTIMODAL,
     "--image-content": _MULTIMODAL,
-    "--print-requests": "not implemented: use --output-details (per-request records in --output-file)",
-    "--apply-chat-template": (
-        "needs the model's chat template (transformers); use --backend sglang-oai-chat, "
-        "where the server applies its template"
-    ),
     "--profile": _PROFILER,
     "--plot-throughput": (
         "no terminal plots (termplotlib + gnuplot); "
@@ -55,7 +50,6 @@ REJECTED: dict[str, str] = {
     "--profile-stages": _PROFILER,
     "--profile-output-dir": _PROFILER,
     "--profile-prefix": _PROFILER,
-    "--prompt-suffix": "not implemented (random prompts are token sequences, not chat text)",
     "--pd-separated": "PD disaggregation profiling is not implemented; load a PD router like any server",
     "--profile-prefill-url": _PROFILER,
     "--profile-decode-url": _PROFILER,

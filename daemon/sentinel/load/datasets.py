@@ -122,8 +122,23 @@ def _words(rng: random.Random, n: int) -> str:
 _NOT_PASSED = frozenset({"messages", "max_tokens", "max_completion_tokens", "model"})
 
 
-def load_jsonl(dataset: JsonlDataset, backend: Backend) -> list[Prompt]:
-    """Read and validate the whole file; errors name the line."""
+_ASSISTANT_SUFFIX = "Assistant:"  # bench_serving's ASSISTANT_SUFFIX
+
+
+def suffixed(prompt: str, suffix: str) -> str:
+    """bench_serving's --prompt-suffix: a trailing "Assistant:" moves after the suffix."""
+    if not suffix:
+        return prompt
+    if prompt.endswith(_ASSISTANT_SUFFIX):
+        prompt = prompt[: -len(_ASSISTANT_SUFFIX)]
+    return prompt + suffix + _ASSISTANT_SUFFIX
+
+
+def load_jsonl(
+    dataset: JsonlDataset, backend: Backend, shape: Callable[[str], str] | None = None
+) -> list[Prompt]:
+    """Read and validate the whole file; errors name the line. `shape`: what --prompt-suffix and
+    --apply-chat-template make of a text prompt."""
     prompts: list[Prompt] = []
     try:
         lines = dataset.path.read_text(encoding="utf-8").splitlines()
@@ -158,7 +173,11 @@ def load_jsonl(dataset: JsonlDataset, backend: Backend) -> list[Prompt]:
             text = obj.get("prompt", obj.get("text"))
             if not isinstance(text, str) or not text:
                 raise SpecError(f"{where}: needs a non-empty 'prompt', 'text', 'messages' or 'input_ids'")
-            content, plen = text, 0
+            content, plen = (text if shape is None else shape(text)), 0
+        if shape is not None and not isinstance(content, str):
+            raise SpecError(
+                f"{where}: --prompt-suffix and --apply-chat-template apply to 'prompt' / 'text' lines"
+            )
         extra = {k: v for k, v in obj.items() if k not in _NOT_PASSED} if dataset.passthrough else None
         prompts.append(Prompt(content, plen, out, extra=extra or None))
     if not prompts:
@@ -167,7 +186,11 @@ def load_jsonl(dataset: JsonlDataset, backend: Backend) -> list[Prompt]:
 
 
 def load_sharegpt(
-    dataset: ShareGPTDataset, backend: Backend, seed: int, count: Callable[[str], int] | None = None
+    dataset: ShareGPTDataset,
+    backend: Backend,
+    seed: int,
+    count: Callable[[str], int] | None = None,
+    shape: Callable[[str], str] | None = None,
 ) -> list[Prompt]:
     """bench_serving's ShareGPT sampling (see `ShareGPTDataset`); errors name the entry.
 
@@ -195,6 +218,8 @@ def load_sharegpt(
     random.Random(seed).shuffle(pairs)
     prompts: list[Prompt] = []
     for prompt, completion in pairs:
+        if shape is not None:
+            prompt = shape(prompt)
         if count is not None:  # exact, as bench_serving: the tokenizer's counts, 0 = unknown below
             plen = count(prompt)
             out = dataset.output_len if dataset.output_len is not None else count(completion)
@@ -239,10 +264,10 @@ class PromptSource:
 
             self._file = load_agentic(ds)[0]
         elif isinstance(ds, JsonlDataset):
-            self._file = load_jsonl(ds, spec.backend)
+            self._file = load_jsonl(ds, spec.backend, self._shape(ds))
         elif isinstance(ds, ShareGPTDataset):
             count = self._counter() if spec.tokenizer is not None else None
-            self._file = load_sharegpt(ds, spec.backend, spec.seed, count)
+            self._file = load_sharegpt(ds, spec.backend, spec.seed, count, self._shape(ds))
         elif isinstance(ds, SharedPrefixDataset):
             # Prefixes come from their own generator so they do not depend on the run length.
             prng = random.Random(spec.seed ^ 0x5EED)
@@ -264,6 +289,22 @@ class PromptSource:
         text = warmup_text(sessions[0])
         self._trace_warmup = Prompt(text, count(text), min(sessions[0].output_len, 32))
         return prompts
+
+    def _shape(self, ds: JsonlDataset | ShareGPTDataset) -> Callable[[str], str] | None:
+        """--prompt-suffix, then --apply-chat-template, as bench_serving applies them."""
+        if not ds.prompt_suffix and not ds.chat_template:
+            return None
+        render = None
+        if ds.chat_template and self._spec.tokenizer is not None:
+            from sentinel.load.chat_template import load_chat_template
+
+            render = load_chat_template(self._spec.tokenizer).user_prompt
+
+        def shape(text: str) -> str:
+            text = suffixed(text, ds.prompt_suffix)
+            return text if render is None else render(text)
+
+        return shape
 
     def _counter(self) -> Callable[[str], int]:
         """Prompt lengths with the client tokenizer (bench_serving's prompt_len), else 0: unknown."""

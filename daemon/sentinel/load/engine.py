@@ -39,6 +39,7 @@ from sentinel.load.backends import ResponseParser, StreamFailure, build_body, ma
 from sentinel.load.datasets import Prompt, PromptSource
 from sentinel.load.figures import compute_metrics
 from sentinel.load.lag import LoopLagMonitor
+from sentinel.load.print_requests import RequestPrinter
 from sentinel.load.records import FailureReason, LoadCounters, RequestRecord
 from sentinel.load.result import RunResult
 from sentinel.load.session import make_session, request_headers, resolve_model, wait_ready
@@ -112,6 +113,7 @@ class _Run:
         self.records: list[RequestRecord] = []
         self.conversations: dict[int, Prompt] = {}
         self.next_index = 0  # prepare() is called in arrival order
+        self.printer = RequestPrinter(spec, model) if spec.print_requests else None
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
@@ -148,6 +150,8 @@ class _Run:
         counters = self.counters
         counters.sent += 1
         counters.in_flight += 1
+        if self.printer is not None:
+            self.printer.start(rec, body)
         try:
             await self._execute(rec, body)
         except asyncio.CancelledError:
@@ -164,6 +168,8 @@ class _Run:
                 counters.failed += 1
             if self.slots is not None and release:
                 self.slots.put_nowait(self.now())
+            if self.printer is not None:
+                self.printer.end(rec)
             if self.on_record is not None:
                 try:
                     self.on_record(rec)

@@ -152,6 +152,9 @@ class JsonlDataset:
     # every line's max_tokens.
     passthrough: bool = False
     fixed_output_len: int | None = None
+    # bench_serving's --prompt-suffix and --apply-chat-template, on text prompts (see ShareGPTDataset).
+    prompt_suffix: str = ""
+    chat_template: bool = False
 
     def __post_init__(self) -> None:
         _check_len("output_len", self.output_len)
@@ -177,6 +180,11 @@ class ShareGPTDataset:
     # bench_serving's --sharegpt-context-len: drop pairs whose prompt + output tokens exceed it.
     # Counting needs the client tokenizer (LoadSpec.tokenizer); checked there.
     context_len: int | None = None
+    # bench_serving's --prompt-suffix: the prompt, less a trailing "Assistant:", then the suffix,
+    # then "Assistant:". --apply-chat-template: then the model's chat template around it as one
+    # user message (sentinel.load.chat_template; needs LoadSpec.tokenizer, checked there).
+    prompt_suffix: str = ""
+    chat_template: bool = False
 
     def __post_init__(self) -> None:
         if self.context_len is not None:
@@ -360,6 +368,7 @@ class LoadSpec:
     ready_timeout_s: float = 0.0
     request_timeout_s: float = 900.0
     keep_text: bool = False  # keep generated text per request (for --output-details)
+    print_requests: bool = False  # bench_serving's --print-requests (sentinel.load.print_requests)
     # bench_serving's --tokenizer: a local tokenizer.json (or a directory holding one) counting
     # the generated text client-side ("retokenized") and trace prompts; see sentinel.load.tokenizer.
     tokenizer: Path | None = None
@@ -426,6 +435,12 @@ class LoadSpec:
             raise SpecError(f"drain_timeout_s must be >= 0, got {self.drain_timeout_s}")
         if not 0.0 < self.steady_state_fraction <= 1.0:
             raise SpecError("steady_state_fraction must be within (0, 1]")
+        templated = isinstance(self.dataset, ShareGPTDataset | JsonlDataset) and self.dataset.chat_template
+        if templated and self.tokenizer is None:
+            raise SpecError(
+                "the chat template (--apply-chat-template) is the tokenizer's: it needs --tokenizer, a local "
+                "directory with tokenizer_config.json or chat_template.jinja"
+            )
         if isinstance(self.dataset, ShareGPTDataset) and self.dataset.context_len and self.tokenizer is None:
             raise SpecError(
                 "sharegpt context_len (--sharegpt-context-len) needs a client tokenizer (--tokenizer)"
