@@ -134,7 +134,11 @@ async def test_rounds_carry_the_real_replies(
     fake = await fake_sglang(token_delay=0.001)
     path = _trace(tmp_path, [_conv("a", 3), _conv("b", 2)])
     argv = _chat(path, "--base-url", fake.base_url, "--max-concurrency", "1", "--warmup-requests", "0")
-    assert await _bench(*argv, "--dataset-offset", "1", "--sharegpt-output-len", "5") == 0
+    res = tmp_path / "res.jsonl"
+    assert (
+        await _bench(*argv, "--dataset-offset", "1", "--sharegpt-output-len", "5", "--output-file", str(res))
+        == 0
+    )
     bodies = [b["messages"] for b in fake.requests]
     assert [len(m) for m in bodies] == [2, 4, 2, 4, 6]  # offset 1: b first; one slot, in turn
     reply = {"role": "assistant", "content": " tok" * 5}  # the fake's real reply
@@ -153,6 +157,14 @@ async def test_rounds_carry_the_real_replies(
     total = sum(sum(len(str(m["content"]).split()) for m in b) for b in bodies)
     assert "{:<40} {:<10}".format("Total input tokens:", total) in out
     assert "Turn 3 (ok, TTFT/E2E ms, cached/prompt): 1," in out
+    record = json.loads(res.read_text(encoding="utf-8"))
+    assert (record["dataset_name"], record["dataset_offset"], record["sharegpt_output_len"]) == (
+        "agentic-trace",
+        1,
+        5,
+    )
+    assert record["completed"] == 5
+    assert [(t["turn"], t["completed"]) for t in record["per_turn"]] == [(1, 2), (2, 2), (3, 1)]
 
 
 async def test_default_output_is_220_per_turn_and_warm_up_sends_a_first_round(

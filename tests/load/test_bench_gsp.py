@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import re
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -145,14 +147,18 @@ async def _bench(*argv: str) -> int:
     return await asyncio.to_thread(main, ["bench", "--log-level", "error", "--disable-tqdm", *argv])
 
 
-async def test_routing_key_header_per_group_on_every_turn(fake_sglang: Any) -> None:
+async def test_routing_key_header_per_group_on_every_turn(fake_sglang: Any, tmp_path: Path) -> None:
     fake = await fake_sglang()
     argv = [
         "--base-url", fake.base_url, "--backend", "sglang-oai-chat", *_GSP, "--gsp-output-len", "3",
         "--gsp-num-groups", "3", "--gsp-prompts-per-group", "2", "--gsp-num-turns", "2",
         "--gsp-send-routing-key", "--max-concurrency", "1",
     ]  # fmt: skip
-    assert await _bench(*argv) == 0
+    res = tmp_path / "res.jsonl"
+    assert await _bench(*argv, "--output-file", str(res)) == 0
+    record = json.loads(res.read_text(encoding="utf-8"))
+    assert (record["gsp_prompts_per_group"], record["gsp_group_distribution"]) == (2, "uniform")
+    assert record["completed"] == 12
     keys = [h.get("X-SMG-Routing-Key") for h in fake.request_headers]
     assert len(keys) == 3 + 3 * 2 * 2  # a warm-up request per group, then 6 conversations x 2 turns
     assert all(k is not None and re.fullmatch(r"[0-9a-f]{8}_\d{14}_[0-2]", k) for k in keys)

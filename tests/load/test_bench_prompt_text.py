@@ -16,6 +16,7 @@ import pytest
 
 from sentinel.cli import build_parser, main
 from sentinel.cli.bench import build_spec
+from sentinel.cli.bench_datasets import dataset_warnings
 from sentinel.cli.common import CliError
 from sentinel.load.chat_template import ChatTemplate, load_chat_template
 from sentinel.load.datasets import PromptSource, suffixed
@@ -48,7 +49,7 @@ def tokenizer_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _model_dir(tmp_path: Path, tokenizer_file: Path, **config: Any) -> Path:
     d = tmp_path / "model"
-    d.mkdir()
+    d.mkdir(parents=True)
     (d / "tokenizer.json").write_bytes(tokenizer_file.read_bytes())
     (d / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
     return d
@@ -238,3 +239,45 @@ async def test_print_requests_prints_a_start_and_an_end_line_per_request(
     assert all("prompt='...'" in fields and "output_len=" in fields for _, fields in starts)
     assert all("generated_text='...'" in f and "success=True" in f and "output_len=4" in f for _, f in ends)
     assert out.index('message="request end"') < out.index(" Serving Benchmark Result ")
+
+
+@needs_tokenizers
+def test_mooncake_rounds_use_the_template_when_there_is_one(
+    tmp_path: Path, tokenizer_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "hash_ids": [7], "output_length": 2}\n', encoding="utf-8")
+    base = ["--dataset-name", "mooncake", "--dataset-path", str(trace), "--mooncake-num-rounds", "2"]
+    d = _model_dir(tmp_path, tokenizer_file, bos_token="<s>", chat_template=CHATML)
+    spec = build_spec(_args(*base, "--tokenizer", str(d)))
+    prompts = PromptSource(spec)._file
+    assert prompts is not None
+    r1, r2 = (p.content for p in prompts)
+    assert isinstance(r1, str)
+    assert r1.startswith("<s><|im_start|>user\nRound 1: 7hi hi")  # as bench_serving: BOS kept
+    assert r1.endswith("context.<|im_end|>\n<|im_start|>assistant\n")
+    assert "<|im_start|>assistant\nstory story<|im_end|>\n<|im_start|>user\nRound 2: " in str(r2)
+    # No template, or none renderable: bench_serving's "role: content" fallback.
+    plain = _model_dir(tmp_path / "p", tokenizer_file, bos_token="<s>")
+    spec = build_spec(_args(*base, "--tokenizer", str(plain)))
+    prompts = PromptSource(spec)._file
+    assert prompts is not None
+    assert str(prompts[0].content).startswith("user: Round 1: 7hi hi")
+    (d / "chat_template.jinja").write_text("{{ raise_exception('no') }}", encoding="utf-8")
+    load_chat_template.cache_clear()
+    prompts = PromptSource(build_spec(_args(*base, "--tokenizer", str(d))))._file
+    assert prompts is not None
+    assert str(prompts[0].content).startswith("user: Round 1: 7hi hi")
+    # A template and no jinja2: the fallback, and a warning.
+    (d / "chat_template.jinja").unlink()
+    load_chat_template.cache_clear()
+    monkeypatch.setitem(sys.modules, "jinja2", None)
+    try:
+        args = _args(*base, "--tokenizer", str(d))
+        prompts = PromptSource(build_spec(args))._file
+        assert dataset_warnings(args)
+        assert "jinja2 is not installed" in dataset_warnings(args)[0]
+    finally:
+        load_chat_template.cache_clear()
+    assert prompts is not None
+    assert str(prompts[0].content).startswith("user: Round 1: 7hi hi")

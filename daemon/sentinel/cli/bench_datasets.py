@@ -209,7 +209,20 @@ def dataset_notes(args: argparse.Namespace) -> list[str]:
 
 
 def dataset_warnings(args: argparse.Namespace) -> list[str]:
-    """What bench_serving ignores and sentinel bench too, said on stderr."""
+    """What bench_serving ignores and sentinel bench too, or does otherwise, said on stderr."""
+    if args.dataset_name == "mooncake" and args.tokenizer is not None:
+        from sentinel.load.chat_template import load_chat_template
+        from sentinel.load.spec import SpecError
+
+        try:
+            load_chat_template(args.tokenizer)
+        except SpecError as exc:
+            if "needs the jinja2 library" in str(exc):  # a template bench_serving would render
+                return [
+                    f"{args.tokenizer} has a chat template but jinja2 is not installed: the mooncake "
+                    "prompts are bench_serving's 'role: content' fallback (pip install "
+                    "'sglang-sentinel[tokenizer]')"
+                ]
     per_group = args.gsp_prompts_per_group
     if args.dataset_name != "generated-shared-prefix" or per_group is None or args.num_prompts is None:
         return []

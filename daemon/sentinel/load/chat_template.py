@@ -20,7 +20,7 @@ from typing import Any
 
 from sentinel.load.spec import SpecError
 
-__all__ = ["ChatTemplate", "load_chat_template"]
+__all__ = ["ChatTemplate", "chat_template_if_any", "load_chat_template"]
 
 _INSTALL_HINT = "pip install 'sglang-sentinel[tokenizer]' (jinja2)"
 # transformers' SPECIAL_TOKENS_ATTRIBUTES: what a template may read besides the messages.
@@ -137,3 +137,12 @@ def _generation_extension(jinja2: Any) -> Any:
 def load_chat_template(tokenizer: Path) -> ChatTemplate:
     """One per path per process: the spec check and the prompts share it."""
     return ChatTemplate(tokenizer)
+
+
+def chat_template_if_any(tokenizer: Path) -> ChatTemplate | None:
+    """The template where bench_serving would use one if it can (mooncake prompts), else None:
+    no template, a bad one, or no jinja2 (`sentinel bench` warns of that one)."""
+    try:
+        return load_chat_template(tokenizer)
+    except SpecError:
+        return None

@@ -281,9 +281,15 @@ class PromptSource:
 
         sessions = load_mooncake(ds)
         count = self._counter()
+        render = None
+        if self._spec.tokenizer is not None:
+            from sentinel.load.chat_template import chat_template_if_any
+
+            template = chat_template_if_any(self._spec.tokenizer)
+            render = template.render if template is not None else None
         prompts: list[Prompt] = []
         for s in sessions:
-            for text in mooncake_prompts(s, ds.num_rounds):
+            for text in mooncake_prompts(s, ds.num_rounds, render):
                 prompts.append(Prompt(text, count(text), s.output_len))
                 self.trace_offsets.append(s.offset)
         text = warmup_text(sessions[0])
