@@ -178,3 +178,19 @@ async def test_default_output_is_220_per_turn_and_warm_up_sends_a_first_round(
     assert warm["max_completion_tokens"] == 32  # bench_serving's warm-up cap
     assert warm["messages"] == measured[0]["messages"]  # copies of the first request, as there
     assert [b["max_completion_tokens"] for b in measured] == [220, 220]
+
+
+def test_ramp_steps_move_on_to_fresh_conversations(tmp_path: Path) -> None:
+    from sentinel.cli.bench_ramp import ramp_steps
+
+    path = _trace(tmp_path, [_conv(name, 2) for name in "abcdef"])
+    steps = ramp_steps(
+        _args(*_chat(path, "--num-prompts", "2", "--dataset-offset", "1", "--request-rate", "1", "2", "4"))
+    )
+    specs = [build_spec(ns) for _, ns in steps]
+    offsets = [s.dataset.offset for s in specs if isinstance(s.dataset, AgenticTraceDataset)]
+    assert offsets == [1, 3, 5]
+    firsts = [
+        load_agentic(s.dataset)[0][0].content for s in specs if isinstance(s.dataset, AgenticTraceDataset)
+    ]
+    assert [_last(c) for c in firsts] == ["b task", "d task", "f task"]
