@@ -1,7 +1,9 @@
-"""`sentinel bench`'s generated-shared-prefix and agentic-trace flags, and the datasets they make.
+"""`sentinel bench`'s generated-shared-prefix and agentic-trace flags, and the datasets they make;
+the prompt-shaping flags (--prompt-suffix, --apply-chat-template) and --print-requests.
 
 Same names and meanings as bench_serving 0.5.23 (`datasets/generated_shared_prefix.py`,
-`datasets/agentic_trace.py`, `_validate_parsed_gsp_args` in `serving.py`). One difference, kept
+`datasets/agentic_trace.py`, `datasets/sharegpt.py`, `_validate_parsed_gsp_args` in `serving.py`).
+A flag given for a dataset that bench_serving would ignore it for exits 2. One difference, kept
 from before these flags: without `--gsp-prompts-per-group` the request count is `--num-prompts`
 (round-robin over the groups); with it, as bench_serving, it is groups x prompts per group and
 `--num-prompts` is ignored (a warning says so).
