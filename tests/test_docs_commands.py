@@ -102,6 +102,12 @@ SKIP: dict[str, str] = {
             "sentinel bench --backend sglang-oai-chat --dataset-name generated-shared-prefix "
             "--gsp-system-prompt-len 64 --gsp-question-len 16 --gsp-output-len 8 --gsp-num-turns 3 "
             "--num-prompts 4 --max-concurrency 2",
+            "sentinel bench --dataset-name generated-shared-prefix --gsp-num-groups 4 "
+            "--gsp-prompts-per-group 3 --gsp-system-prompt-len 64 --gsp-question-len 16 --gsp-output-len 8 "
+            "--gsp-range-ratio 0.5 "
+            "--gsp-group-distribution zipf --gsp-zipf-alpha 1.2 --gsp-send-routing-key",
+            "sentinel bench --backend sglang-oai-chat --dataset-name agentic-trace --dataset-path "
+            "docs/examples/agentic_trace.json --sharegpt-output-len 16 --max-concurrency 2",
         )
     },
     "sentinel sim": "a server until stopped (tests/sim run it)",

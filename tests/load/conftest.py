@@ -43,6 +43,7 @@ class FakeSGLang:
     behaviour: FakeBehaviour
     server: TestServer | None = None
     requests: list[dict[str, Any]] = field(default_factory=list)
+    request_headers: list[dict[str, str]] = field(default_factory=list)  # same order as `requests`
     first_chunk_at: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -87,6 +88,7 @@ class FakeSGLang:
             return denied
         body = await request.json()
         self.requests.append(body)
+        self.request_headers.append(dict(request.headers))
         n = len(self.requests)
         b = self.behaviour
         if b.status != 200:

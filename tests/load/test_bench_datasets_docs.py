@@ -27,7 +27,7 @@ def _examples() -> list[str]:
 
 
 def test_the_datasets_section_has_its_examples() -> None:
-    assert len(_examples()) == 5
+    assert len(_examples()) == 7
 
 
 @pytest.mark.slow

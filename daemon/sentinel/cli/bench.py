@@ -25,6 +25,14 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from sentinel.cli.bench_datasets import (
+    add_dataset_options,
+    agentic_dataset,
+    check_dataset_flags,
+    dataset_notes,
+    dataset_warnings,
+    shared_prefix_dataset,
+)
 from sentinel.cli.bench_flags import REJECTED_DATASETS, add_rejected_options, rejected_messages
 from sentinel.cli.bench_outputs import check_outputs, write_reports
 from sentinel.cli.bench_profile import ProfilePlan, Profiler, add_profile_options, profile_plan
@@ -87,10 +95,11 @@ def register(sub: Any) -> None:
             "jsonl",
             "custom",
             "mooncake",
+            "agentic-trace",
             *REJECTED_DATASETS,
         ),
         help="random, random-ids, generated-shared-prefix; with --dataset-path: sharegpt, openai, custom, "
-        "mooncake",
+        "mooncake, agentic-trace",
     )
     d.add_argument(
         "--dataset-path", type=Path, default=None, help="JSONL prompts (prompt|messages|input_ids)"
@@ -102,7 +111,7 @@ def register(sub: Any) -> None:
         "--sharegpt-output-len",
         type=int,
         default=None,
-        help="sharegpt: fixed output length (else the reference's)",
+        help="sharegpt: fixed output length (else the reference's); agentic-trace: per turn (default 220)",
     )
     d.add_argument(
         "--sharegpt-context-len",
@@ -131,6 +140,7 @@ def register(sub: Any) -> None:
         help="token ids, not text (what the native backend sends)",
     )
     d.add_argument("--gsp-fast-prepare", action="store_true", help="accepted; preparation is always fast")
+    add_dataset_options(d)
     d.add_argument(
         "--tokenizer",
         type=Path,
@@ -258,14 +268,14 @@ def _logprob_body(args: argparse.Namespace, backend: Backend) -> dict[str, Any]:
 
 def build_spec(args: argparse.Namespace) -> LoadSpec:
     """The LoadSpec an argument namespace describes; `CliError` (exit 2) for bad usage."""
+    from sentinel.load.chat_template import load_chat_template
     from sentinel.load.spec import (
         ArrivalProcess,
         Backend,
+        DatasetSpec,
         JsonlDataset,
         LoadSpec,
-        MooncakeDataset,
         RandomDataset,
-        SharedPrefixDataset,
         ShareGPTDataset,
         SpecError,
     )
@@ -277,6 +287,7 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
     if refused:
         raise CliError("bench_serving flags not supported by sentinel bench:\n  " + "\n  ".join(refused), 2)
     check_trace_flags(args)
+    check_dataset_flags(args)
     if args.gsp_num_turns != 1 and args.dataset_name != "generated-shared-prefix":
         raise CliError("--gsp-num-turns needs --dataset-name generated-shared-prefix", 2)
     headers: dict[str, str] = {}
@@ -311,7 +322,9 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
         backend = Backend.parse(args.backend)
         # Checked now (exit 2 before the run): a local file, and the library installed.
         tokenizer = None if args.tokenizer is None else load_tokenizer(args.tokenizer).path
-        dataset: RandomDataset | JsonlDataset | ShareGPTDataset | SharedPrefixDataset | MooncakeDataset
+        if args.apply_chat_template and tokenizer is not None:
+            load_chat_template(tokenizer)  # a template there, jinja2 installed, and it compiles
+        dataset: DatasetSpec
         num = args.num_prompts
         if args.dataset_name == "mooncake":
             dataset, num = mooncake_dataset(args, backend)
@@ -319,7 +332,12 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
         elif args.dataset_name in ("jsonl", "custom"):
             if args.dataset_path is None:
                 raise CliError(f"--dataset-name {args.dataset_name} needs --dataset-path", 2)
-            dataset = JsonlDataset(args.dataset_path, output_len=args.random_output_len)
+            dataset = JsonlDataset(
+                args.dataset_path,
+                output_len=args.random_output_len,
+                prompt_suffix=args.prompt_suffix,
+                chat_template=args.apply_chat_template,
+            )
         elif args.dataset_name == "openai":
             if args.dataset_path is None:
                 raise CliError("--dataset-name openai needs --dataset-path", 2)
@@ -333,24 +351,17 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
                     "--dataset-name sharegpt needs --dataset-path (sentinel bench downloads nothing)", 2
                 )
             dataset = ShareGPTDataset(
-                args.dataset_path, output_len=args.sharegpt_output_len, context_len=args.sharegpt_context_len
+                args.dataset_path,
+                output_len=args.sharegpt_output_len,
+                context_len=args.sharegpt_context_len,
+                prompt_suffix=args.prompt_suffix,
+                chat_template=args.apply_chat_template,
             )
         elif args.dataset_name == "generated-shared-prefix":
-            if args.gsp_system_prompt_len is not None or args.gsp_question_len is not None:
-                sys_len = args.gsp_system_prompt_len or 0
-                q_len = args.gsp_question_len or 1
-                input_len, ratio = sys_len + q_len, sys_len / (sys_len + q_len)
-            else:
-                input_len, ratio = args.random_input_len, args.cache_hit_ratio
-            if args.tokenize_prompt and args.gsp_num_turns > 1:
-                raise CliError("--tokenize-prompt requires --gsp-num-turns=1 (as bench_serving)", 2)
-            dataset = SharedPrefixDataset(
-                input_len=input_len,
-                output_len=args.gsp_output_len or args.random_output_len,
-                cache_hit_ratio=ratio,
-                num_groups=args.gsp_num_groups,
-                num_turns=args.gsp_num_turns,
-            )
+            dataset, planned = shared_prefix_dataset(args)
+            num = num if planned is None else planned
+        elif args.dataset_name == "agentic-trace":
+            dataset, num = agentic_dataset(args)
         else:
             if args.tokenize_prompt and backend is not Backend.SGLANG:
                 # The native backend always sends random prompts as input_ids.
@@ -385,6 +396,7 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
             stream=not args.disable_stream,
             request_timeout_s=args.request_timeout,
             keep_text=args.output_details,
+            print_requests=args.print_requests,
             tokenizer=tokenizer,
         )
     except SpecError as exc:
@@ -408,8 +420,10 @@ def _bench_command(args: argparse.Namespace) -> int:
     spec = build_spec(args)
     profile = profile_plan(args)
     check_outputs(args)
-    for warning in trace_warnings(args):
+    for warning in trace_warnings(args) + dataset_warnings(args):
         print(f"sentinel bench: {warning}", file=sys.stderr)
+    for line in dataset_notes(args):
+        print(line, flush=True)
     show_progress = sys.stderr.isatty() and not args.disable_tqdm
     flush = args.flush_cache_timeout if args.flush_cache else None
     result, interrupted = run_on_loop(_bench(spec, show_progress, flush, profile), spec.arrival)
@@ -422,8 +436,10 @@ def _ramp(steps: list[tuple[str, argparse.Namespace]]) -> int:
     profile = profile_plan(steps[0][1])  # the same flags in every step; each step is profiled
     for _, ns in steps:
         check_outputs(ns)
-    for warning in trace_warnings(steps[0][1]):
+    for warning in trace_warnings(steps[0][1]) + dataset_warnings(steps[0][1]):
         print(f"sentinel bench: {warning}", file=sys.stderr)
+    for line in dataset_notes(steps[0][1]):
+        print(line, flush=True)
     done: list[tuple[str, RunResult]] = []
     code = 0
     try:

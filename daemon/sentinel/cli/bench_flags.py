@@ -16,12 +16,9 @@ from typing import Any
 __all__ = ["REJECTED", "REJECTED_DATASETS", "add_rejected_options", "rejected_messages"]
 
 _MULTIMODAL = "image datasets are multimodal; sentinel bench sends text and token-id prompts only"
-_TRACE = "the agentic-trace dataset is not implemented (mooncake trace replay is: --dataset-name mooncake)"
-_GSP = "generated-shared-prefix in sentinel bench has groups, prefix and question lengths only"
 
 # --dataset-name values bench_serving 0.5.23 has and sentinel bench refuses.
 REJECTED_DATASETS: dict[str, str] = {
-    "agentic-trace": _TRACE,
     "mmmu": _MULTIMODAL,
     "image": _MULTIMODAL,
     "longbench_v2": "longbench_v2 is not implemented (a Hugging Face download)",
@@ -29,8 +26,6 @@ REJECTED_DATASETS: dict[str, str] = {
 }
 
 REJECTED: dict[str, str] = {
-    "--dataset-offset": _TRACE,
-    "--agentic-max-turns": _TRACE,
     "--speed-bench-category": "the speed-bench dataset is not implemented (it is a Hugging Face download)",
     "--speed-bench-output-len": "the speed-bench dataset is not implemented (it is a Hugging Face download)",
     "--image-count": _MULTIMODAL,
@@ -38,18 +33,6 @@ REJECTED: dict[str, str] = {
     "--random-image-count": _MULTIMODAL,
     "--image-format": _MULTIMODAL,
     "--image-content": _MULTIMODAL,
-    "--print-requests": "not implemented: use --output-details (per-request records in --output-file)",
-    "--apply-chat-template": (
-        "needs the model's chat template (transformers); use --backend sglang-oai-chat, "
-        "where the server applies its template"
-    ),
-    "--prompt-suffix": "not implemented (random prompts are token sequences, not chat text)",
-    "--gsp-prompts-per-group": "the request count is --num-prompts, spread over --gsp-num-groups",
-    "--gsp-range-ratio": _GSP,
-    "--gsp-send-routing-key": _GSP + " (no X-SMG-Routing-Key header; --header sets a fixed one)",
-    "--gsp-ordered": _GSP + " (requests go round-robin over the groups)",
-    "--gsp-group-distribution": _GSP + " (groups are used uniformly)",
-    "--gsp-zipf-alpha": _GSP + " (groups are used uniformly)",
     "--rust-client": "bench_serving's optional Rust HTTP client; sentinel bench always uses its own",
     "--rust-worker-threads": "bench_serving's optional Rust HTTP client; sentinel bench always uses its own",
 }

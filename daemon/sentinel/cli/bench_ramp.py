@@ -7,9 +7,10 @@ with every other flag unchanged (its own `--num-prompts` or `--duration`, so `--
 is 30 s per step), printed as its own block (a `Ramp step` line above it) and appended as its own
 JSON line (with ``ramp_step``), and a summary table of the steps closes the output. The warm-up
 runs before the first step only: the server is warm for the rest. Step k draws its prompts with
-seed ``--seed + k - 1`` (fresh prompts, no prefix-cache hits on an earlier step's; a trace's
-prompts are the trace's). A failed step (nothing completed) ends the ramp. One value is a plain
-run.
+seed ``--seed + k - 1`` (fresh prompts, no prefix-cache hits on an earlier step's; a mooncake
+trace's prompts are the trace's; an agentic trace's step k starts ``(k - 1) x --num-prompts``
+conversations further, as bench_serving's --dataset-offset does for sweeps). A failed step
+(nothing completed) ends the ramp. One value is a plain run.
 """
 
 from __future__ import annotations
@@ -68,6 +69,10 @@ def ramp_steps(args: argparse.Namespace) -> list[tuple[str, argparse.Namespace]]
             # Other prompts per step (same lengths): with the same seed each step would resend
             # the previous one's prompts and read the prefix cache's hits as speed.
             ns.seed = args.seed + k
+            if args.dataset_name == "agentic-trace":
+                # What bench_serving's --dataset-offset is for: each sweep step on fresh
+                # conversations (the next --num-prompts of the trace, wrapping around).
+                ns.dataset_offset = args.dataset_offset + k * (args.num_prompts or 1000)
         ns.ramp_step = k + 1
         # One CSV/HTML per step (report.csv -> report-step2.csv): each is one run's requests and
         # plots; a shared file would hold only the last step's.

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 import random
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sentinel.load.spec import (
+    AgenticTraceDataset,
     Backend,
     JsonlDataset,
     LoadSpec,
@@ -60,8 +63,51 @@ class Prompt:
     output_len: int
     group: int | None = None  # shared-prefix group
     extra: Mapping[str, Any] | None = None  # merged into this request's body (openai dataset)
-    # Multi-turn: the user messages of turns 2.. (`content` is turn 1's messages).
-    turns: tuple[str, ...] = ()
+    # Multi-turn: what turns 2.. add to the history (`content` is turn 1's messages): a user
+    # message's text (shared prefixes), or a round's messages (agentic traces).
+    turns: tuple[str | list[dict[str, Any]], ...] = ()
+    # bench_serving's --gsp-send-routing-key: the X-SMG-Routing-Key header of this request.
+    routing_key: str | None = None
+
+
+def _drawn(rng: random.Random, full: int, ratio: float) -> int:
+    """bench_serving's compute_random_lens: uniform in [max(int(full * ratio), 1), full]; no
+    draw at ratio 1 (exactly full), so the default leaves the seeded stream as it was."""
+    if ratio >= 1.0 or full <= 0:
+        return max(full, 0)
+    return rng.randint(max(int(full * ratio), 1), full)
+
+
+class GroupPicker:
+    """Which shared-prefix group each request uses (bench_serving's gsp assignment), and its key."""
+
+    def __init__(self, ds: SharedPrefixDataset, seed: int) -> None:
+        self._ds = ds
+        self._rng = random.Random(seed ^ 0x6A0F)  # its own stream: prompts do not depend on it
+        g = ds.num_groups
+        self._weights = [(rank + 1) ** -ds.zipf_alpha for rank in range(g)] if ds.zipf_alpha else None
+        self._plan: list[int] = []
+        if ds.prompts_per_group is not None:
+            total = g * ds.prompts_per_group
+            if self._weights is None:
+                self._plan = [k for k in range(g) for _ in range(ds.prompts_per_group)]
+            else:
+                self._plan = self._rng.choices(range(g), weights=self._weights, k=total)
+            if not ds.ordered:
+                self._rng.shuffle(self._plan)
+        # As bench_serving: per run, so a router does not keep one run's routes for the next.
+        stamp = f"{uuid.uuid4().hex[:8]}_{datetime.now().strftime('%Y%m%d%H%M%S')}"
+        self._keys = [f"{stamp}_{k}" for k in range(g)] if ds.routing_key else None
+
+    def group(self, i: int) -> int:
+        if self._plan:
+            return self._plan[i % len(self._plan)]
+        if self._weights is not None:
+            return self._rng.choices(range(self._ds.num_groups), weights=self._weights)[0]
+        return i % self._ds.num_groups
+
+    def routing_key(self, group: int) -> str | None:
+        return None if self._keys is None else self._keys[group]
 
 
 def _ids(rng: random.Random, n: int) -> list[int]:
@@ -76,8 +122,23 @@ def _words(rng: random.Random, n: int) -> str:
 _NOT_PASSED = frozenset({"messages", "max_tokens", "max_completion_tokens", "model"})
 
 
-def load_jsonl(dataset: JsonlDataset, backend: Backend) -> list[Prompt]:
-    """Read and validate the whole file; errors name the line."""
+_ASSISTANT_SUFFIX = "Assistant:"  # bench_serving's ASSISTANT_SUFFIX
+
+
+def suffixed(prompt: str, suffix: str) -> str:
+    """bench_serving's --prompt-suffix: a trailing "Assistant:" moves after the suffix."""
+    if not suffix:
+        return prompt
+    if prompt.endswith(_ASSISTANT_SUFFIX):
+        prompt = prompt[: -len(_ASSISTANT_SUFFIX)]
+    return prompt + suffix + _ASSISTANT_SUFFIX
+
+
+def load_jsonl(
+    dataset: JsonlDataset, backend: Backend, shape: Callable[[str], str] | None = None
+) -> list[Prompt]:
+    """Read and validate the whole file; errors name the line. `shape`: what --prompt-suffix and
+    --apply-chat-template make of a text prompt."""
     prompts: list[Prompt] = []
     try:
         lines = dataset.path.read_text(encoding="utf-8").splitlines()
@@ -112,7 +173,11 @@ def load_jsonl(dataset: JsonlDataset, backend: Backend) -> list[Prompt]:
             text = obj.get("prompt", obj.get("text"))
             if not isinstance(text, str) or not text:
                 raise SpecError(f"{where}: needs a non-empty 'prompt', 'text', 'messages' or 'input_ids'")
-            content, plen = text, 0
+            content, plen = (text if shape is None else shape(text)), 0
+        if shape is not None and not isinstance(content, str):
+            raise SpecError(
+                f"{where}: --prompt-suffix and --apply-chat-template apply to 'prompt' / 'text' lines"
+            )
         extra = {k: v for k, v in obj.items() if k not in _NOT_PASSED} if dataset.passthrough else None
         prompts.append(Prompt(content, plen, out, extra=extra or None))
     if not prompts:
@@ -121,7 +186,11 @@ def load_jsonl(dataset: JsonlDataset, backend: Backend) -> list[Prompt]:
 
 
 def load_sharegpt(
-    dataset: ShareGPTDataset, backend: Backend, seed: int, count: Callable[[str], int] | None = None
+    dataset: ShareGPTDataset,
+    backend: Backend,
+    seed: int,
+    count: Callable[[str], int] | None = None,
+    shape: Callable[[str], str] | None = None,
 ) -> list[Prompt]:
     """bench_serving's ShareGPT sampling (see `ShareGPTDataset`); errors name the entry.
 
@@ -149,6 +218,8 @@ def load_sharegpt(
     random.Random(seed).shuffle(pairs)
     prompts: list[Prompt] = []
     for prompt, completion in pairs:
+        if shape is not None:
+            prompt = shape(prompt)
         if count is not None:  # exact, as bench_serving: the tokenizer's counts, 0 = unknown below
             plen = count(prompt)
             out = dataset.output_len if dataset.output_len is not None else count(completion)
@@ -188,18 +259,21 @@ class PromptSource:
         ds = spec.dataset
         if isinstance(ds, MooncakeDataset):
             self._file = self._load_trace(ds)
+        elif isinstance(ds, AgenticTraceDataset):
+            from sentinel.load.agentic import load_agentic
+
+            self._file = load_agentic(ds)[0]
         elif isinstance(ds, JsonlDataset):
-            self._file = load_jsonl(ds, spec.backend)
+            self._file = load_jsonl(ds, spec.backend, self._shape(ds))
         elif isinstance(ds, ShareGPTDataset):
             count = self._counter() if spec.tokenizer is not None else None
-            self._file = load_sharegpt(ds, spec.backend, spec.seed, count)
+            self._file = load_sharegpt(ds, spec.backend, spec.seed, count, self._shape(ds))
         elif isinstance(ds, SharedPrefixDataset):
             # Prefixes come from their own generator so they do not depend on the run length.
             prng = random.Random(spec.seed ^ 0x5EED)
-            self._prefixes = [
-                _words(prng, ds.prefix_len) if self._text else _ids(prng, ds.prefix_len)
-                for _ in range(ds.num_groups)
-            ]
+            self._prefix_lens = [_drawn(prng, ds.prefix_len, ds.range_ratio) for _ in range(ds.num_groups)]
+            self._prefixes = [_words(prng, n) if self._text else _ids(prng, n) for n in self._prefix_lens]
+            self._groups = GroupPicker(ds, spec.seed)
         self._i = 0
 
     def _load_trace(self, ds: MooncakeDataset) -> list[Prompt]:
@@ -207,14 +281,36 @@ class PromptSource:
 
         sessions = load_mooncake(ds)
         count = self._counter()
+        render = None
+        if self._spec.tokenizer is not None:
+            from sentinel.load.chat_template import chat_template_if_any
+
+            template = chat_template_if_any(self._spec.tokenizer)
+            render = template.render if template is not None else None
         prompts: list[Prompt] = []
         for s in sessions:
-            for text in mooncake_prompts(s, ds.num_rounds):
+            for text in mooncake_prompts(s, ds.num_rounds, render):
                 prompts.append(Prompt(text, count(text), s.output_len))
                 self.trace_offsets.append(s.offset)
         text = warmup_text(sessions[0])
         self._trace_warmup = Prompt(text, count(text), min(sessions[0].output_len, 32))
         return prompts
+
+    def _shape(self, ds: JsonlDataset | ShareGPTDataset) -> Callable[[str], str] | None:
+        """--prompt-suffix, then --apply-chat-template, as bench_serving applies them."""
+        if not ds.prompt_suffix and not ds.chat_template:
+            return None
+        render = None
+        if ds.chat_template and self._spec.tokenizer is not None:
+            from sentinel.load.chat_template import load_chat_template
+
+            render = load_chat_template(self._spec.tokenizer).user_prompt
+
+        def shape(text: str) -> str:
+            text = suffixed(text, ds.prompt_suffix)
+            return text if render is None else render(text)
+
+        return shape
 
     def _counter(self) -> Callable[[str], int]:
         """Prompt lengths with the client tokenizer (bench_serving's prompt_len), else 0: unknown."""
@@ -223,6 +319,14 @@ class PromptSource:
         from sentinel.load.tokenizer import load_tokenizer
 
         return load_tokenizer(self._spec.tokenizer).count_prompt
+
+    def planned_requests(self, arrivals: int) -> int:
+        """Requests that many arrivals make: a conversation is one arrival and one request per turn."""
+        if self._file is not None:
+            n = len(self._file)
+            return sum(1 + len(self._file[k % n].turns) for k in range(arrivals))
+        ds = self._spec.dataset
+        return arrivals * (ds.num_turns if isinstance(ds, SharedPrefixDataset) else 1)
 
     def __iter__(self) -> Iterator[Prompt]:
         return self
@@ -241,19 +345,25 @@ class PromptSource:
             content: str | list[int] = _words(self._rng, n_in) if self._text else _ids(self._rng, n_in)
             return Prompt(content, n_in, n_out)
         assert isinstance(ds, SharedPrefixDataset)
-        group = i % ds.num_groups
+        return self._shared_prefix(ds, self._groups.group(i))
+
+    def _shared_prefix(self, ds: SharedPrefixDataset, group: int) -> Prompt:
+        rng, ratio = self._rng, ds.range_ratio
         n_suffix = ds.input_len - ds.prefix_len
         prefix = self._prefixes[group]
+        out = _drawn(rng, ds.output_len, ratio)
+        key = self._groups.routing_key(group)
         if isinstance(prefix, str) and ds.num_turns > 1:
             # bench_serving's multi-turn shape: "<system prompt>\n\n<question 1>", then questions.
-            questions = [_words(self._rng, n_suffix) for _ in range(ds.num_turns)]
+            questions = [_words(rng, _drawn(rng, n_suffix, ratio)) for _ in range(ds.num_turns)]
             first = [{"role": "user", "content": f"{prefix}\n\n{questions[0]}"}]
-            return Prompt(first, 0, ds.output_len, group, turns=tuple(questions[1:]))
+            return Prompt(first, 0, out, group, turns=tuple(questions[1:]), routing_key=key)
+        n_q = _drawn(rng, n_suffix, ratio)
         if isinstance(prefix, str):
-            suffix = _words(self._rng, n_suffix)
+            suffix = _words(rng, n_q)
             text = f"{prefix} {suffix}" if prefix else suffix
-            return Prompt(text, ds.input_len, ds.output_len, group)
-        return Prompt(prefix + _ids(self._rng, n_suffix), ds.input_len, ds.output_len, group)
+            return Prompt(text, self._prefix_lens[group] + n_q, out, group, routing_key=key)
+        return Prompt(prefix + _ids(rng, n_q), len(prefix) + n_q, out, group, routing_key=key)
 
     def warmup(self, n: int) -> list[Prompt]:
         """Warm-up prompts, output capped at 32 tokens as in bench_serving.
@@ -267,10 +377,17 @@ class PromptSource:
             return [self._trace_warmup] * n
         probe = PromptSource(self._spec, stream_seed=self._spec.seed + 1_000_003)
         ds = self._spec.dataset
-        groups = ds.num_groups if isinstance(ds, SharedPrefixDataset) else 1
-        first = [next(probe) for _ in range(groups)]
+        if isinstance(ds, SharedPrefixDataset):
+            # One per group whatever the groups' order or weights (a shuffled or Zipf plan),
+            # with this run's routing keys.
+            probe._groups = self._groups
+            first = [probe._shared_prefix(ds, g) for g in range(ds.num_groups)]
+        else:
+            first = [next(probe)]
         out: list[Prompt] = []
         for k in range(n):
-            p = first[k % groups]
-            out.append(Prompt(p.content, p.prompt_len, min(p.output_len, 32), p.group))
+            p = first[k % len(first)]
+            # The routing key goes too: the warm-up caches each prefix where its requests will go.
+            short = min(p.output_len, 32)
+            out.append(Prompt(p.content, p.prompt_len, short, p.group, routing_key=p.routing_key))
         return out

@@ -39,6 +39,7 @@ from sentinel.load.backends import ResponseParser, StreamFailure, build_body, ma
 from sentinel.load.datasets import Prompt, PromptSource
 from sentinel.load.figures import compute_metrics
 from sentinel.load.lag import LoopLagMonitor
+from sentinel.load.print_requests import RequestPrinter
 from sentinel.load.records import FailureReason, LoadCounters, RequestRecord
 from sentinel.load.result import RunResult
 from sentinel.load.session import make_session, request_headers, resolve_model, wait_ready
@@ -78,6 +79,11 @@ class _LoraPicker:
         return self.rng.choice(self.names)
 
 
+def _routing_header(key: str | None) -> bytes:
+    # bench_serving's _ROUTING_KEY_HEADER: the smg router's cache-aware routing reads it.
+    return b"" if key is None else b"X-SMG-Routing-Key: " + key.encode("latin-1") + b"\r\n"
+
+
 class _Run:
     def __init__(
         self,
@@ -101,21 +107,23 @@ class _Run:
         self.lora = _LoraPicker(spec)
         # A client tokenizer re-counts the generated text after the run, and a conversation's
         # next turn carries the reply: the text is kept for both.
-        self.keep_text = spec.keep_text or spec.tokenizer is not None or spec.turns > 1
+        self.keep_text = spec.keep_text or spec.tokenizer is not None or spec.multi_turn
         # Multi-turn: the measured requests' records (later turns join as they are sent) and
         # the conversations still to continue, by their first turn's index.
         self.records: list[RequestRecord] = []
         self.conversations: dict[int, Prompt] = {}
+        self.next_index = 0  # prepare() is called in arrival order
+        self.printer = RequestPrinter(spec, model) if spec.print_requests else None
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
 
     def prepare(self, index: int, offset: float, prompt: Prompt) -> tuple[RequestRecord, bytes]:
         """A measured request's record and serialised body."""
-        # A conversation's turns take the indexes after its first (unique rids).
-        rec = RequestRecord(
-            index=index * self.spec.turns, warmup=False, planned=offset, prompt_len=prompt.prompt_len
-        )
+        # A conversation's turns take the indexes after its first (unique rids); conversations
+        # may differ in length (agentic traces), so the next free index is kept.
+        rec = RequestRecord(index=self.next_index, warmup=False, planned=offset, prompt_len=prompt.prompt_len)
+        self.next_index += 1 + len(prompt.turns)
         rec.planned_output_len = prompt.output_len
         if prompt.turns:
             self.conversations[rec.index] = prompt
@@ -123,6 +131,7 @@ class _Run:
 
     def body(self, rec: RequestRecord, prompt: Prompt, output_len: int) -> bytes:
         rec.rid = f"sentinel-{self.run_id}-{'w' if rec.warmup else ''}{rec.index}"
+        rec.routing_key = prompt.routing_key
         lora = self.lora.next(rec.warmup)
         return build_body(self.spec, prompt, model=self.model, rid=rec.rid, output_len=output_len, lora=lora)
 
@@ -141,6 +150,8 @@ class _Run:
         counters = self.counters
         counters.sent += 1
         counters.in_flight += 1
+        if self.printer is not None:
+            self.printer.start(rec, body)
         try:
             await self._execute(rec, body)
         except asyncio.CancelledError:
@@ -157,6 +168,8 @@ class _Run:
                 counters.failed += 1
             if self.slots is not None and release:
                 self.slots.put_nowait(self.now())
+            if self.printer is not None:
+                self.printer.end(rec)
             if self.on_record is not None:
                 try:
                     self.on_record(rec)
@@ -189,7 +202,7 @@ class _Run:
         perf = time.perf_counter
         try:
             async with asyncio.timeout(spec.request_timeout_s):
-                status = await self.client.post(self.path, body, sink)
+                status = await self.client.post(self.path, body, sink, _routing_header(rec.routing_key))
             if status != 200:
                 raise StreamFailure(FailureReason.http(status), http_error(status, bytes(sink.error_body)))
             if rec.latency is None:
@@ -390,7 +403,7 @@ async def _run(
     # ---- measured phase ----
     run = _Run(spec, client, counters, on_record, model)
     run.records = records
-    counters.planned = None if spec.num_requests is None else spec.num_requests * spec.turns
+    counters.planned = None if spec.num_requests is None else source.planned_requests(spec.num_requests)
     lag = LoopLagMonitor()
     inflight: set[asyncio.Task[None]] = set()
     cancelled = cancel_task.done()

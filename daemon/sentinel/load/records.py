@@ -71,6 +71,7 @@ class RequestRecord:
     # entries are the read's, not their own.
     shared_read_events: int = 0
     turn: int = 0  # multi-turn: 1.. within its conversation; 0 for a single request
+    routing_key: str | None = None  # sent as X-SMG-Routing-Key (--gsp-send-routing-key)
 
     @property
     def queue_wait(self) -> float:

@@ -15,6 +15,7 @@ from typing import Any
 from sentinel.load.figures import RunMetrics
 from sentinel.load.records import RequestRecord
 from sentinel.load.spec import (
+    AgenticTraceDataset,
     ArrivalProcess,
     JsonlDataset,
     LoadSpec,
@@ -98,10 +99,13 @@ class RunResult:
                 "dataset_name": "generated-shared-prefix",
                 "random_input_len": ds.input_len,
                 "random_output_len": ds.output_len,
-                "random_range_ratio": 1.0,
+                "random_range_ratio": ds.range_ratio,
                 "shared_prefix_len": ds.prefix_len,
                 "shared_prefix_groups": ds.num_groups,
                 "target_cache_hit_ratio": ds.cache_hit_ratio,
+                "gsp_prompts_per_group": ds.prompts_per_group,
+                "gsp_group_distribution": "uniform" if ds.zipf_alpha is None else "zipf",
+                "gsp_zipf_alpha": ds.zipf_alpha,
             }
         if isinstance(ds, ShareGPTDataset):
             return {
@@ -115,6 +119,14 @@ class RunResult:
                 "dataset_path": str(ds.path),
                 "mooncake_slowdown_factor": ds.slowdown_factor,
                 "mooncake_num_rounds": ds.num_rounds,
+            }
+        if isinstance(ds, AgenticTraceDataset):
+            return {
+                "dataset_name": "agentic-trace",
+                "dataset_path": str(ds.path),
+                "dataset_offset": ds.offset,
+                "agentic_max_turns": ds.max_turns,
+                "sharegpt_output_len": ds.output_len,
             }
         assert isinstance(ds, JsonlDataset)
         return {"dataset_name": "jsonl", "dataset_path": str(ds.path)}

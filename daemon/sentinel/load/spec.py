@@ -18,6 +18,7 @@ from typing import Any
 
 __all__ = [
     "GOODPUT_METRICS",
+    "AgenticTraceDataset",
     "ArrivalProcess",
     "Backend",
     "DatasetSpec",
@@ -151,6 +152,9 @@ class JsonlDataset:
     # every line's max_tokens.
     passthrough: bool = False
     fixed_output_len: int | None = None
+    # bench_serving's --prompt-suffix and --apply-chat-template, on text prompts (see ShareGPTDataset).
+    prompt_suffix: str = ""
+    chat_template: bool = False
 
     def __post_init__(self) -> None:
         _check_len("output_len", self.output_len)
@@ -176,6 +180,11 @@ class ShareGPTDataset:
     # bench_serving's --sharegpt-context-len: drop pairs whose prompt + output tokens exceed it.
     # Counting needs the client tokenizer (LoadSpec.tokenizer); checked there.
     context_len: int | None = None
+    # bench_serving's --prompt-suffix: the prompt, less a trailing "Assistant:", then the suffix,
+    # then "Assistant:". --apply-chat-template: then the model's chat template around it as one
+    # user message (sentinel.load.chat_template; needs LoadSpec.tokenizer, checked there).
+    prompt_suffix: str = ""
+    chat_template: bool = False
 
     def __post_init__(self) -> None:
         if self.context_len is not None:
@@ -206,6 +215,19 @@ class SharedPrefixDataset:
     # the same length after the history so far (the real assistant replies), sent when the
     # previous turn has finished (sentinel.load.turns).
     num_turns: int = 1
+    # bench_serving's --gsp-prompts-per-group: a finite plan of num_groups x prompts_per_group
+    # requests (conversations), shuffled with the seed unless `ordered` (group by group, as
+    # bench_serving's --gsp-ordered); None: an endless round-robin over the groups.
+    prompts_per_group: int | None = None
+    ordered: bool = False
+    # --gsp-range-ratio: each group's prefix, each question and each output length drawn
+    # uniformly from [max(int(L * range_ratio), 1), L]; 1 (bench_serving's default): exactly L.
+    range_ratio: float = 1.0
+    # --gsp-group-distribution zipf --gsp-zipf-alpha: each request's group drawn with
+    # p(rank) proportional to rank**-alpha (group 0 hottest); None: uniform.
+    zipf_alpha: float | None = None
+    # --gsp-send-routing-key: an X-SMG-Routing-Key header per group ("<run>_<time>_<group>").
+    routing_key: bool = False
 
     def __post_init__(self) -> None:
         _check_len("input_len", self.input_len)
@@ -214,6 +236,12 @@ class SharedPrefixDataset:
         _check_len("num_turns", self.num_turns)
         if not 0.0 <= self.cache_hit_ratio < 1.0:
             raise SpecError(f"cache_hit_ratio must be within [0, 1), got {self.cache_hit_ratio}")
+        if self.prompts_per_group is not None:
+            _check_len("prompts_per_group", self.prompts_per_group)
+        if not 0.0 <= self.range_ratio <= 1.0:
+            raise SpecError(f"range_ratio must be within [0, 1], got {self.range_ratio}")
+        if self.zipf_alpha is not None and not (self.zipf_alpha > 0 and math.isfinite(self.zipf_alpha)):
+            raise SpecError(f"zipf_alpha must be a finite number > 0, got {self.zipf_alpha}")
 
     @property
     def prefix_len(self) -> int:
@@ -247,7 +275,42 @@ class MooncakeDataset:
             raise SpecError(f"slowdown_factor must be a number >= 0, got {self.slowdown_factor}")
 
 
-DatasetSpec = RandomDataset | JsonlDataset | ShareGPTDataset | SharedPrefixDataset | MooncakeDataset
+@dataclass(frozen=True, slots=True)
+class AgenticTraceDataset:
+    """bench_serving's `agentic-trace`: multi-turn conversations replayed round by round.
+
+    As bench_serving 0.5.23 (`datasets/agentic_trace.py`): a JSON object whose
+    ``conversations`` is a list of conversations, each a list of turns
+    ``{"messages": [{role, content}...], "prompt_tokens": n}`` holding only that turn's new
+    messages. The list is rotated by `offset` (``offset % len``), then the first
+    `max_conversations` with a message are kept (None: all), each capped at `max_turns` rounds.
+    Every round goes out when the previous one has finished, with the whole history and the
+    server's real replies (sentinel.load.turns), `output_len` tokens each. Loaded by
+    `sentinel.load.agentic`; chat backend only (checked in LoadSpec).
+    """
+
+    path: Path
+    max_conversations: int | None = None
+    output_len: int = 220  # bench_serving's DEFAULT_AGENTIC_OUTPUT_LEN
+    offset: int = 0
+    max_turns: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_len("output_len", self.output_len)
+        if self.max_conversations is not None:
+            _check_len("max_conversations", self.max_conversations)
+        if self.max_turns is not None:
+            _check_len("max_turns", self.max_turns)
+
+
+DatasetSpec = (
+    RandomDataset
+    | JsonlDataset
+    | ShareGPTDataset
+    | SharedPrefixDataset
+    | MooncakeDataset
+    | AgenticTraceDataset
+)
 
 
 def _frozen_mapping(value: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -305,6 +368,7 @@ class LoadSpec:
     ready_timeout_s: float = 0.0
     request_timeout_s: float = 900.0
     keep_text: bool = False  # keep generated text per request (for --output-details)
+    print_requests: bool = False  # bench_serving's --print-requests (sentinel.load.print_requests)
     # bench_serving's --tokenizer: a local tokenizer.json (or a directory holding one) counting
     # the generated text client-side ("retokenized") and trace prompts; see sentinel.load.tokenizer.
     tokenizer: Path | None = None
@@ -371,17 +435,23 @@ class LoadSpec:
             raise SpecError(f"drain_timeout_s must be >= 0, got {self.drain_timeout_s}")
         if not 0.0 < self.steady_state_fraction <= 1.0:
             raise SpecError("steady_state_fraction must be within (0, 1]")
+        templated = isinstance(self.dataset, ShareGPTDataset | JsonlDataset) and self.dataset.chat_template
+        if templated and self.tokenizer is None:
+            raise SpecError(
+                "the chat template (--apply-chat-template) is the tokenizer's: it needs --tokenizer, a local "
+                "directory with tokenizer_config.json or chat_template.jinja"
+            )
         if isinstance(self.dataset, ShareGPTDataset) and self.dataset.context_len and self.tokenizer is None:
             raise SpecError(
                 "sharegpt context_len (--sharegpt-context-len) needs a client tokenizer (--tokenizer)"
             )
-        multi_turn = isinstance(self.dataset, SharedPrefixDataset) and self.dataset.num_turns > 1
-        if multi_turn and self.backend is not Backend.OPENAI_CHAT:
+        if self.multi_turn and self.backend is not Backend.OPENAI_CHAT:
             # bench_serving asserts the same (MULTI_TURN_BACKENDS): a history is chat messages.
             raise SpecError(
-                "multi-turn conversations (num_turns > 1) need the chat backend (sglang-oai-chat)"
+                "multi-turn conversations (num_turns > 1, agentic-trace) "
+                "need the chat backend (sglang-oai-chat)"
             )
-        files = JsonlDataset | ShareGPTDataset | MooncakeDataset
+        files = JsonlDataset | ShareGPTDataset | MooncakeDataset | AgenticTraceDataset
         if isinstance(self.dataset, files) and not self.dataset.path.is_file():
             raise SpecError(f"dataset file not found: {self.dataset.path}")
 
@@ -390,9 +460,11 @@ class LoadSpec:
         return self.base_url + self.backend.path
 
     @property
-    def turns(self) -> int:
-        """Requests per planned arrival: a conversation's turns (1 unless multi-turn)."""
-        return self.dataset.num_turns if isinstance(self.dataset, SharedPrefixDataset) else 1
+    def multi_turn(self) -> bool:
+        """Whether an arrival is a conversation (turns sent one after another, sentinel.load.turns)."""
+        if isinstance(self.dataset, AgenticTraceDataset):
+            return True
+        return isinstance(self.dataset, SharedPrefixDataset) and self.dataset.num_turns > 1
 
     @property
     def target_concurrency(self) -> int | None:

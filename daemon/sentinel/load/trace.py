@@ -10,7 +10,9 @@ at ``json.loads``).
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,21 +91,28 @@ def _blocks(hash_ids: tuple[int, ...], words: int) -> str:
     return "".join(f"{h}{block}" for h in hash_ids)
 
 
-def mooncake_prompts(session: TraceSession, num_rounds: int) -> list[str]:
+def mooncake_prompts(
+    session: TraceSession, num_rounds: int, render: Callable[[list[dict[str, Any]]], str] | None = None
+) -> list[str]:
     """The prompt text of each round of one session.
 
-    bench_serving applies the tokenizer's chat template when it has one and falls back to
-    ``role: content`` lines; sentinel bench has no chat template (its optional tokenizer is the
-    `tokenizers` library's), so it always sends the fallback. The assistant turns are
-    bench_serving's placeholder (``story`` per output token): rounds go out together, so the
-    real replies are not known yet."""
+    As bench_serving: the history rendered with the tokenizer's chat template (`render`: the
+    --tokenizer directory's, sentinel.load.chat_template), and ``role: content`` lines when
+    there is none or it fails. The assistant turns are bench_serving's placeholder (``story``
+    per output token): rounds go out together, so the real replies are not known yet."""
     base = _blocks(session.hash_ids, MOONCAKE_BLOCK_WORDS) + "Tell me a story based on this context."
-    history: list[str] = []
+    history: list[dict[str, Any]] = []
     prompts: list[str] = []
     for r in range(num_rounds):
-        history.append(f"user: Round {r + 1}: {base}")
-        prompts.append("\n".join(history))
-        history.append("assistant: " + " ".join(["story"] * session.output_len))
+        history.append({"role": "user", "content": f"Round {r + 1}: {base}"})
+        text = None
+        if render is not None:
+            with contextlib.suppress(SpecError):  # bench_serving: any template error, the fallback
+                text = render(history)
+        prompts.append(
+            text if text is not None else "\n".join(f"{m['role']}: {m['content']}" for m in history)
+        )
+        history.append({"role": "assistant", "content": " ".join(["story"] * session.output_len)})
     return prompts
 
 

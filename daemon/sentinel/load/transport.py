@@ -459,14 +459,15 @@ class HttpClient:
             await asyncio.gather(*(one() for _ in range(missing)), return_exceptions=True)
         return len(self._idle)
 
-    async def post(self, path: str, body: bytes, sink: BodySink) -> int:
+    async def post(self, path: str, body: bytes, sink: BodySink, headers: bytes = b"") -> int:
         """Send one POST and deliver its response to `sink`; returns the HTTP status.
 
         Raises ConnectError, ConnectionLost, ProtocolError, or whatever the sink raised. A
         reused connection that the server had already closed (no byte of response) is retried
-        once on a fresh one: the request never reached the server."""
+        once on a fresh one: the request never reached the server. `headers`: this request's
+        own header lines (``b"Name: value\\r\\n"`` each), after the client's."""
         request = (
-            b"POST " + (self.prefix + path).encode("latin-1") + b" HTTP/1.1\r\n" + self._head
+            b"POST " + (self.prefix + path).encode("latin-1") + b" HTTP/1.1\r\n" + self._head + headers
             + b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
         )  # fmt: skip
         for attempt in range(2):

@@ -35,12 +35,16 @@ async def converse(
     await run.execute(rec, body, release=last == 1)
     for t, question in enumerate(prompt.turns, 2):
         messages.append({"role": "assistant", "content": rec.text or ""})
-        messages.append({"role": "user", "content": question})
+        if isinstance(question, str):
+            messages.append({"role": "user", "content": question})
+        else:  # an agentic trace's round: its new messages (user, tool results...)
+            messages.extend(dict(m) for m in question)
         now = run.now()
         nxt = RequestRecord(index=rec.index + 1, warmup=False, planned=now, ready=now)
         nxt.planned_output_len = prompt.output_len
         nxt.turn = t
-        turn_prompt = Prompt(list(messages), 0, prompt.output_len, prompt.group)
+        key = prompt.routing_key  # every turn, as bench_serving's wrapper copies the request
+        turn_prompt = Prompt(list(messages), 0, prompt.output_len, prompt.group, routing_key=key)
         body = run.body(nxt, turn_prompt, prompt.output_len)
         records.append(nxt)
         rec = nxt
