@@ -55,6 +55,7 @@ CrashKind = Literal[
     "graph_oom",
     "unsupported",
     "profiler",
+    "refused",
 ]
 #: ``crash:text=...`` values: the default ``sampler`` is the "exception" kind.
 CRASH_TEXTS: Final = ("sampler", "tokenizer", "nan", "died_init", "subprocess")
@@ -201,6 +202,8 @@ def _launch_failure(kind: CrashKind, detail: str, version: str, used_gb: float, 
             + _CAPTURE_HINTS.get(version, _CAPTURE_HINTS["0.5.23"])
             + "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose \n"
         )
+    if kind == "refused":  # SGLang's own check of the backends, in the attention backend's __init__
+        return _INIT + "    self.init_attention_backend()\n" + f"ValueError: {detail}\n"
     # unsupported: the class of error SM120 gets from kernels built for other GPUs (DeepGEMM's
     # attention.hpp, TRT-LLM-gen's fmhaRunner: "Unsupported architecture"), here naming the backend.
     return (
@@ -217,8 +220,9 @@ def crash_lines(
     version: str = "0.5.23",
 ) -> tuple[str, str]:
     """(the scheduler's exception record, the traceback body) for a crash of ``kind``
-    (``detail``: the memory fraction of ``kv_pool``, the backend of ``unsupported``)."""
-    if kind in ("kv_pool", "graph_oom", "unsupported"):
+    (``detail``: the memory fraction of ``kv_pool``, the backend of ``unsupported``, SGLang's
+    message of ``refused``)."""
+    if kind in ("kv_pool", "graph_oom", "unsupported", "refused"):
         body = _launch_failure(kind, detail, version, used_gb, total_gb)
         return "Scheduler hit an exception: " + body.splitlines()[0], _after_first(body)
     if kind == "profiler":

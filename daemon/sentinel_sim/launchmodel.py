@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Final
 
+from sentinel.sglang.launch_facts import DsaRow, dsa_verdicts
 from sentinel_sim.launchflags import LaunchFlags
 from sentinel_sim.profiles import Profile
 
@@ -239,6 +240,42 @@ def _attention(p: Profile, phase_backend: str, dsa_backend: str) -> tuple[str, B
     return phase_backend, _DENSE_ON_DSA_SM120.get(phase_backend, _UNSUPPORTED)
 
 
+def _refusal_text(row: DsaRow, offending: list[str], eff: Launch, p: Profile) -> str:
+    """SGLang 0.5.23's ValueError text for a refused row (flash_mla_sm120.py)."""
+    if row.allowed:
+        return (
+            "GLM DSA with FP8 KV cache on NVIDIA SM120/SM121 supports only flashinfer_sparse_mla "
+            f"(default) or triton_sparse_mla (prefill), but got {sorted(set(offending))}."
+        )
+    return (
+        "flashinfer_sparse_mla supports only GLM DSA with FP8 KV cache on NVIDIA SM120/SM121; "
+        f"got model_arch={p.architecture!r}, sm_major={p.sm_arch // 10}, "
+        f"kv_cache_dtype=torch.{eff.kv_cache_dtype}, prefill_impl={eff.dsa_prefill_backend!r}, "
+        f"decode_impl={eff.dsa_decode_backend!r}."
+    )
+
+
+def _refused(p: Profile, eff: Launch, version: str) -> str:
+    """``refused:<SGLang's message>`` when SGLang's own start-up check rejects the DSA backends
+    with this KV dtype: the ``effect="refused"`` rows of the launch table preflight judges by
+    (``sentinel.sglang.launch_facts``), so the two agree. trtllm is exempt: the default profile is
+    the deployment's trtllm launch in every version (its later failure on SM120 is not modelled)."""
+    dsa_phases = {eff.prefill_attention_backend, eff.decode_attention_backend} & {"nsa", "dsa"}
+    if not _dsa_model(p) or not dsa_phases:
+        return ""
+    prefill, decode = eff.dsa_prefill_backend, eff.dsa_decode_backend
+    backends = [prefill, decode]
+    glm = p.architecture == "GlmMoeDsaForCausalLM"
+    verdicts = dsa_verdicts(version, p.sm_arch, prefill, decode, eff.kv_cache_dtype, glm=glm)
+    for row in verdicts.bad:
+        if row.effect != "refused":
+            continue
+        offending = [b for b in backends if (b not in row.allowed if row.allowed else b in row.backends)]
+        if offending and set(offending) != {"trtllm"}:
+            return "refused:" + _refusal_text(row, offending, eff, p)
+    return ""
+
+
 def _moe(p: Profile, name: str) -> Backend:
     if p.sm_arch // 10 != 12 or "Moe" not in p.architecture:
         return _OK
@@ -320,6 +357,8 @@ def apply_launch(p: Profile, f: LaunchFlags, version: str, *, max_total_given: b
     for name, b in ((pre_name, pre), (dec_name, dec), (eff.moe_runner_backend, moe)):
         if not failure and b.verdict == "unsupported":
             failure = f"unsupported:{name}"
+    if not failure:
+        failure = _refused(p, eff, version)
     changes["startup_failure"] = failure
     changes["output_garbage"] = next((b.garbage for b in (dec, pre, moe) if b.verdict == "garbage"), "")
     m, a_pre, a_dec = moe.speed / moe0.speed, pre.speed / pre0.speed, dec.speed / dec0.speed

@@ -462,6 +462,9 @@ class SimServer:
         if failure == "unsupported":
             self.crash("unsupported", detail)
             return
+        if failure == "refused":
+            self.crash("refused", detail)
+            return
         capture = p.graph_capture_s > 0 or failure == "graph_oom"
         if capture and not await self._capture_graphs(after_weights - p.kv_mem_gb, failure == "graph_oom"):
             return

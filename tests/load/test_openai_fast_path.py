@@ -47,7 +47,8 @@ def _usage(rng: random.Random, completion: int) -> Any:
     if kind > 0.9:
         usage.pop(rng.choice(list(usage)))  # a server that leaves a field out
     elif kind > 0.8:  # SGLang 0.5.23's (and OpenAI's) other place for the reasoning count
-        usage["completion_tokens_details"] = rng.choice([None, {"reasoning_tokens": 2}, {"x": 1}])
+        detail = rng.choice([0, 2, completion])
+        usage["completion_tokens_details"] = rng.choice([None, {"reasoning_tokens": detail}, {"x": 1}])
     return usage
 
 
@@ -187,3 +188,56 @@ def test_a_text_with_escapes_or_an_error_is_decoded_in_full() -> None:
     with pytest.raises(StreamFailure) as caught:
         lean.feed_event(b"data: " + broken + b"\n\n", 0.0)
     assert caught.value.reason == FailureReason.MALFORMED
+
+
+def _usage_chunk(usage: dict[str, Any]) -> bytes:
+    """A chat chunk in SGLang's exact shape (so the fast path takes it) with `usage`."""
+    obj = {
+        "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1796142830, "model": "x",
+        "choices": [{
+            "index": 0,
+            "delta": {"role": None, "content": " word", "reasoning_content": None, "tool_calls": None},
+            "logprobs": None, "finish_reason": None, "matched_stop": None,
+        }],
+        "usage": usage,
+    }  # fmt: skip
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+@pytest.mark.parametrize(
+    ("detail", "top", "expected"),
+    [
+        ({"reasoning_tokens": 3}, 3, 3),  # SGLang 0.5.23: both places, equal
+        ({"reasoning_tokens": 3}, 0, 3),  # OpenAI's location is read first
+        (None, 2, 2),  # 0.5.23 with no details; 0.5.9 has the top-level field only
+    ],
+)
+def test_both_paths_read_the_reasoning_count_from_completion_tokens_details(
+    detail: dict[str, int] | None, top: int, expected: int
+) -> None:
+    usage = {
+        "prompt_tokens": 5, "total_tokens": 9, "completion_tokens": 4, "prompt_tokens_details": None,
+        "reasoning_tokens": top, "completion_tokens_details": detail,
+    }  # fmt: skip
+    payloads = [_usage_chunk(usage)]
+    assert CHAT_CHUNK.fullmatch(payloads[0]) is not None  # the fast path really reads it
+    fast = OpenAIParser(RequestRecord(0, False, 0.0), False, chat=True)
+    full = OpenAIParser(RequestRecord(0, False, 0.0), False, chat=True)
+    assert _outcome(fast, payloads, True) == _outcome(full, payloads, False)
+    assert (fast.rec.reasoning_tokens, fast.rec.content_tokens) == (expected, 4 - expected)
+
+
+def test_the_full_decode_reads_openais_reasoning_count() -> None:
+    # vLLM / OpenAI: no top-level reasoning_tokens, the count in completion_tokens_details only.
+    usage = {
+        "prompt_tokens": 5,
+        "total_tokens": 9,
+        "completion_tokens": 4,
+        "completion_tokens_details": {"reasoning_tokens": 3},
+    }
+    payload = _usage_chunk(usage).replace(b'"tool_calls":null', b'"tool_calls":[]')
+    assert CHAT_CHUNK.fullmatch(payload) is None
+    parser = OpenAIParser(RequestRecord(0, False, 0.0), False, chat=True)
+    parser.feed_event(b"data: " + payload + b"\n\n", 0.1)
+    parser.finish()
+    assert (parser.rec.reasoning_tokens, parser.rec.content_tokens, parser.rec.output_len) == (3, 1, 4)

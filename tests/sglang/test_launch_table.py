@@ -35,10 +35,11 @@ def test_rows_per_version_on_sm120() -> None:
 
 
 def test_sglang_defaults_are_filled_in_before_judging() -> None:
-    # Nothing passed on SM120 / 0.5.23: SGLang picks fp8_e4m3 KV and, for GLM, flashinfer_sparse_mla.
+    # Nothing passed on SM120 / 0.5.23: SGLang picks fp8_e4m3 KV and, for GLM, flashinfer_sparse_mla:
+    # its own supported SM12x configuration, not a known-bad one.
     v = dsa_verdicts("0.5.23", 120, "", "", "")
     assert v.effective == ("flashinfer_sparse_mla", "flashinfer_sparse_mla", "fp8_e4m3")
-    assert [b.key for b in v.bad] == ["glm5.sm120.fp8_kv"]
+    assert v.bad == ()
     # bf16 with the backends left to SGLang: its bf16 default decodes with trtllm (known-bad).
     bf16 = dsa_verdicts("0.5.23", 120, "", "", "bf16")
     assert bf16.effective[:2] == ("flashmla_sparse", "trtllm")
@@ -54,3 +55,21 @@ def test_every_row_cites_a_source() -> None:
         assert row.source.strip(), row.key
         cited = ("sglang/", "PR #", "issue", "deployment finding", "dsa_defaults")
         assert any(s in row.source for s in cited), row.key
+
+
+def test_fp8_kv_on_sm120_per_version() -> None:
+    # 0.5.9: fp8 KV with trtllm is the deployment's own launch (SGLang's auto dtype): not bad.
+    assert dsa_verdicts("0.5.9", 120, "trtllm", "trtllm", "").bad == ()
+    assert dsa_verdicts("0.5.9", 120, "trtllm", "trtllm", "fp8_e4m3").bad == ()
+    # 0.5.19+: GLM + fp8 KV accepts only flashinfer_sparse_mla (and triton_sparse_mla prefill) ...
+    assert dsa_verdicts("0.5.23", 120, "triton_sparse_mla", "flashinfer_sparse_mla", "fp8_e4m3").bad == ()
+    refused = dsa_verdicts("0.5.23", 120, "tilelang", "tilelang", "auto")
+    assert [(b.key, b.effect) for b in refused.bad] == [("glm5.sm120.fp8_kv_backend", "refused")]
+    assert dsa_verdicts("0.5.23", 120, "tilelang", "tilelang", "bf16").bad == ()
+    # ... a rule about GLM only (another DSA model with fp8 KV is not refused) ...
+    assert dsa_verdicts("0.5.23", 120, "tilelang", "tilelang", "fp8_e4m3", glm=False).bad == ()
+    # ... and flashinfer_sparse_mla takes nothing but fp8 KV.
+    bf16 = dsa_verdicts("0.5.23", 120, "flashinfer_sparse_mla", "flashinfer_sparse_mla", "bf16")
+    assert [b.key for b in bf16.bad] == ["glm5.sm120.flashinfer_sparse_mla_bf16"]
+    # Other architectures: no SM12x rule.
+    assert dsa_verdicts("0.5.23", 100, "tilelang", "tilelang", "fp8_e4m3").bad == ()

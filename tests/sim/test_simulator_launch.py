@@ -14,6 +14,7 @@ import pytest
 
 from sentinel.cli import main
 from sentinel.sglang.crashes import CrashKind
+from sentinel.sglang.launch_facts import dsa_verdicts
 from sentinel.sglang.logparse import classify_crash
 from sentinel.supervise.probes import probe_canary
 from sentinel.supervise.settings import CanaryCheckSettings
@@ -179,6 +180,51 @@ async def test_a_backend_without_sm120_kernels_fails_at_start_up() -> None:
     assert classify_crash(log.splitlines()) == CrashKind.UNSUPPORTED_ARCH
 
 
+async def test_sglang_refuses_fp8_kv_with_another_dsa_backend_on_sm120() -> None:
+    log, reason = await _startup_log("--dsa-prefill-backend", "tilelang", "--dsa-decode-backend", "tilelang")
+    assert reason == "crash:refused"
+    assert (
+        "ValueError: GLM DSA with FP8 KV cache on NVIDIA SM120/SM121 supports only flashinfer_sparse_mla "
+        "(default) or triton_sparse_mla (prefill), but got ['tilelang']." in log
+    )
+    assert "fired up" not in log
+
+
+# (flags, version): judged by the simulator's start-up and by preflight's table.
+_TILELANG = ("--dsa-prefill-backend", "tilelang", "--dsa-decode-backend", "tilelang")
+_KV_LAUNCHES = [
+    (_TILELANG, "0.5.23"),
+    ((*_TILELANG, "--kv-cache-dtype", "bf16"), "0.5.23"),
+    (("--dsa-decode-backend", "flashinfer_sparse_mla", "--kv-cache-dtype", "bf16"), "0.5.23"),
+    (("--dsa-prefill-backend", "triton_sparse_mla", "--dsa-decode-backend", "flashinfer_sparse_mla"),
+     "0.5.23"),
+    (("--launch-defaults", "sglang"), "0.5.23"),
+    (("--dsa-prefill-backend", "flashmla_sparse", "--dsa-decode-backend", "flashmla_sparse"), "0.5.23"),
+    (("--nsa-prefill-backend", "tilelang", "--nsa-decode-backend", "tilelang"), "0.5.9"),
+    (("--mem-fraction-static", "0.88"), "0.5.9"),  # the deployment's trtllm with SGLang's fp8_e4m3
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("argv", "version"), _KV_LAUNCHES)
+def test_the_simulator_refuses_what_preflights_table_calls_refused(
+    argv: tuple[str, ...], version: str
+) -> None:
+    p = _profile(*argv, version=version)
+    verdicts = dsa_verdicts(version, p.sm_arch, p.dsa_prefill_backend, p.dsa_decode_backend, p.kv_cache_dtype)
+    refused = [row.key for row in verdicts.bad if row.effect == "refused"]
+    assert p.startup_failure.startswith("refused:") == bool(refused), (p.startup_failure, refused)
+
+
+def test_fp8_kv_is_refused_only_where_sglang_refuses_it() -> None:
+    assert _profile("--dsa-decode-backend", "tilelang", "--dsa-prefill-backend", "tilelang").startup_failure
+    assert _profile(
+        "--dsa-decode-backend", "flashinfer_sparse_mla", "--kv-cache-dtype", "bf16"
+    ).startup_failure
+    # 0.5.9 has no such check (and no flashinfer_sparse_mla); the trtllm baseline is exempt.
+    assert _profile("--nsa-decode-backend", "tilelang", version="0.5.9").startup_failure == ""
+    assert _profile("--mem-fraction-static", "0.88", version="0.5.23").startup_failure == ""
+
+
 def test_the_memory_check_passes_for_the_deployment_and_for_graphs_at_0_90() -> None:
     assert (
         _profile("--mem-fraction-static", "0.90", "--cuda-graph-max-bs-decode", "512").startup_failure == ""
@@ -198,7 +244,18 @@ async def _canaries(*argv: str, version: str = "0.5.23") -> list[str]:
     ("argv", "version"),
     [
         (("--nsa-prefill-backend", "flashmla_auto", "--nsa-decode-backend", "flashmla_kv"), "0.5.9"),
-        (("--dsa-prefill-backend", "flashmla_sparse", "--dsa-decode-backend", "flashmla_sparse"), "0.5.23"),
+        (
+            # With fp8 KV, 0.5.23 refuses them at start-up.
+            (
+                "--dsa-prefill-backend",
+                "flashmla_sparse",
+                "--dsa-decode-backend",
+                "flashmla_sparse",
+                "--kv-cache-dtype",
+                "bf16",
+            ),
+            "0.5.23",
+        ),
         (("--moe-runner-backend", "flashinfer_trtllm"), "0.5.23"),
         # SGLang's own defaults on 0.5.9 (fp8 KV -> flashmla_auto / flashmla_kv).
         (("--launch-defaults", "sglang"), "0.5.9"),
@@ -237,8 +294,11 @@ def test_garbage_comes_at_normal_or_better_speed() -> None:
     bad = _profile("--dsa-prefill-backend", "flashmla_auto", "--dsa-decode-backend", "flashmla_kv")
     assert bad.output_garbage == "nan"
     assert _decode_tokens_per_s(bad, 8) >= _decode_tokens_per_s(GLM, 8)
-    slower = _profile("--dsa-decode-backend", "tilelang", "--dsa-prefill-backend", "tilelang")
+    slower = _profile(
+        "--dsa-decode-backend", "tilelang", "--dsa-prefill-backend", "tilelang", "--kv-cache-dtype", "bf16"
+    )
     assert slower.output_garbage == ""
+    assert slower.startup_failure == ""
     assert _decode_tokens_per_s(slower, 8) < _decode_tokens_per_s(GLM, 8)
 
 
@@ -253,7 +313,7 @@ async def test_server_info_reports_the_effective_launch() -> None:
             "--cuda-graph-max-bs-decode",
             "64",
             "--dsa-decode-backend",
-            "tilelang",
+            "flashinfer_sparse_mla",
         ),
     )
     async with serve(config) as sim, httpx.AsyncClient(base_url=sim.base_url) as client:
@@ -262,7 +322,7 @@ async def test_server_info_reports_the_effective_launch() -> None:
     assert info["disable_cuda_graph"] is False
     assert info["cuda_graph_backend_decode"] == "full"
     assert info["cuda_graph_max_bs_decode"] == 64
-    assert info["dsa_decode_backend"] == "tilelang"
+    assert info["dsa_decode_backend"] == "flashinfer_sparse_mla"
     assert info["dsa_prefill_backend"] == "trtllm"
     assert info["attention_backend"] == "nsa"
     assert info["kv_cache_dtype"] == "fp8_e4m3"

@@ -107,9 +107,12 @@ def test_known_bad_on_sm120() -> None:
     assert "glm5.sm120.trtllm_unsupported" in warns[0]
     assert "Unsupported architecture" in warns[0]
     assert "PR #29580" in warns[0]
-    # KV left to SGLang on SM120: it picks fp8_e4m3 for DSA, known-bad; said with what SGLang picks.
+    # KV left to SGLang on SM120: it picks fp8_e4m3 for DSA, which 0.5.23 refuses with the profile's
+    # tilelang; said with what SGLang picks. On 0.5.9 fp8 with trtllm is the deployment's launch.
     fp8 = dsa_warnings(check_known_bad(glm_at((0, 5, 23), kv_cache_dtype="auto"), rtx(8)))
-    assert any("glm5.sm120.fp8_kv" in m and "KV fp8_e4m3 (SGLang defaults" in m for m in fp8)
+    assert any("glm5.sm120.fp8_kv_backend" in m and "KV fp8_e4m3 (SGLang defaults" in m for m in fp8)
+    deployment = glm_at((0, 5, 9), dsa_decode_backend="trtllm", kv_cache_dtype="auto")
+    assert dsa_warnings(check_known_bad(deployment, rtx(8))) == []
     # 0.5.9's own defaults (flashmla_*) gave garbage on SM120 (the deployment's finding).
     sglang_default = dsa_warnings(
         check_known_bad(glm_at((0, 5, 9), dsa_prefill_backend="flashmla_sparse"), rtx(8))

@@ -6,6 +6,10 @@ configuration (a sequence per configuration, so repeats can disagree), with no s
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import signal
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -269,3 +273,61 @@ async def test_close_survivors_are_halved_again_until_few_enough_for_full_calibr
     eliminated = [t for t in doc["trials"] if t["status"] == "eliminated"]
     assert len(eliminated) == 7
     assert {t["reason"].split(":")[0] for t in eliminated} == {"round 0", "round 1"}
+
+
+class InterruptingLab(FakeLab):
+    """Sends the process a real SIGINT during life number ``at`` (as Ctrl-C would), then waits."""
+
+    def __init__(self, speeds: Mapping[int, Sequence[float]], at: int) -> None:
+        super().__init__(speeds)
+        self.at = at
+
+    async def life(self, trial: dict[str, Any], **kw: Any) -> LifeResult:
+        if len(self.lives) + 1 == self.at:
+            self.lives.append((trial["id"], ()))
+            os.kill(os.getpid(), signal.SIGINT)
+            await asyncio.sleep(30)  # cancelled by the CLI's handler
+        return await super().life(trial, **kw)
+
+
+async def test_the_report_is_written_after_every_trial_and_says_interrupted(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from sentinel.cli.tune import _ReportWriter, _run
+
+    speeds = {i: [100.0 * i] for i in range(1, 5)}
+    pages: list[str] = []
+    writer = _ReportWriter(tmp_path / "report")
+
+    def on_trial(doc: dict[str, Any]) -> None:
+        writer(doc)
+        pages.append((tmp_path / "report" / "index.html").read_text())
+        assert json.loads((tmp_path / "report" / "tune.json").read_text()) == doc
+
+    tune = _tune(tmp_path, InterruptingLab(speeds, at=3), [1, 2, 3, 4], search="halving")
+    doc, interrupted = await _run(tune.doc, tmp_path / "tid", tune.lab, tune.settings, on_trial=on_trial)
+    assert interrupted
+    # One page per finished trial (t01, t02), each partial, then the interrupted one.
+    assert len(pages) == 3
+    assert all("(partial)" in p for p in pages)
+    assert "Partial report" in pages[0]
+    assert "t01 measured" in pages[0]
+    assert "t02 measured" not in pages[0]
+    assert "t02 measured" in pages[1]
+    last = pages[-1]
+    assert f"Interrupted at {doc['interrupted_at']}" in last
+    assert "Trials that ran: t01 measured; t02 measured; t03 cut short (measured again on resume)" in last
+    assert "Not started: t04" in last
+    on_disk = load_doc(tmp_path / "tid")
+    assert on_disk["interrupted_at"] == doc["interrupted_at"] is not None
+    # Resumed to the end: the page is no longer partial.
+    lab = FakeLab(speeds)
+    settings = TuneSettings(
+        space={"--x": (1, 2, 3, 4)}, baseline={"--x": 1}, reference_profile="", search="halving"
+    )
+    done, interrupted = await _run(on_disk, tmp_path / "tid", lab, settings, on_trial=on_trial)
+    assert not interrupted
+    assert done["interrupted_at"] is None
+    assert done["finished_at"] is not None
+    assert "(partial)" not in pages[-1]
+    assert "Interrupted" not in pages[-1]
+    assert f"Winner: <b>{done['winner']}</b>" in pages[-1]

@@ -6,7 +6,8 @@ reacts to"): ``flashinfer_trtllm`` is the fastest and, on the simulated SM120, a
 (NaN logits) while /health stays 200; ``triton`` is correct and slower; a larger capture size
 keeps more decode steps on CUDA graphs. The fastest correct one must win, the garbage ones are
 rejected by the gate with the reason. Then a tune is SIGKILLed mid-trial: its server must die with
-it, and the re-run must resume without repeating a finished trial.
+it, its report (rewritten after every trial) must be there, marked partial, and the re-run must
+resume without repeating a finished trial.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ def test_the_fastest_correct_configuration_wins_and_garbage_is_rejected(tmp_path
 
 def test_sigkill_mid_tune_kills_the_server_and_the_rerun_resumes(tmp_path: Path) -> None:
     cfg = _config(tmp_path, free_port())
-    proc = _tune(cfg)
+    proc = _tune(cfg, "--report", str(tmp_path / "report"))
     pid = ticks = None
     deadline = time.monotonic() + 120
     doc: dict[str, Any] | None = None
@@ -153,6 +154,14 @@ def test_sigkill_mid_tune_kills_the_server_and_the_rerun_resumes(tmp_path: Path)
     assert killed is not None
     finished = {t["id"] for t in killed["trials"] if t["status"] not in ("pending", "running")}
     interrupted = killed["progress"]["current"]["id"]
+    # The report of the killed tune: written after its last finished trial, marked partial.
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert "Partial report" in page
+    assert "it was killed: run the same command again to resume it" in page
+    reported = json.loads((tmp_path / "report" / "tune.json").read_text())
+    assert {t["id"] for t in reported["trials"] if t["status"] not in ("pending", "running")} == finished
+    for tid in finished:
+        assert f"{tid} {_status(reported, tid)}" in page
 
     again = _tune(cfg, "--json")
     out, err = again.communicate(timeout=180)

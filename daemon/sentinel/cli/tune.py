@@ -20,6 +20,7 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -160,6 +161,7 @@ def _tune_command(args: argparse.Namespace) -> int:
             "calibration": settings.calibration.model_dump(),
         }
     )
+    writer = _ReportWriter(args.report)
     tune_id = args.resume
     if tune_id is None and not args.new:
         tune_id = find_unfinished(state_dir, fp)
@@ -179,7 +181,8 @@ def _tune_command(args: argparse.Namespace) -> int:
             )
         doc["budget"]["time_s"], doc["budget"]["tokens"] = tune.budget_time_s, tune.budget_tokens
         if doc["finished_at"] is not None:
-            return _output(doc, args)
+            writer(doc)
+            return _output(doc, args, writer)
     else:
         from sentinel.tune.driver import new_doc
 
@@ -198,13 +201,37 @@ def _tune_command(args: argparse.Namespace) -> int:
         print(f"tune {tune_id}: {len(kept)} configurations, state in {directory}", file=sys.stderr)
     lab = _lab(settings, tune, base, directory)
     try:
-        doc, interrupted = asyncio.run(_run(doc, directory, lab, tune))
+        doc, interrupted = asyncio.run(_run(doc, directory, lab, tune, on_trial=writer))
     except StateFileError as exc:
         raise CliError(str(exc), 1) from None
     if interrupted:
+        if args.json:
+            print(json.dumps(doc, indent=1))  # what ran so far, marked interrupted_at
         print(f"interrupted: run the same command again to resume tune {tune_id}", file=sys.stderr)
         return 130
-    return _output(doc, args)
+    return _output(doc, args, writer)
+
+
+class _ReportWriter:
+    """``--report DIR``: the page and its JSON, rewritten (atomically) after every finished trial,
+    at the end and on an interruption, so a killed or interrupted tune keeps them up to its last
+    trial, marked partial (docs/tune-report.md). A failure is said once and the tune goes on."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory
+        self.failed = False
+
+    def __call__(self, doc: dict[str, Any]) -> None:
+        if self.directory is None or self.failed:
+            return
+        from sentinel.reportkit import ReportError
+        from sentinel.tune.report import write_report
+
+        try:
+            write_report(doc, self.directory)
+        except (ReportError, OSError) as exc:
+            self.failed = True
+            print(f"sentinel tune: report not written in {self.directory}: {exc}", file=sys.stderr)
 
 
 def _lab(settings: Settings, tune: TuneSettings, base: Any, directory: Path) -> Any:
@@ -235,11 +262,18 @@ def _lab(settings: Settings, tune: TuneSettings, base: Any, directory: Path) -> 
 
 
 async def _run(
-    doc: dict[str, Any], directory: Path, lab: Any, tune: TuneSettings
+    doc: dict[str, Any],
+    directory: Path,
+    lab: Any,
+    tune: TuneSettings,
+    *,
+    on_trial: Callable[[dict[str, Any]], None] = lambda doc: None,
 ) -> tuple[dict[str, Any], bool]:
     from sentinel.tune.driver import Tune
+    from sentinel.tune.state import now_iso, save_doc
 
-    runner = Tune(doc, directory, lab, tune, say=lambda line: print(line, file=sys.stderr, flush=True))
+    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    runner = Tune(doc, directory, lab, tune, say=say, on_trial=on_trial)
     task = asyncio.ensure_future(runner.run())
     loop = asyncio.get_running_loop()
     interrupted = False
@@ -260,22 +294,20 @@ async def _run(
     finally:
         for sig in handled:
             loop.remove_signal_handler(sig)
+    if interrupted:
+        runner.doc["interrupted_at"] = now_iso()
+        save_doc(directory, runner.doc)
+        on_trial(runner.doc)
     return runner.doc, interrupted
 
 
-def _output(doc: dict[str, Any], args: argparse.Namespace) -> int:
+def _output(doc: dict[str, Any], args: argparse.Namespace, writer: _ReportWriter) -> int:
     from sentinel.tune.table import format_table
 
     if args.json:
         print(json.dumps(doc, indent=1))
     else:
         print(format_table(doc))
-    if args.report is not None:
-        from sentinel.reportkit import ReportError
-        from sentinel.tune.report import write_report
-
-        try:
-            print(f"report: {write_report(doc, args.report)}", file=sys.stderr)
-        except (ReportError, OSError) as exc:
-            print(f"sentinel tune: report not written in {args.report}: {exc}", file=sys.stderr)
+    if writer.directory is not None and not writer.failed:
+        print(f"report: {writer.directory / 'index.html'}", file=sys.stderr)
     return 0 if doc.get("winner") else 1

@@ -93,6 +93,22 @@ def _int(value: object, what: str) -> int:
     raise StreamFailure(FailureReason.MALFORMED, f"{what} is not a non-negative integer: {value!r}")
 
 
+def _reasoning_tokens(usage: dict[str, Any]) -> int | None:
+    """The usage's reasoning count: OpenAI's `completion_tokens_details.reasoning_tokens` (where
+    OpenAI, vLLM and SGLang 0.5.23 put it; 0.5.23 sets it only when non-zero), else SGLang's
+    top-level `reasoning_tokens` (0.5.9 has only that one; 0.5.23 writes both, equal). A value
+    that is not a non-negative integer counts as absent: the count is informative, and the
+    completion count still holds."""
+    details = usage.get("completion_tokens_details")
+    for value in (
+        details.get("reasoning_tokens") if isinstance(details, dict) else None,
+        usage.get("reasoning_tokens"),
+    ):
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return None
+
+
 def _error_message(obj: dict[str, Any]) -> str:
     err = obj.get("error")
     if isinstance(err, dict):
@@ -292,8 +308,8 @@ class OpenAIParser(ResponseParser):
         details = usage.get("prompt_tokens_details")
         if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
             rec.cached_tokens = details["cached_tokens"]
-        reasoning = usage.get("reasoning_tokens")
-        if isinstance(reasoning, int) and reasoning > 0:
+        reasoning = _reasoning_tokens(usage)
+        if reasoning is not None and reasoning > 0:
             self.usage_reasoning = reasoning
         self.usage_completion = completion
         return completion
@@ -319,9 +335,9 @@ class OpenAIParser(ResponseParser):
             except UnicodeDecodeError:
                 return False
         if self.chat:
-            content, reasoning, fr, prompt, completion, cached, rtok = m.groups()
+            content, reasoning, fr, prompt, completion, cached, rtok, rdetail = m.groups()
         else:
-            content, fr, prompt, completion, cached, rtok = m.groups()
+            content, fr, prompt, completion, cached, rtok, rdetail = m.groups()
             reasoning = None
         running: int | None = None
         rec = self.rec
@@ -330,6 +346,8 @@ class OpenAIParser(ResponseParser):
             rec.prompt_tokens = int(prompt)
             if cached is not None:
                 rec.cached_tokens = int(cached)
+            if rdetail is not None:  # OpenAI's location first, as `_reasoning_tokens`
+                rtok = rdetail
             if rtok != b"0":
                 self.usage_reasoning = int(rtok)
             self.usage_completion = running

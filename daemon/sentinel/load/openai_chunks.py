@@ -30,25 +30,26 @@ _CINT = rb"(0|[1-9][0-9]*)"
 # finish_reason: SGLang's literals ("stop", "length", "abort", ...); matched_stop must be null
 # (it is set on the finish chunk only, which is rare enough to decode in full otherwise).
 _TAIL = rb',"logprobs":null,"finish_reason":(?:null|"([a-z_]+)"),"matched_stop":null\}\],'
-# Groups: prompt, completion, cached (or None), reasoning tokens; all None when usage is null.
+# Groups: prompt, completion, cached (or None), reasoning tokens, completion_tokens_details'
+# reasoning tokens (or None); all None when usage is null.
 _USAGE = (
     rb'"usage":(?:null|\{"prompt_tokens":' + _CINT + rb',"total_tokens":' + _INT
     + rb',"completion_tokens":' + _CINT
     + rb',"prompt_tokens_details":(?:null|\{"cached_tokens":' + _CINT + rb"\})"
     + rb',"reasoning_tokens":' + _CINT
-    # 0.5.23 adds OpenAI's location of the reasoning count (the parser reads reasoning_tokens).
-    + rb'(?:,"completion_tokens_details":(?:null|\{"reasoning_tokens":' + _INT + rb"\}))?\})\}"
+    # 0.5.23 adds OpenAI's location of the reasoning count, which the parser reads first.
+    + rb'(?:,"completion_tokens_details":(?:null|\{"reasoning_tokens":' + _CINT + rb"\}))?\})\}"
 )  # fmt: skip
 _HEAD = rb'\{"id":' + _STR + rb',"object":"%s","created":' + _INT + rb',"model":' + _STR
 
-# Groups: content, reasoning_content, finish_reason, then _USAGE's four.
+# Groups: content, reasoning_content, finish_reason, then _USAGE's five.
 CHAT_CHUNK = re.compile(
     _HEAD % rb"chat\.completion\.chunk"
     + rb',"choices":\[\{"index":0,"delta":\{"role":(?:null|' + _STR + rb"),"
     + rb'"content":(?:null|' + _TEXT + rb'),"reasoning_content":(?:null|' + _TEXT + rb'),"tool_calls":null\}'
     + _TAIL + _USAGE
 )  # fmt: skip
-# Groups: text, finish_reason, then _USAGE's four.
+# Groups: text, finish_reason, then _USAGE's five.
 COMPLETION_CHUNK = re.compile(
     _HEAD % rb"text_completion" + rb',"choices":\[\{"index":0,"text":' + _TEXT + _TAIL + _USAGE
 )

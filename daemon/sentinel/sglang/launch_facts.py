@@ -20,6 +20,7 @@ from sentinel.sglang.versions import Resolution, Version, behaves_new, parse_ver
 __all__ = [
     "GLM5_NVFP4_TABLE",
     "SGLANG_CLI_STUB",
+    "SM12_FP8_DSA_BACKENDS",
     "DsaRow",
     "DsaVerdicts",
     "Finding",
@@ -171,8 +172,9 @@ class DsaRow:
     A *choice* row (``known_good`` / ``no_known_good``) is what the profile renders for a version
     range on an architecture: ``backends`` = (prefill, decode), "" = left to SGLang's own default;
     ``kv_cache_dtype`` rendered explicitly ("" = SGLang's). A ``known_bad`` row matches a launch
-    whose effective prefill or decode backend is one of ``backends`` (empty: any) and whose KV
-    dtype is of family ``kv_cache_dtype`` ("fp8", "bf16"; "" = any).
+    whose effective prefill or decode backend is one of ``backends`` (empty: any; with ``allowed``:
+    one outside ``allowed``) and whose KV dtype is of family ``kv_cache_dtype`` ("fp8", "bf16";
+    "" = any).
     """
 
     key: str
@@ -185,6 +187,14 @@ class DsaRow:
     kv_cache_dtype: str
     what: str
     source: str
+    #: ``known_bad`` only: the row matches a launch with an effective backend NOT in this set
+    #: (instead of one in ``backends``).
+    allowed: tuple[str, ...] = ()
+    #: ``known_bad`` only: ``refused`` = SGLang's own argument check stops the start-up with its
+    #: message (the simulator reproduces these); "" = a kernel outcome (crash, garbage).
+    effect: Literal["", "refused"] = ""
+    #: ``known_bad`` only: SGLang's rule is about GlmMoeDsaForCausalLM (``dsa_verdicts(glm=True)``).
+    glm_only: bool = False
 
     def applies(self, version: Version, sm_arch: int) -> bool:
         if self.sm_major and sm_arch // 10 != self.sm_major:
@@ -197,6 +207,12 @@ class DsaRow:
         return f"{self.applies_from} – {self.applies_until or 'now'}"
 
 
+#: DSA backends SGLang accepts with GLM + FP8 KV on SM12x (0.5.23 flash_mla_sm120.py
+#: _validate_flashinfer_sparse_mla_backend; triton_sparse_mla is a prefill-only choice there).
+SM12_FP8_DSA_BACKENDS: tuple[str, ...] = ("flashinfer_sparse_mla", "triton_sparse_mla")
+_FLASH_MLA_SM120 = (
+    "sglang/kernels/ops/attention/flash_mla_sm120.py _validate_flashinfer_sparse_mla_backend (0.5.23)"
+)
 _DEPLOYMENT = "deployment finding (issue #13; /work/shared/reference/sglang.md header and §1.1)"
 
 GLM5_NVFP4_TABLE: tuple[DsaRow, ...] = (
@@ -230,10 +246,23 @@ GLM5_NVFP4_TABLE: tuple[DsaRow, ...] = (
            "expect a crash at warm-up",
            "sglang PR #29580; issues #26087 (v0.5.12), #37105, #39302; flashinfer-ai/flashinfer#5290 "
            "(fmhaRunner.cuh accepts SM100/103/107 only), #5445"),
-    DsaRow("glm5.sm120.fp8_kv", "known_bad", 12, "0.5.9", None, (), "fp8",
-           "FP8 KV cache on SM120 reported garbled output / stops after 1 token (SGLang picks fp8_e4m3 for "
-           "DSA on SM ≥ 10 when --kv-cache-dtype is omitted)",
-           "voipmonitor/rtx6kpro models/glm5.md; " + _SERVER_ARGS_059),
+    # FP8 KV on SM12x is not bad as such: 0.5.9's trtllm has an fp8 path (nsa_backend.py
+    # _forward_trtllm: mla_quantize_and_rope_for_fp8) and the deployment ran it (SGLang's fp8_e4m3,
+    # no --kv-cache-dtype); 0.5.19+ make fp8 + flashinfer_sparse_mla GLM's SM12x default. What is
+    # bad from then on is fp8 with another DSA backend, or that backend without fp8: SGLang refuses
+    # both at start-up. SM12_FP8_DSA_BACKENDS is the allowed set; the simulator reads these rows.
+    DsaRow("glm5.sm120.fp8_kv_backend", "known_bad", 12, "0.5.19", None, (), "fp8",
+           "FP8 KV with a DSA backend other than flashinfer_sparse_mla (or triton_sparse_mla for prefill) "
+           "on SM120: SGLang refuses it at start-up ('GLM DSA with FP8 KV cache on NVIDIA SM120/SM121 "
+           "supports only flashinfer_sparse_mla (default) or triton_sparse_mla (prefill)'); SGLang picks "
+           "fp8_e4m3 for DSA on SM ≥ 10 when --kv-cache-dtype is omitted",
+           _FLASH_MLA_SM120 + "; " + _OVERRIDES_023 + " (is_glm_sm12_fp8; read in 0.5.23, assumed from 0.5.19 "
+           "where flashinfer_sparse_mla and is_glm_sm12_fp8 first appear)",
+           allowed=SM12_FP8_DSA_BACKENDS, effect="refused", glm_only=True),
+    DsaRow("glm5.sm120.flashinfer_sparse_mla_bf16", "known_bad", 12, "0.5.19", None, ("flashinfer_sparse_mla",), "bf16",
+           "flashinfer_sparse_mla without an FP8 KV cache: SGLang refuses it at start-up "
+           "('flashinfer_sparse_mla supports only GLM DSA with FP8 KV cache on NVIDIA SM120/SM121')",
+           _FLASH_MLA_SM120 + " (read in 0.5.23, assumed from 0.5.19)", effect="refused"),
 )  # fmt: skip
 
 
@@ -282,7 +311,9 @@ def dsa_verdicts(
         for row in GLM5_NVFP4_TABLE
         if row.verdict == "known_bad"
         and row.applies(v, sm_arch)
+        and (glm or not row.glm_only)
         and (not row.backends or any(b in row.backends for b in effective[:2]))
+        and (not row.allowed or any(b not in row.allowed for b in effective[:2]))
         and (not row.kv_cache_dtype or normalize_kv_dtype(kv) == row.kv_cache_dtype)
     )
     return DsaVerdicts(effective, bad)

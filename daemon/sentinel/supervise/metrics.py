@@ -8,6 +8,7 @@ dashboards rely on:
 - ``sentinel_server_state{state}``: 1 for the current lifecycle state, 0 for the others.
 - ``sentinel_server_restarts_total{reason}``: restarts performed, by why (crash cause or check).
 - ``sentinel_server_crashes_total{reason}``: unexpected ends (exits, failed starts), by cause.
+- ``sentinel_server_stop_kills_total``: our stops that SIGTERM did not end within stop_timeout.
 - ``sentinel_server_start_duration_seconds``: launch → /health 200 of the last start.
 - ``sentinel_server_ready_timestamp_seconds``: when the current (or last) server became ready.
 - ``sentinel_probe_success{probe}`` / ``sentinel_probe_duration_seconds{probe}``: the last result
@@ -79,6 +80,11 @@ class SupervisorCollector(Collector):
         for reason, n in sorted(crashes.items()):
             c.add_metric([reason], n)
         yield c
+        yield CounterMetricFamily(
+            "sentinel_server_stop_kills",
+            "Stops of the server SIGTERM did not end within stop_timeout (the process group SIGKILLed).",
+            value=sup.stop_kills,
+        )
         c = CounterMetricFamily(
             "sentinel_server_state_transitions",
             "Lifecycle state transitions.",

@@ -19,7 +19,7 @@ import os
 import shutil
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -53,6 +53,8 @@ class ExitInfo:
     description: str
     # Stopped or restarted by someone else (an operator's systemctl, a package upgrade): not a crash.
     external: bool = False
+    # Our stop: SIGTERM was not enough within stop_timeout, our SIGKILL of the group ended it.
+    stop_killed: bool = False
 
     @classmethod
     def from_returncode(cls, rc: int) -> ExitInfo:
@@ -80,6 +82,9 @@ def _alive(pid: int) -> bool:
 
 
 class Runner(Protocol):
+    #: Stops that SIGTERM did not end within the timeout, ended by our SIGKILL (child mode).
+    stop_kills: int
+
     @property
     def pid(self) -> int | None: ...
 
@@ -120,6 +125,7 @@ class ChildRunner:
         self._proc: asyncio.subprocess.Process | None = None
         self._pump: asyncio.Task[None] | None = None
         self._exit: ExitInfo | None = None
+        self.stop_kills = 0
 
     @property
     def pid(self) -> int | None:
@@ -218,9 +224,15 @@ class ChildRunner:
             async with asyncio.timeout(timeout_s):
                 await self._exited()
         except TimeoutError:
-            # SGLang's drain has no upper bound (it waits for every in-flight request).
-            _log.warning("server_stop_timeout_killing_group", timeout=timeout_s)
+            # SGLang's drain has no upper bound (it waits for every in-flight request), and a
+            # 0.5.23 node of rank >= 1 ignores SIGTERM (it waits for rank 0's ShutdownReq).
+            _log.warning("server_stop_timeout_killing_group", timeout=timeout_s, pid=self._proc.pid)
             self._killpg(signal.SIGKILL)
+            self.stop_kills += 1
+            info = await self.wait()
+            return replace(
+                info, stop_killed=True, description=f"{info.description} after SIGTERM + {timeout_s:g} s"
+            )
         return await self.wait()
 
     async def close(self) -> None:
@@ -293,6 +305,7 @@ class SystemdRunner:
         self._follower_proc: asyncio.subprocess.Process | None = None
         self._main_pid: int | None = None
         self.journal_restarts_total = 0
+        self.stop_kills = 0  # systemd escalates by itself (the unit's TimeoutStopSec)
 
     @property
     def pid(self) -> int | None:

@@ -59,6 +59,8 @@ class SupervisorSnapshot:
     next_retry_at: float | None = None  # wall clock of the next start while RESTARTING
     # Who holds the server's port while a start waits for it (portowner.py); "" otherwise.
     port_holders: str = ""
+    # Our stops that SIGTERM did not end within stop_timeout (the group SIGKILLed).
+    stop_kills: int = 0
 
     @property
     def ready_epoch(self) -> float | None:

@@ -325,6 +325,7 @@ class Supervisor:
             log_lines_total=self.bus.lines_total,
             next_retry_at=self.next_retry_at,
             port_holders=self.port_holders,
+            stop_kills=self._runner.stop_kills if self._runner is not None else 0,
         )
 
     def _publish(self) -> None:

@@ -131,6 +131,7 @@ def new_doc(
         "winner_reason": None,
         "winner_toml": None,
         "stop_reason": None,
+        "interrupted_at": None,
         "pareto": [],
         "fingerprint": fp,
         "progress": {"stage": "screen", "round": 0, "queue": [t["id"] for t in trials], "current": None},
@@ -147,12 +148,16 @@ class Tune:
         settings: TuneSettings,
         *,
         say: Callable[[str], None] = lambda line: None,
+        on_trial: Callable[[dict[str, Any]], None] = lambda doc: None,
     ) -> None:
         self.doc = doc
         self.directory = directory
         self.lab = lab
         self.settings = settings
         self.say = say
+        #: Called with the document after every finished server life and at the end (the report
+        #: and its JSON are rewritten there, so a killed tune keeps them up to its last trial).
+        self.on_trial = on_trial
         self._by_id = {t["id"]: t for t in doc["trials"]}
 
     def save(self) -> None:
@@ -165,6 +170,7 @@ class Tune:
             return self.doc
         await self.lab.reap_leftover()
         self.doc["stop_reason"] = None  # a budget that stopped an earlier run may have been raised
+        self.doc["interrupted_at"] = None  # an interrupted run goes on now
         progress = self.doc["progress"]
         while progress["stage"] != "done":
             if not progress["queue"]:
@@ -180,8 +186,10 @@ class Tune:
             await self._one_life(self._by_id[tid], progress["stage"])
             progress["queue"].pop(0)
             self.save()
+            self.on_trial(self.doc)
         self._finish()
         self.save()
+        self.on_trial(self.doc)
         return self.doc
 
     def _recover(self) -> None:

@@ -6,9 +6,11 @@ spent), then one row per configuration (flags, status, throughput with its sprea
 TPOT, knee, SLO capacity, ready and trial time), the throughput per configuration with its
 spread, the Pareto front of throughput against p99 TTFT, the configurations that were rejected,
 skipped, failed or eliminated and why, the winning launch profile as TOML, and each trial's argv,
-GPU state and versions. `write_report` writes it as ``index.html`` in the given directory (the
-tune's own ``<state_dir>/tune/<tune_id>/``, beside ``state.json``); it is one self-contained
-file, PNGs inlined.
+GPU state and versions. `write_report` writes it as ``index.html`` in the given directory, with
+the document beside it as ``tune.json`` (``sentinel tune --report DIR`` rewrites both after every
+finished trial); it is one self-contained file, PNGs inlined. A tune that has not finished
+(running, killed, or interrupted: ``interrupted_at``) gets a "partial" banner naming the trials
+that ran and those not started.
 
 A document is read defensively: it may come from an interrupted tune or an older version, so an
 absent or null figure shows as "—" and a plot with nothing to draw (no measured trial yet) is
@@ -18,6 +20,7 @@ both functions raise `sentinel.reportkit.ReportError` with the install hint.
 
 from __future__ import annotations
 
+import json
 import math
 import shlex
 from collections.abc import Mapping
@@ -28,7 +31,7 @@ from sentinel.atomic import atomic_write_bytes
 from sentinel.redact import redact_argv
 from sentinel.reportkit import Cell, ReportError, draw_plots, esc, img_tag, load_pyplot, page, png, table
 
-__all__ = ["render_html", "write_report"]
+__all__ = ["is_partial", "render_html", "write_report"]
 
 _WHO = "the sentinel tune report"
 _DASH = "—"
@@ -158,8 +161,46 @@ def _plot_pareto(plt: Any, doc: Mapping[str, Any], points: list[Mapping[str, Any
 # --- sections --------------------------------------------------------------------------------------
 
 
+def _ran(trials: list[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
+    """('t01 measured', ...) for every trial that ran or is running, and the ids not started."""
+    ran, waiting = [], []
+    for t in trials:
+        status = str(t.get("status") or _DASH)
+        if status == "pending":
+            waiting.append(_tid(t))
+        elif status == "running":
+            ran.append(f"{_tid(t)} cut short (measured again on resume)")
+        else:
+            ran.append(f"{_tid(t)} {status}")
+    return ran, waiting
+
+
+def is_partial(doc: Mapping[str, Any]) -> bool:
+    """Whether the document is of a tune that has not ended: still running, killed or interrupted
+    (a budget stop is an end of the run, resumable, and says so itself)."""
+    return doc.get("finished_at") is None and (bool(doc.get("interrupted_at")) or not doc.get("stop_reason"))
+
+
+def _partial(doc: Mapping[str, Any], trials: list[Mapping[str, Any]]) -> str:
+    if not is_partial(doc):
+        return ""
+    ran, waiting = _ran(trials)
+    ran_text = "; ".join(ran) or "none"
+    waiting_text = ", ".join(waiting) or "none"
+    if doc.get("interrupted_at"):
+        head = f"Interrupted at {doc['interrupted_at']}: partial report, the tune did not finish."
+        tail = "Run the same command again to resume it."
+    else:
+        head = "Partial report: the tune had not finished when this page was written (after its last trial)."
+        tail = "If it is no longer running, it was killed: run the same command again to resume it."
+    return (
+        f"<div class=warn><b>{esc(head)}</b> Trials that ran: {esc(ran_text)}. Not started: "
+        f"{esc(waiting_text)}. {esc(tail)}</div>"
+    )
+
+
 def _verdict(doc: Mapping[str, Any], by_id: Mapping[str, Mapping[str, Any]]) -> str:
-    out = []
+    out = [_partial(doc, list(by_id.values()))]
     winner = doc.get("winner")
     reason = doc.get("winner_reason")
     if winner:
@@ -367,7 +408,8 @@ def render_html(doc: Mapping[str, Any]) -> str:
     images, notes = _images(doc, trials)
     toml = doc.get("winner_toml")
     front = ", ".join(map(str, _list(doc.get("pareto")))) or _DASH
-    body = f"""<h1>sentinel tune — {esc(doc.get("tune_id") or _DASH)}</h1>
+    partial = " (partial)" if is_partial(doc) else ""
+    body = f"""<h1>sentinel tune — {esc(doc.get("tune_id") or _DASH)}{partial}</h1>
 <div class=sub>{len(trials)} configurations; schema {esc(doc.get("schema") or _DASH)}.</div>
 {_verdict(doc, by_id)}
 <h2>Configurations</h2>
@@ -389,15 +431,18 @@ when its lead exceeds the spread. ★ winner.</p>
 
 
 def write_report(doc: Mapping[str, Any], directory: Path) -> Path:
-    """Write ``directory/index.html`` (created with its parents); returns its path.
+    """Write ``directory/index.html`` and the document it shows, ``directory/tune.json``
+    (created with its parents); returns the page's path.
 
-    `ReportError` (one line) when matplotlib is missing, a plot fails or the file cannot be
+    `ReportError` (one line) when matplotlib is missing, a plot fails or a file cannot be
     written; the tune's state is unaffected."""
     text = render_html(doc)
     path = directory / "index.html"
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        # Atomic: the report is rewritten as the tune goes on, while someone may have it open.
+        # Atomic: the report is rewritten after every trial, while someone may have it open. The
+        # JSON first: a page is never newer than the document beside it.
+        atomic_write_bytes(directory / "tune.json", json.dumps(doc, indent=1).encode() + b"\n")
         atomic_write_bytes(path, text.encode("utf-8"))
     except OSError as exc:
         raise ReportError(f"cannot write the tune report to {directory}: {exc.strerror or exc}") from None
