@@ -55,6 +55,7 @@ class EngineStats:
     generated_tokens: int = 0
     prefill_tokens: int = 0
     retracted_reqs: int = 0
+    pushed_events: int = 0  # stream events written from the decode step (push.py)
     max_lag_s: float = 0.0
     slipped_s: float = 0.0
     max_running: int = 0
@@ -132,6 +133,9 @@ class Engine:
         self.last_output_at = clock()
         self.fatal: BaseException | None = None
         self.fwd_start = self.last_output_at
+        # Streams' events written from the decode step (push.py); not while catching up, so that
+        # the handlers coalesce tokens then. push_events=False: never (tests compare both paths).
+        self.push_events = self.push_ok = True
 
     # ---- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -167,9 +171,7 @@ class Engine:
         else:
             req.received_at = min(received, req.arrival)
             req.received_source = "kernel"
-        if req.target <= 0:
-            # max_new_tokens == 0: prefill only; SGLang still runs the prompt through prefill.
-            pass
+        # max_new_tokens == 0 (target 0): prefill only; SGLang still runs the prompt through prefill.
         self.waiting.append(req)
         if len(self.waiting) > self.stats.max_waiting:
             self.stats.max_waiting = len(self.waiting)
@@ -288,6 +290,7 @@ class Engine:
             self.fwd_start = sched
             end = sched + self._step_delay(duration)
             now = clock()
+            self.push_ok = self.push_events
             if end > now:
                 await asyncio.sleep(end - now)
             else:
@@ -300,6 +303,7 @@ class Engine:
                 # Slightly behind: still let the handlers write this step's chunks before the next
                 # step. Far behind: run several steps per yield so streams coalesce and catch up.
                 behind += 1
+                self.push_ok = self.push_events and lag < _YIELD_LAG_S
                 if lag < _YIELD_LAG_S or behind >= 8:
                     behind = 0
                     await asyncio.sleep(0)
@@ -541,7 +545,8 @@ class Engine:
         if not running:
             return
         mtp = self.profile.mtp_accept_length > 1.0
-        total = 0
+        push = self.push_ok
+        total = pushed = 0
         finished = False
         for req in running:
             if req.state != RequestState.RUNNING:
@@ -562,13 +567,17 @@ class Engine:
             if req.generated >= req.target:
                 finished = True
             elif req.generated >= req.wake_at:
+                p = req.pusher  # a stream in its steady state writes its event itself (push.py)
+                if push and p is not None and p():
+                    pushed += 1
+                    continue
                 w = req.waiter
-                if w is not None:
-                    req.waiter = None
-                    if not w.done():
-                        w.set_result(None)
+                if w is not None and not w.done():
+                    w.set_result(None)
+                req.waiter = None
         self.kv_used += total
         self.stats.decode_steps += 1
+        self.stats.pushed_events += pushed
         self.stats.generated_tokens += total
         if mtp:
             self.spec_accepted += total

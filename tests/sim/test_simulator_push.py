@@ -1,0 +1,136 @@
+"""The streams' push path (sentinel_sim/push.py) writes the very bytes the handler's own loop writes.
+
+Every route and format runs the same scripted request twice on one simulator: once with the
+engine pushing the steady state's events from its decode step, once with every event written by
+the handler's task (``engine.push_events = False``, the path before the push existed). The
+decoded chunked frames must be equal one for one, apart from what differs between two requests
+by design (the request id and the ``created`` second), and the push path must really have been
+taken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from sentinel_sim import SimServer, serve
+
+pytestmark = pytest.mark.asyncio
+
+_CHAT = "/v1/chat/completions"
+_COMP = "/v1/completions"
+_GEN = "/generate"
+_USAGE = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+_NO_THINK = {"chat_template_kwargs": {"enable_thinking": False}}
+
+# (path, body): every stream format, its usage variants, stop strings, echo, stream_interval.
+SCENARIOS: list[tuple[str, dict[str, Any]]] = [
+    (_GEN, {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 40, "ignore_eos": True}}),
+    (_GEN, {"text": "Tell me a story", "sampling_params": {"max_new_tokens": 400}}),  # EOS
+    (_GEN, {"text": "Tell me a story", "sampling_params": {"max_new_tokens": 60, "stop": ["the"]}}),
+    (
+        _GEN,
+        {"text": "x", "sampling_params": {"max_new_tokens": 40, "ignore_eos": True, "stream_interval": 3}},
+    ),
+    (_COMP, {"model": 'm "q" é', "prompt": "hi", "max_tokens": 40, "ignore_eos": True}),
+    (_COMP, {"model": "m", "prompt": "hi", "max_tokens": 40, "ignore_eos": True, **_USAGE}),
+    (_COMP, {"model": "m", "prompt": "hi", "max_tokens": 40, "echo": True, "stop": [" the"]}),
+    (_COMP, {"model": "m", "prompt": "hi", "max_tokens": 400, "stream_options": {"include_usage": True}}),
+    (
+        _CHAT,
+        {"model": 'm "q" é', "messages": [{"role": "user", "content": "hi"}], "max_tokens": 40, **_NO_THINK},
+    ),
+    (_CHAT, {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 120}),  # thinking
+    (
+        _CHAT,
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 120,
+            "separate_reasoning": False,
+        },
+    ),
+    (_CHAT, {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 90, **_USAGE}),
+    (
+        _CHAT,
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 40,
+            "stop": ["the"],
+            **_NO_THINK,
+        },
+    ),
+]
+
+_VOLATILE = [
+    (re.compile(rb'"id":"[^"]*"'), b'"id":"RID"'),
+    (re.compile(rb'"created":\d+'), b'"created":0'),
+    (re.compile(rb'"(\w+_ts|e2e_latency|inference_time|queue_time|decode_throughput)":[-\d.e]+'), rb'"\1":0'),
+]
+
+
+async def raw_stream(port: int, path: str, body: dict[str, Any]) -> bytes:
+    """One streamed request on a fresh HTTP/1.1 connection: the whole reply, headers included."""
+    data = json.dumps({**body, "stream": True}).encode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode()
+            + data
+        )
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), 60)
+    finally:
+        writer.close()
+
+
+def events(reply: bytes) -> list[bytes]:
+    """The chunked body's frames (decoded strictly), with the per-request values normalised."""
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    assert b"transfer-encoding: chunked" in head.lower()
+    out = []
+    while True:
+        size_line, sep, body = body.partition(b"\r\n")
+        assert sep, "truncated chunk size line"
+        size = int(size_line, 16)
+        frame = body[:size]
+        assert body[size : size + 2] == b"\r\n"
+        body = body[size + 2 :]
+        if size == 0:
+            assert body == b""
+            return out
+        for pattern, repl in _VOLATILE:
+            frame = pattern.sub(repl, frame)
+        out.append(frame)
+
+
+@pytest.fixture
+async def slow_sim() -> AsyncIterator[SimServer]:
+    # Slow enough that the engine keeps its schedule on a busy box (it pushes only then).
+    async with serve(speed=10, enable_metrics=True, enable_cache_report=True) as server:
+        yield server
+
+
+@pytest.mark.parametrize(("path", "body"), SCENARIOS, ids=[f"{p}-{i}" for i, (p, _) in enumerate(SCENARIOS)])
+async def test_pushed_events_are_the_handlers_bytes(
+    slow_sim: SimServer, path: str, body: dict[str, Any]
+) -> None:
+    engine = slow_sim.engine
+    await raw_stream(slow_sim.port, path, body)  # both runs below then hit the prefix cache alike
+    engine.push_events = False
+    before = engine.stats.pushed_events
+    task_path = events(await raw_stream(slow_sim.port, path, body))
+    assert engine.stats.pushed_events == before
+    engine.push_events = True
+    pushed = events(await raw_stream(slow_sim.port, path, body))
+    assert engine.stats.pushed_events > before, "the push path was not taken"
+    assert len(task_path) >= 5
+    assert pushed == task_path
