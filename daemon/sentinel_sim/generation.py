@@ -229,6 +229,8 @@ class ApiBase:
         if self.profile.output_garbage:
             # A known-bad backend combination (launchmodel.py): every token is garbage.
             return _GARBAGE[self.profile.output_garbage] * (end - start)
+        if end - start == 1:
+            return req.script.piece(start)
         return "".join(req.script.slice(start, end))
 
     @staticmethod
@@ -325,10 +327,12 @@ class ApiBase:
         seen = 0
         interval = gp.stream_interval
         # The steady state's events are written by the engine's decode step (push.py).
+        # Once the first token is out, a chunk's observation is only the metrics'.
+        observe = self._chunk_written if self.metrics is not None and req.log_metrics else None
         pusher = StreamPusher(
             req,
             fmt.chunks,
-            self._chunk_written,
+            observe,
             clock,
             out,
             interval,

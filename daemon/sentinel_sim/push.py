@@ -23,7 +23,6 @@ the tasks instead, so that the streams coalesce tokens (``tok/event`` > 1) as be
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Callable
 from typing import Any, Final
@@ -40,13 +39,13 @@ NO_FAULT: Final = sys.maxsize
 class StreamPusher:
     """One stream's event writer for the engine's decode step; ``seen`` is shared with its task."""
 
-    __slots__ = ("chunks", "clock", "fault_at", "interval", "out", "req", "seen", "written")
+    __slots__ = ("chunks", "clock", "fault_at", "interval", "out", "req", "seen", "transport", "written")
 
     def __init__(
         self,
         req: Request,
         chunks: Callable[[int, int, bool], list[bytes]],
-        written: Callable[[Any, Request, int], None],
+        written: Callable[[Any, Request, int], None] | None,
         clock: object,
         out: SseWriter,
         interval: int,
@@ -54,17 +53,19 @@ class StreamPusher:
     ) -> None:
         self.req = req
         self.chunks = chunks  # the route's StreamFormat.chunks
-        # The handler's clock/metrics observation of one written chunk, and its clock.
+        # The handler's clock/metrics observation of one written chunk, and its clock (None:
+        # nothing to observe once the first token is out, no metrics or log_metrics off).
         self.written = written
         self.clock = clock
         self.out = out
         self.interval = interval
         self.fault_at = fault_at  # the planned fault's token (NO_FAULT: none): the task writes it
         self.seen = 0  # tokens already written, by the task or the pusher
+        self.transport = out.transport
 
     def attach(self) -> None:
         """Called by the task before it parks: push from now on if the stream is steady."""
-        if self.seen > 0 and self.out.primed:
+        if self.seen > 0 and self.out.primed and self.transport is not None:
             self.req.pusher = self.push
 
     def push(self) -> bool:
@@ -72,13 +73,9 @@ class StreamPusher:
         and the pusher is detached)."""
         req = self.req
         n = req.generated
-        t = self.out.transport
-        if (
-            n >= self.fault_at
-            or not isinstance(t, asyncio.WriteTransport)
-            or t.is_closing()
-            or t.get_write_buffer_size()
-        ):
+        t = self.transport
+        assert t is not None  # attach() checked it
+        if n >= self.fault_at or t.is_closing() or t.get_write_buffer_size():
             req.pusher = None
             return False
         try:
@@ -90,7 +87,8 @@ class StreamPusher:
                     t.write(b"%x\r\n%b\r\n" % (len(data), data))
                 else:
                     t.write(b"".join([b"%x\r\n%b\r\n" % (len(d), d) for d in writes]))
-            self.written(self.clock, req, n)
+            if self.written is not None:
+                self.written(self.clock, req, n)
         except Exception:
             # Never into the engine's loop: the task finds the stream as it is and carries on.
             req.pusher = None

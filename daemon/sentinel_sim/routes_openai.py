@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from aiohttp import web
@@ -59,29 +60,35 @@ def _template(chunk: bytes) -> tuple[bytes, bytes, bytes]:
 
 
 class _UsageJson:
-    """``dumps(usage)`` of a stream's per-event usage (continuous_usage_stats): only the token
-    counts change between events, so the JSON is a template with two integers filled in (an
-    int's JSON is its ``str``); any other change rebuilds the template."""
+    """``dumps(api._usage(req))`` of a stream's per-event usage (continuous_usage_stats), as a
+    template: between events only the token counts change (total = prompt + generated,
+    completion = generated; an int's JSON is its ``str``), so they are filled into the JSON
+    built once per (prompt, cached) tokens -- the only other inputs of the usage object."""
 
-    __slots__ = ("fixed", "parts")
+    __slots__ = ("key", "parts", "usage")
 
-    def __init__(self) -> None:
-        self.fixed: tuple[Any, ...] | None = None
+    def __init__(self, usage: Callable[[Request], dict[str, Any]]) -> None:
+        self.usage = usage
+        self.key = (-1, -1)
         self.parts: tuple[bytes, bytes, bytes] = (b"", b"", b"")
 
-    def render(self, usage: dict[str, Any]) -> bytes:
-        total = usage["total_tokens"]
-        done = usage["completion_tokens"]
-        fixed = tuple((k, v) for k, v in usage.items() if k not in ("total_tokens", "completion_tokens"))
-        if fixed != self.fixed or type(total) is not int or type(done) is not int:
+    def render(self, req: Request) -> bytes:
+        key = (req.prompt_tokens, req.cached_tokens)
+        if key != self.key:
+            usage = self.usage(req)
+            if (usage["total_tokens"], usage["completion_tokens"]) != (
+                req.prompt_tokens + req.generated,
+                req.generated,
+            ):
+                raise AssertionError("usage template: the token counts are not prompt + generated, generated")
             # Built with marker strings in the two counts' places, split around their JSON.
             data = dumps({**usage, "total_tokens": _MARK, "completion_tokens": _UMARK})
             head, rest = _split_once(data, _MARK_JSON)
             mid, tail = _split_once(rest, _UMARK_JSON)
-            self.fixed = fixed
+            self.key = key
             self.parts = (head, mid, tail)
         head, mid, tail = self.parts
-        return b"%b%d%b%d%b" % (head, total, mid, done, tail)
+        return b"%b%d%b%d%b" % (head, req.prompt_tokens + req.generated, mid, req.generated, tail)
 
 
 class _ChatStream:
@@ -114,11 +121,11 @@ class _ChatStream:
         # usage object (continuous_usage_stats, else null) filled in.
         self.content_tpl = _template(self._chunk({"content": _MARK}, usage=_UMARK))
         self.reasoning_tpl = _template(self._chunk({"reasoning_content": _MARK}, usage=_UMARK))
-        self.usage_json = _UsageJson()
+        self.usage_json = _UsageJson(api._usage)
 
     def _delta(self, key: str, text: str) -> bytes:
         head, mid, tail = self.content_tpl if key == "content" else self.reasoning_tpl
-        usage = self.usage_json.render(self.api._usage(self.req)) if self.gp.continuous_usage else _NULL
+        usage = self.usage_json.render(self.req) if self.gp.continuous_usage else _NULL
         return head + text_json(text) + mid + usage + tail
 
     def _chunk(
@@ -151,12 +158,20 @@ class _ChatStream:
 
     def chunks(self, seen: int, n: int, done: bool) -> list[bytes]:
         req = self.req
+        think_end = self.think_end
+        if not done and not self.first and seen > think_end:
+            # The steady state (past the role chunk and </think>): one content delta, or nothing.
+            content = self.api._pieces_text(req, seen, n)
+            if not content:
+                return []
+            if req.stop_text:
+                self.sent_text += content
+            return [self._delta("content", content)]
         writes: list[bytes] = []
         if self.first:
             self.first = False
             writes.append(self._chunk({"role": "assistant", "content": ""}))
         out = bytearray()
-        think_end = self.think_end
         if think_end >= 0 and seen < think_end:
             reasoning = self.api._pieces_text(req, seen, min(n, think_end))
             if reasoning:
@@ -170,7 +185,8 @@ class _ChatStream:
                 if cut >= 0:
                     content = full[:cut][len(self.sent_text) :]
             if content:
-                self.sent_text += content
+                if req.stop_text:  # (only a stop string's cut reads what was sent)
+                    self.sent_text += content
                 out += self._delta("content", content)
         if out:
             writes.append(bytes(out))
@@ -210,7 +226,7 @@ class _CompletionStream:
         self.echo_pending = gp.echo
         # A delta before the last: no finish reason; usage filled in (continuous_usage_stats) or null.
         self.text_tpl = _template(self._chunk(_MARK, None, usage=_UMARK))
-        self.usage_json = _UsageJson()
+        self.usage_json = _UsageJson(api._usage)
 
     def _chunk(self, delta: str, reason: dict[str, Any] | None, usage: Any = None) -> bytes:
         gp = self.gp
@@ -243,13 +259,14 @@ class _CompletionStream:
             cut = full.find(req.stop_text)
             if cut >= 0:
                 delta = full[:cut][len(self.sent) :]
-        self.sent += delta
+        if req.stop_text:  # (only a stop string's cut reads what was sent)
+            self.sent += delta
         if self.echo_pending:
             delta = gp.prompt + delta
             self.echo_pending = False
         if not done:
             head, mid, tail = self.text_tpl
-            usage = self.usage_json.render(self.api._usage(req)) if gp.continuous_usage else _NULL
+            usage = self.usage_json.render(req) if gp.continuous_usage else _NULL
             return [head + text_json(delta) + mid + usage + tail]
         return [self._chunk(delta, req.finish_reason() if done else None)]
 
