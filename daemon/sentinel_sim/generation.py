@@ -223,8 +223,8 @@ class ApiBase:
             end = min(end, req.script.natural_len)  # the EOS token itself has no text
         if start >= end:
             return ""
-        fault = self.srv.faults.active("garbage", time.monotonic())
-        if fault is not None:
+        fault = self.srv.faults.get("garbage")  # (the clock read only when one is set)
+        if fault is not None and fault.is_active(time.monotonic()):
             return _GARBAGE[fault.text("style")] * (end - start)
         if self.profile.output_garbage:
             # A known-bad backend combination (launchmodel.py): every token is garbage.

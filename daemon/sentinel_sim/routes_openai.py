@@ -126,7 +126,7 @@ class _ChatStream:
     def _delta(self, key: str, text: str) -> bytes:
         head, mid, tail = self.content_tpl if key == "content" else self.reasoning_tpl
         usage = self.usage_json.render(self.req) if self.gp.continuous_usage else _NULL
-        return head + text_json(text) + mid + usage + tail
+        return b"".join((head, text_json(text), mid, usage, tail))
 
     def _chunk(
         self, delta: dict[str, Any], finish: str | None = None, matched: Any = None, usage: Any = None
@@ -267,7 +267,7 @@ class _CompletionStream:
         if not done:
             head, mid, tail = self.text_tpl
             usage = self.usage_json.render(req) if gp.continuous_usage else _NULL
-            return [head + text_json(delta) + mid + usage + tail]
+            return [b"".join((head, text_json(delta), mid, usage, tail))]
         return [self._chunk(delta, req.finish_reason() if done else None)]
 
     def finish(self) -> list[bytes]:
