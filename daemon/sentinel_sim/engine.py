@@ -8,10 +8,11 @@ priority over decode, as in SGLang without mixed chunking. When the KV pool cann
 decode step, requests are retracted back to the queue (SGLang's order and ratio rule).
 
 Per-token work is kept minimal: a decode step adds ``k`` to each running request's counter and
-wakes the one future its HTTP handler may be parked on; text is produced by the handler only when
-it writes a chunk. If the process falls behind the schedule (a busy CPU), the engine runs steps
-back to back to catch up, and slips the schedule when it is more than ``MAX_LAG_S`` behind -- the
-``lag`` figures in the control API's state say when the simulator itself was the bottleneck.
+either calls its stream's pusher (push.py: the event is written right there) or wakes the one
+future its HTTP handler may be parked on; text is produced only when a chunk is written. If the
+process falls behind the schedule (a busy CPU), the engine runs steps back to back to catch up,
+and slips the schedule when it is more than ``MAX_LAG_S`` behind -- the ``lag`` figures in the
+control API's state say when the simulator itself was the bottleneck.
 """
 
 from __future__ import annotations
@@ -567,14 +568,11 @@ class Engine:
             if req.generated >= req.target:
                 finished = True
             elif req.generated >= req.wake_at:
-                p = req.pusher  # a stream in its steady state writes its event itself (push.py)
+                p = req.pusher  # a stream in its steady state writes its own event (push.py)
                 if push and p is not None and p():
                     pushed += 1
-                    continue
-                w = req.waiter
-                if w is not None and not w.done():
-                    w.set_result(None)
-                req.waiter = None
+                else:
+                    req._wake()
         self.kv_used += total
         self.stats.decode_steps += 1
         self.stats.pushed_events += pushed
