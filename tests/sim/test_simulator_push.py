@@ -13,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from sentinel_sim import SimServer, serve
+from sentinel_sim.faults import parse_fault_spec
 
 pytestmark = pytest.mark.asyncio
 
@@ -156,3 +158,57 @@ async def test_pushed_events_are_the_handlers_bytes(slow_sim: SimServer) -> None
     for i, (path, body) in enumerate(SCENARIOS):
         assert len(task_path[i]) >= 5, (path, body)
         assert pushed[i] == task_path[i], (path, body)
+
+
+@pytest.mark.parametrize("spec", ["error_chunk:tokens=7", "malformed_sse:tokens=7", "garbage:style=bang"])
+async def test_faults_mid_stream_are_the_handlers_bytes(slow_sim: SimServer, spec: str) -> None:
+    # The pusher leaves the token a fault is planned at to the handler (error_chunk aborts there,
+    # malformed_sse inserts its truncated event); garbage changes every piece's text.
+    engine = slow_sim.engine
+    slow_sim.faults.arm(parse_fault_spec(spec), now=time.monotonic(), delay_s=0)
+    scenarios = [s for s in SCENARIOS if s[1].get("max_new_tokens", s[1].get("max_tokens")) == 24]
+    await _all(slow_sim, scenarios)
+    for _ in range(4):
+        engine.push_events = False
+        task_path = await _all(slow_sim, scenarios)
+        engine.push_events = True
+        before = engine.stats.pushed_events
+        pushed = await _all(slow_sim, scenarios)
+        assert engine.stats.pushed_events > before, "the push path was not taken"
+        if pushed == task_path:
+            break
+    assert pushed == task_path
+    mark = {"error_chunk": b"illegal memory access", "malformed_sse": b"", "garbage": b"!"}[
+        spec.split(":")[0]
+    ]
+    assert all(any(mark in ev for ev in evs) for evs in pushed)
+    if spec.startswith("malformed_sse"):
+        assert all(
+            any(not ev.endswith(b"}\n\n") and ev != b"data: [DONE]\n\n" for ev in evs) for evs in pushed
+        )
+
+
+async def test_a_client_gone_mid_push_aborts_its_request(slow_sim: SimServer) -> None:
+    # The pusher declines once the connection is closing; the handler's write then fails and the
+    # request is aborted (its KV released), as on the handler's own path.
+    engine = slow_sim.engine
+    body = {"model": "m", "prompt": "hi", "max_tokens": 100000, "ignore_eos": True, "stream": True}
+    data = json.dumps(body).encode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", slow_sim.port)
+    writer.write(
+        f"POST {_COMP} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(data)}\r\n\r\n".encode()
+        + data
+    )
+    before = engine.stats.pushed_events
+    while engine.stats.pushed_events < before + 5:
+        await asyncio.wait_for(reader.read(65536), 30)
+    writer.close()
+    for _ in range(500):
+        if not engine.busy:
+            break
+        await asyncio.sleep(0.01)
+    assert not engine.busy
+    assert engine.kv_used == 0
+    rec = slow_sim.truth.records()[-1]
+    assert rec.status == "aborted"
