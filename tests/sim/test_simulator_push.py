@@ -106,7 +106,7 @@ def events(reply: bytes) -> list[bytes]:
     head, _, body = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200")
     assert b"transfer-encoding: chunked" in head.lower()
-    out = []
+    out: list[bytes] = []
     while True:
         size_line, sep, body = body.partition(b"\r\n")
         assert sep, "truncated chunk size line"
