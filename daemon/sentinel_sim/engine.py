@@ -172,7 +172,6 @@ class Engine:
         else:
             req.received_at = min(received, req.arrival)
             req.received_source = "kernel"
-        # max_new_tokens == 0 (target 0): prefill only; SGLang still runs the prompt through prefill.
         self.waiting.append(req)
         if len(self.waiting) > self.stats.max_waiting:
             self.stats.max_waiting = len(self.waiting)
@@ -356,10 +355,7 @@ class Engine:
 
     def _reserved_decode_tokens(self) -> int:
         ratio = self.new_token_ratio
-        total = 0.0
-        for r in self.running:
-            total += (r.target - r.generated) * ratio
-        return int(total)
+        return int(sum((r.target - r.generated) * ratio for r in self.running))
 
     def _plan_prefill(self) -> list[tuple[Request, int]]:
         p = self.profile
@@ -471,9 +467,7 @@ class Engine:
 
     def _tokens_per_step(self) -> int:
         p = self.profile
-        if p.mtp_accept_length <= 1.0:
-            return 1
-        return p.mtp_draft_tokens + 1
+        return 1 if p.mtp_accept_length <= 1.0 else p.mtp_draft_tokens + 1
 
     def _accepted(self) -> int:
         """Tokens accepted this step under MTP: 1 + draft tokens, mean ``mtp_accept_length``."""

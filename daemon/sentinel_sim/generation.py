@@ -369,6 +369,7 @@ class ApiBase:
                         break
                     await out.write(fmt.malformed)
                     fault_name = None
+                    pusher.fault_at = NO_FAULT
                 if done:
                     for data in fmt.finish():
                         await out.write(data)
