@@ -31,10 +31,12 @@ Needs the peers: `bash benchmarks/peer_setup.sh`. A peer that cannot run prints 
 Usage: .venv/bin/python benchmarks/client_efficiency.py [--speed 1.5] [--num-prompts 192]
        [--input-len 256] [--output-len 512] [--max-concurrency 48] [--repeat 2]
        [--backends sglang,sglang-oai,sglang-oai-chat] [--clients sentinel,bs23,rust,bs59] [--pin]
-       [--profile tiny-llama-1x-h200] [--baseline DIR]
+       [--profile tiny-llama-1x-h200] [--baseline DIR] [--sim-from DIR]
 `--baseline DIR` adds the client `base`: `sentinel bench` of another checkout (DIR, e.g. one of
 main made with `git archive`), run from its `daemon/` with this venv, so that a change to the
 client is measured before/after in one run (its ratio column reads sentinel ÷ baseline).
+`--sim-from DIR` runs the simulator of another checkout (DIR's `daemon/` first on its path): the
+simulator's before/after is two runs, compared by `sim ev/CPU-s`.
 The box is shared: the load average is printed with the table; compare ratios within one run.
 """
 
@@ -246,6 +248,7 @@ def main() -> None:
     ap.add_argument("--clients", default=",".join(c for c in CLIENTS if c != "base"))
     ap.add_argument("--pin", action="store_true", help="simulator on CPU 0, clients on CPU 1")
     ap.add_argument("--baseline", help="a checkout whose sentinel bench is client `base`")
+    ap.add_argument("--sim-from", help="a checkout whose simulator serves the run (default: this one)")
     args = ap.parse_args()
     backends = args.backends.split(",")
     clients = args.clients.split(",")
@@ -259,7 +262,8 @@ def main() -> None:
     rows: list[Row] = []
     load0 = os.getloadavg()
     extra = ["--stream-interval", "1", "--profile", args.profile]
-    with bench_sim(args.speed, extra, {0} if args.pin else None) as sim:
+    sim_env = {"PYTHONPATH": str(Path(args.sim_from, "daemon").resolve())} if args.sim_from else None
+    with bench_sim(args.speed, extra, {0} if args.pin else None, sim_env) as sim:
         profile = sim.info["profile"]
         for rnd in range(1, args.repeat + 1):
             for backend in backends:
@@ -269,7 +273,8 @@ def main() -> None:
                     print(row, file=sys.stderr, flush=True)
     load1 = os.getloadavg()
     print(
-        f"\nStreamed tokens per client CPU-second at one token per event: sentinel sim {profile}, "
+        f"\nStreamed tokens per client CPU-second at one token per event: sentinel sim {profile}"
+        f"{f' (from {args.sim_from})' if args.sim_from else ''}, "
         f"speed {args.speed:g}, --stream-interval 1; {args.num_prompts} prompts "
         f"{args.input_len}/{args.output_len}, max concurrency {args.max_concurrency}, all at once; "
         f"{args.repeat} round(s), medians. Load average 1 min {load0[0]:.2f} before, {load1[0]:.2f} after."

@@ -48,9 +48,9 @@ from sentinel_sim.testing import SimProcess, spawn_sim
 
 
 def bench_sim(
-    speed: float, extra: list[str], cpus: set[int] | None = None
+    speed: float, extra: list[str], cpus: set[int] | None = None, env: dict[str, str] | None = None
 ) -> AbstractContextManager[SimProcess]:
-    """The simulator these benchmarks measure against (killed on exit)."""
+    """The simulator these benchmarks measure against (killed on exit); ``env`` adds to its environment."""
     args = [
         "--speed",
         str(speed),
@@ -60,7 +60,7 @@ def bench_sim(
         "--skip-server-warmup",
         *extra,
     ]
-    return spawn_sim(*args, timeout=60, cpus=cpus)
+    return spawn_sim(*args, timeout=60, cpus=cpus, env=env)
 
 
 def truth_by_rid(control_url: str, since: float) -> dict[str, dict[str, Any]]:

@@ -85,6 +85,7 @@ def build_control_app(srv: SimServer) -> web.Application:
                     "generated_tokens": e.stats.generated_tokens,
                     "prefill_tokens": e.stats.prefill_tokens,
                     "retracted_reqs": e.stats.retracted_reqs,
+                    "pushed_events": e.stats.pushed_events,
                     "max_running": e.stats.max_running,
                     "max_waiting": e.stats.max_waiting,
                     # When max_lag_s is large the simulator itself was the bottleneck.

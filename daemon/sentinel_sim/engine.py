@@ -8,10 +8,11 @@ priority over decode, as in SGLang without mixed chunking. When the KV pool cann
 decode step, requests are retracted back to the queue (SGLang's order and ratio rule).
 
 Per-token work is kept minimal: a decode step adds ``k`` to each running request's counter and
-wakes the one future its HTTP handler may be parked on; text is produced by the handler only when
-it writes a chunk. If the process falls behind the schedule (a busy CPU), the engine runs steps
-back to back to catch up, and slips the schedule when it is more than ``MAX_LAG_S`` behind -- the
-``lag`` figures in the control API's state say when the simulator itself was the bottleneck.
+either calls its stream's pusher (push.py: the event is written right there) or wakes the one
+future its HTTP handler may be parked on; text is produced only when a chunk is written. If the
+process falls behind the schedule (a busy CPU), the engine runs steps back to back to catch up,
+and slips the schedule when it is more than ``MAX_LAG_S`` behind -- the ``lag`` figures in the
+control API's state say when the simulator itself was the bottleneck.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class EngineStats:
     generated_tokens: int = 0
     prefill_tokens: int = 0
     retracted_reqs: int = 0
+    pushed_events: int = 0  # stream events written from the decode step (push.py)
     max_lag_s: float = 0.0
     slipped_s: float = 0.0
     max_running: int = 0
@@ -132,6 +134,9 @@ class Engine:
         self.last_output_at = clock()
         self.fatal: BaseException | None = None
         self.fwd_start = self.last_output_at
+        # Streams' events written from the decode step (push.py); not while catching up, so that
+        # the handlers coalesce tokens then. push_events=False: never (tests compare both paths).
+        self.push_events = self.push_ok = True
 
     # ---- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -167,9 +172,6 @@ class Engine:
         else:
             req.received_at = min(received, req.arrival)
             req.received_source = "kernel"
-        if req.target <= 0:
-            # max_new_tokens == 0: prefill only; SGLang still runs the prompt through prefill.
-            pass
         self.waiting.append(req)
         if len(self.waiting) > self.stats.max_waiting:
             self.stats.max_waiting = len(self.waiting)
@@ -288,6 +290,7 @@ class Engine:
             self.fwd_start = sched
             end = sched + self._step_delay(duration)
             now = clock()
+            self.push_ok = self.push_events
             if end > now:
                 await asyncio.sleep(end - now)
             else:
@@ -300,6 +303,7 @@ class Engine:
                 # Slightly behind: still let the handlers write this step's chunks before the next
                 # step. Far behind: run several steps per yield so streams coalesce and catch up.
                 behind += 1
+                self.push_ok = self.push_events and lag < _YIELD_LAG_S
                 if lag < _YIELD_LAG_S or behind >= 8:
                     behind = 0
                     await asyncio.sleep(0)
@@ -351,10 +355,7 @@ class Engine:
 
     def _reserved_decode_tokens(self) -> int:
         ratio = self.new_token_ratio
-        total = 0.0
-        for r in self.running:
-            total += (r.target - r.generated) * ratio
-        return int(total)
+        return int(sum((r.target - r.generated) * ratio for r in self.running))
 
     def _plan_prefill(self) -> list[tuple[Request, int]]:
         p = self.profile
@@ -466,9 +467,7 @@ class Engine:
 
     def _tokens_per_step(self) -> int:
         p = self.profile
-        if p.mtp_accept_length <= 1.0:
-            return 1
-        return p.mtp_draft_tokens + 1
+        return 1 if p.mtp_accept_length <= 1.0 else p.mtp_draft_tokens + 1
 
     def _accepted(self) -> int:
         """Tokens accepted this step under MTP: 1 + draft tokens, mean ``mtp_accept_length``."""
@@ -541,7 +540,8 @@ class Engine:
         if not running:
             return
         mtp = self.profile.mtp_accept_length > 1.0
-        total = 0
+        push = self.push_ok
+        total = pushed = 0
         finished = False
         for req in running:
             if req.state != RequestState.RUNNING:
@@ -562,13 +562,14 @@ class Engine:
             if req.generated >= req.target:
                 finished = True
             elif req.generated >= req.wake_at:
-                w = req.waiter
-                if w is not None:
-                    req.waiter = None
-                    if not w.done():
-                        w.set_result(None)
+                p = req.pusher  # a stream in its steady state writes its own event (push.py)
+                if push and p is not None and p():
+                    pushed += 1
+                else:
+                    req._wake()
         self.kv_used += total
         self.stats.decode_steps += 1
+        self.stats.pushed_events += pushed
         self.stats.generated_tokens += total
         if mtp:
             self.spec_accepted += total

@@ -8,9 +8,9 @@ tokens, honours ``stream_interval``, observes the tokenizer-side metrics, inject
 the ground truth; a route only says how its chunks look (a :class:`StreamFormat`). So a fault is
 written once for every format.
 
-The driver is the simulator's hot path: it wakes once per engine step that gave its request new
-tokens (or once per ``stream_interval`` tokens), asks the format for the chunk's bytes, and writes
-them. Nothing else happens per token.
+The driver writes the first token, the finish, faults and aborts; the steady state's events (one
+per ``stream_interval`` tokens) are written by its :class:`~sentinel_sim.push.StreamPusher`
+straight from the engine's decode step, with the same format, without waking the task.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from aiohttp import web
 
 from sentinel_sim.disagg import NO_ROOM_MESSAGE, missing_room
 from sentinel_sim.engine import Request, RequestState
+from sentinel_sim.push import NO_FAULT, StreamPusher
 from sentinel_sim.requests import BadRequest, GenParams, stop_position
 from sentinel_sim.sse import SseWriter
 from sentinel_sim.text import EOS_TOKEN_ID, make_script, token_id
@@ -44,6 +45,7 @@ __all__ = [
     "json_response",
     "native_error",
     "openai_error",
+    "text_json",
 ]
 
 T = TypeVar("T")
@@ -68,6 +70,20 @@ _GARBAGE: Final = {"bang": "!", "nan": " NaN", "random": "\ufffd"}
 
 def dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+# The JSON of stream deltas' texts: most are one token's piece from a small vocabulary, so cached.
+_TEXT_JSON: dict[str, bytes] = {}
+
+
+def text_json(text: str) -> bytes:
+    """``json.dumps(text, ensure_ascii=False)``, UTF-8 (a JSON string, quotes included)."""
+    data = _TEXT_JSON.get(text)
+    if data is None:
+        data = json.dumps(text, ensure_ascii=False).encode()
+        if len(text) < 64 and len(_TEXT_JSON) < 65536:
+            _TEXT_JSON[text] = data
+    return data
 
 
 def json_response(obj: Any, status: int = 200) -> web.Response:
@@ -207,12 +223,14 @@ class ApiBase:
             end = min(end, req.script.natural_len)  # the EOS token itself has no text
         if start >= end:
             return ""
-        fault = self.srv.faults.active("garbage", time.monotonic())
-        if fault is not None:
+        fault = self.srv.faults.get("garbage")  # (the clock read only when one is set)
+        if fault is not None and fault.is_active(time.monotonic()):
             return _GARBAGE[fault.text("style")] * (end - start)
         if self.profile.output_garbage:
             # A known-bad backend combination (launchmodel.py): every token is garbage.
             return _GARBAGE[self.profile.output_garbage] * (end - start)
+        if end - start == 1:
+            return req.script.piece(start)
         return "".join(req.script.slice(start, end))
 
     @staticmethod
@@ -308,10 +326,25 @@ class ApiBase:
         status: str | None = None
         seen = 0
         interval = gp.stream_interval
+        # The steady state's events are written by the engine's decode step (push.py).
+        # Once the first token is out, a chunk's observation is only the metrics'.
+        observe = self._chunk_written if self.metrics is not None and req.log_metrics else None
+        pusher = StreamPusher(
+            req,
+            fmt.chunks,
+            observe,
+            clock,
+            out,
+            interval,
+            NO_FAULT if fault_name is None else fault_at,
+        )
         try:
             while True:
+                pusher.attach()
                 # SGLang streams the first token at once, then every `interval` tokens.
                 await req.wait_progress(seen, 1 if seen == 0 else interval)
+                req.pusher = None
+                seen = pusher.seen
                 n = req.generated
                 done = req.done
                 if req.state == RequestState.ABORTED:
@@ -327,7 +360,7 @@ class ApiBase:
                     for data in writes:
                         await out.write(data)
                     self._chunk_written(clock, req, n)
-                seen = n
+                seen = pusher.seen = n
                 if fault_name is not None and n >= fault_at and not done:
                     if fault_name == "error_chunk":
                         self.engine.abort(req, "injected error")
@@ -336,12 +369,14 @@ class ApiBase:
                         break
                     await out.write(fmt.malformed)
                     fault_name = None
+                    pusher.fault_at = NO_FAULT
                 if done:
                     for data in fmt.finish():
                         await out.write(data)
                     break
             await out.write(DONE)
         except (ConnectionError, asyncio.CancelledError):
+            req.pusher = None
             self.engine.abort(req)
             self._record(req, route, True, "aborted", fault_name)
             raise

@@ -7,6 +7,7 @@ parked on ``wait_progress`` is woken by the engine only when the tokens it waits
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, Final
 
 from sentinel_sim.text import EOS_TOKEN_ID, Script
@@ -43,6 +44,7 @@ class Request:
         "priority",
         "prompt_key",
         "prompt_tokens",
+        "pusher",
         "received_at",
         "received_source",
         "retractions",
@@ -129,6 +131,9 @@ class Request:
         self.spec_steps = 0
         self.waiter: asyncio.Future[None] | None = None
         self.wake_at = 1
+        # A streaming handler in its steady state (sentinel_sim.push): the engine calls it instead
+        # of waking the handler when wake_at is reached; False = declined, wake the handler.
+        self.pusher: Callable[[], bool] | None = None
 
     @property
     def done(self) -> bool:

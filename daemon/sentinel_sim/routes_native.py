@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from sentinel_sim.engine import Request, RequestState
-from sentinel_sim.generation import ApiBase, dumps, json_response, native_error
+from sentinel_sim.generation import ApiBase, dumps, json_response, native_error, text_json
 from sentinel_sim.requests import GenParams, parse_generate
 from sentinel_sim.versions import retractions_key
 
@@ -31,22 +31,23 @@ class _NativeStream:
         self.api = api
         self.req = req
         self.text = ""
-        self.text_json = ""
-        self.ids_json = ""
-        self.rid_json = json.dumps(req.rid)
+        self.text_json = bytearray()
+        self.ids_json = bytearray()
+        self.rid_json = json.dumps(req.rid).encode()
         key = retractions_key(api.srv.version)
-        self.head_tail = f',"prompt_tokens":{req.prompt_tokens},"weight_version":"default","{key}":'
+        self.head_tail = f',"prompt_tokens":{req.prompt_tokens},"weight_version":"default","{key}":'.encode()
         # 0.5.23 adds reasoning_tokens before completion_tokens (none: /generate does not reason).
-        self.reasoning = "" if api.srv.version == "0.5.9" else '"reasoning_tokens":0,'
+        self.reasoning = b"" if api.srv.version == "0.5.9" else b'"reasoning_tokens":0,'
 
     def chunks(self, seen: int, n: int, done: bool) -> list[bytes]:
         req = self.req
         if n > seen:
             piece = self.api._pieces_text(req, seen, n)
             self.text += piece
-            self.text_json += json.dumps(piece, ensure_ascii=False)[1:-1]
-            new_ids = ",".join(map(str, self.api._ids(req, seen, n)))
-            self.ids_json = new_ids if not self.ids_json else self.ids_json + "," + new_ids
+            self.text_json += text_json(piece)[1:-1]
+            if self.ids_json:
+                self.ids_json += b","
+            self.ids_json += b",".join([b"%d" % i for i in self.api._ids(req, seen, n)])
         if done:
             final_text = self.text
             if req.stop_text:
@@ -56,16 +57,20 @@ class _NativeStream:
             chunk = dumps(
                 {
                     "text": final_text,
-                    "output_ids": json.loads(f"[{self.ids_json}]"),
+                    "output_ids": json.loads(b"[" + self.ids_json + b"]"),
                     "meta_info": self.api._meta(req, n, True),
                 }
             )
         else:
-            chunk = (
-                f'{{"text":"{self.text_json}","output_ids":[{self.ids_json}],"meta_info":{{"id":{self.rid_json},'
-                f'"finish_reason":null{self.head_tail}{req.retractions},{self.reasoning}"completion_tokens":{n},'
-                f'"cached_tokens":{req.cached_tokens},"cached_tokens_details":null}}}}'
-            ).encode()
+            tail = b'%b%d,%b"completion_tokens":%d,"cached_tokens":%d,"cached_tokens_details":null}}\n\n' % (
+                self.head_tail,
+                req.retractions,
+                self.reasoning,
+                n,
+                req.cached_tokens,
+            )
+            parts = (b'data: {"text":"', self.text_json, b'","output_ids":[', self.ids_json, b"]")
+            return [b"".join((*parts, b',"meta_info":{"id":', self.rid_json, b',"finish_reason":null', tail))]
         return [b"data: " + chunk + b"\n\n"]
 
     def finish(self) -> list[bytes]:

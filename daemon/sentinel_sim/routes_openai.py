@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from aiohttp import web
 
 from sentinel_sim.engine import Request, RequestState
-from sentinel_sim.generation import ApiBase, dumps, json_response, openai_error
+from sentinel_sim.generation import ApiBase, dumps, json_response, openai_error, text_json
 from sentinel_sim.requests import GenParams, parse_chat, parse_completion
 from sentinel_sim.text import THINK_END
 
@@ -33,24 +34,61 @@ def _openai_stream_error(message: str, injected: bool) -> bytes:
     return b"data: " + dumps({"error": _openai_error_body(message)}) + b"\n\n"
 
 
-# Stands for a delta's text while a chunk's template is built (escaped by JSON, so it cannot
-# collide with a model name or request id, which are encoded around it).
+# Stand for a delta's text and for its usage object while a chunk's template is built (escaped by
+# JSON, so they cannot collide with a model name or request id, which are encoded around them).
 _MARK: Final = "\u0000sentinel-sim-delta\u0000"
 _MARK_JSON: Final = json.dumps(_MARK).encode()
+_UMARK: Final = "\u0000sentinel-sim-usage\u0000"
+_UMARK_JSON: Final = json.dumps(_UMARK).encode()
+_NULL: Final = b"null"
 
 
-def _template(chunk: bytes) -> tuple[bytes, bytes]:
-    """A chunk made with ``_MARK`` as its delta, split around it: prefix + JSON(text) + suffix is
-    byte for byte the chunk that text makes (one ``json.dumps`` of the text per event, not of the
-    whole chunk)."""
-    head, mark, tail = chunk.partition(_MARK_JSON)
-    if not mark or _MARK_JSON in tail:
-        raise AssertionError("chunk template: delta marker not found exactly once")
+def _split_once(data: bytes, mark: bytes) -> tuple[bytes, bytes]:
+    head, found, tail = data.partition(mark)
+    if not found or mark in tail:
+        raise AssertionError("chunk template: marker not found exactly once")
     return head, tail
 
 
-def _text_json(text: str) -> bytes:
-    return json.dumps(text, ensure_ascii=False).encode()
+def _template(chunk: bytes) -> tuple[bytes, bytes, bytes]:
+    """A chunk made with ``_MARK`` as its delta and ``_UMARK`` as its usage, split around them:
+    head + JSON(text) + mid + JSON(usage) + tail is byte for byte the chunk that text and usage
+    make (the text's and the usage's JSON per event, not the whole chunk's)."""
+    head, rest = _split_once(chunk, _MARK_JSON)
+    mid, tail = _split_once(rest, _UMARK_JSON)
+    return head, mid, tail
+
+
+class _UsageJson:
+    """``dumps(api._usage(req))`` of a stream's per-event usage (continuous_usage_stats), as a
+    template: between events only the token counts change (total = prompt + generated,
+    completion = generated; an int's JSON is its ``str``), so they are filled into the JSON
+    built once per (prompt, cached) tokens -- the only other inputs of the usage object."""
+
+    __slots__ = ("key", "parts", "usage")
+
+    def __init__(self, usage: Callable[[Request], dict[str, Any]]) -> None:
+        self.usage = usage
+        self.key = (-1, -1)
+        self.parts: tuple[bytes, bytes, bytes] = (b"", b"", b"")
+
+    def render(self, req: Request) -> bytes:
+        key = (req.prompt_tokens, req.cached_tokens)
+        if key != self.key:
+            usage = self.usage(req)
+            if (usage["total_tokens"], usage["completion_tokens"]) != (
+                req.prompt_tokens + req.generated,
+                req.generated,
+            ):
+                raise AssertionError("usage template: the token counts are not prompt + generated, generated")
+            # Built with marker strings in the two counts' places, split around their JSON.
+            data = dumps({**usage, "total_tokens": _MARK, "completion_tokens": _UMARK})
+            head, rest = _split_once(data, _MARK_JSON)
+            mid, tail = _split_once(rest, _UMARK_JSON)
+            self.key = key
+            self.parts = (head, mid, tail)
+        head, mid, tail = self.parts
+        return b"%b%d%b%d%b" % (head, req.prompt_tokens + req.generated, mid, req.generated, tail)
 
 
 class _ChatStream:
@@ -66,6 +104,7 @@ class _ChatStream:
         "req",
         "sent_text",
         "think_end",
+        "usage_json",
     )
     malformed = b'data: {"id": "' + b"\n\n"
 
@@ -78,21 +117,20 @@ class _ChatStream:
         self.think_end = req.script.answer_start - 1 if gp.thinking and separate else -1
         self.first = True
         self.sent_text = ""
-        # Content and reasoning deltas are most of the events: templated unless each one carries
-        # a usage object (continuous_usage_stats), whose figures change per event.
-        self.content_tpl: tuple[bytes, bytes] | None = None
-        self.reasoning_tpl: tuple[bytes, bytes] | None = None
-        if not gp.continuous_usage:
-            self.content_tpl = _template(self._chunk({"content": _MARK}))
-            self.reasoning_tpl = _template(self._chunk({"reasoning_content": _MARK}))
+        # Content and reasoning deltas are most of the events: templates with the text and the
+        # usage object (continuous_usage_stats, else null) filled in.
+        self.content_tpl = _template(self._chunk({"content": _MARK}, usage=_UMARK))
+        self.reasoning_tpl = _template(self._chunk({"reasoning_content": _MARK}, usage=_UMARK))
+        self.usage_json = _UsageJson(api._usage)
 
     def _delta(self, key: str, text: str) -> bytes:
-        tpl = self.content_tpl if key == "content" else self.reasoning_tpl
-        if tpl is None:
-            return self._chunk({key: text})
-        return tpl[0] + _text_json(text) + tpl[1]
+        head, mid, tail = self.content_tpl if key == "content" else self.reasoning_tpl
+        usage = self.usage_json.render(self.req) if self.gp.continuous_usage else _NULL
+        return b"".join((head, text_json(text), mid, usage, tail))
 
-    def _chunk(self, delta: dict[str, Any], finish: str | None = None, matched: Any = None) -> bytes:
+    def _chunk(
+        self, delta: dict[str, Any], finish: str | None = None, matched: Any = None, usage: Any = None
+    ) -> bytes:
         obj = {
             "id": self.req.rid,
             "object": "chat.completion.chunk",
@@ -112,18 +150,28 @@ class _ChatStream:
                     "matched_stop": matched,
                 }
             ],
-            "usage": self.api._usage(self.req) if self.gp.continuous_usage and delta else None,
+            "usage": usage
+            if usage is not None
+            else (self.api._usage(self.req) if self.gp.continuous_usage and delta else None),
         }
         return b"data: " + dumps(obj) + b"\n\n"
 
     def chunks(self, seen: int, n: int, done: bool) -> list[bytes]:
         req = self.req
+        think_end = self.think_end
+        if not done and not self.first and seen > think_end:
+            # The steady state (past the role chunk and </think>): one content delta, or nothing.
+            content = self.api._pieces_text(req, seen, n)
+            if not content:
+                return []
+            if req.stop_text:
+                self.sent_text += content
+            return [self._delta("content", content)]
         writes: list[bytes] = []
         if self.first:
             self.first = False
             writes.append(self._chunk({"role": "assistant", "content": ""}))
         out = bytearray()
-        think_end = self.think_end
         if think_end >= 0 and seen < think_end:
             reasoning = self.api._pieces_text(req, seen, min(n, think_end))
             if reasoning:
@@ -137,7 +185,8 @@ class _ChatStream:
                 if cut >= 0:
                     content = full[:cut][len(self.sent_text) :]
             if content:
-                self.sent_text += content
+                if req.stop_text:  # (only a stop string's cut reads what was sent)
+                    self.sent_text += content
                 out += self._delta("content", content)
         if out:
             writes.append(bytes(out))
@@ -165,7 +214,7 @@ class _ChatStream:
 class _CompletionStream:
     """/v1/completions' stream: one text delta per chunk (the prompt first with ``echo``), usage."""
 
-    __slots__ = ("api", "created", "echo_pending", "gp", "req", "sent", "text_tpl")
+    __slots__ = ("api", "created", "echo_pending", "gp", "req", "sent", "text_tpl", "usage_json")
     malformed = b'data: {"id": "' + b"\n\n"
 
     def __init__(self, api: OpenAIRoutes, req: Request, gp: GenParams) -> None:
@@ -175,10 +224,11 @@ class _CompletionStream:
         self.created = int(time.time())
         self.sent = ""
         self.echo_pending = gp.echo
-        # A delta before the last: no finish reason, and no usage unless continuous_usage_stats.
-        self.text_tpl = None if gp.continuous_usage else _template(self._chunk(_MARK, None))
+        # A delta before the last: no finish reason; usage filled in (continuous_usage_stats) or null.
+        self.text_tpl = _template(self._chunk(_MARK, None, usage=_UMARK))
+        self.usage_json = _UsageJson(api._usage)
 
-    def _chunk(self, delta: str, reason: dict[str, Any] | None) -> bytes:
+    def _chunk(self, delta: str, reason: dict[str, Any] | None, usage: Any = None) -> bytes:
         gp = self.gp
         obj = {
             "id": self.req.rid,
@@ -194,7 +244,9 @@ class _CompletionStream:
                     "matched_stop": reason.get("matched") if reason else None,
                 }
             ],
-            "usage": self.api._usage(self.req) if gp.continuous_usage else None,
+            "usage": usage
+            if usage is not None
+            else (self.api._usage(self.req) if gp.continuous_usage else None),
         }
         return b"data: " + dumps(obj) + b"\n\n"
 
@@ -207,12 +259,15 @@ class _CompletionStream:
             cut = full.find(req.stop_text)
             if cut >= 0:
                 delta = full[:cut][len(self.sent) :]
-        self.sent += delta
+        if req.stop_text:  # (only a stop string's cut reads what was sent)
+            self.sent += delta
         if self.echo_pending:
             delta = gp.prompt + delta
             self.echo_pending = False
-        if not done and self.text_tpl is not None:
-            return [self.text_tpl[0] + _text_json(delta) + self.text_tpl[1]]
+        if not done:
+            head, mid, tail = self.text_tpl
+            usage = self.usage_json.render(req) if gp.continuous_usage else _NULL
+            return [b"".join((head, text_json(delta), mid, usage, tail))]
         return [self._chunk(delta, req.finish_reason() if done else None)]
 
     def finish(self) -> list[bytes]:

@@ -14,10 +14,21 @@ client), and the end of the stream.
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 
 from aiohttp import hdrs, web
 
-__all__ = ["SseWriter"]
+__all__ = ["SseWriter", "writable"]
+
+
+def writable(transport: asyncio.BaseTransport | None) -> asyncio.WriteTransport | None:
+    """``transport`` if it can be written to directly. Duck-typed: uvloop's transports have the
+    methods but do not derive from asyncio's classes."""
+    if transport is None or not all(
+        hasattr(transport, m) for m in ("write", "is_closing", "get_write_buffer_size")
+    ):
+        return None
+    return cast(asyncio.WriteTransport, transport)
 
 
 class SseWriter:
@@ -25,19 +36,14 @@ class SseWriter:
 
     def __init__(self, request: web.Request, resp: web.StreamResponse) -> None:
         self.resp = resp
-        self.transport: asyncio.BaseTransport | None = request.transport
+        self.transport = writable(request.transport)
         # Set by prepare() for an HTTP/1.1 response without a length: what SGLang's servers send.
         self.chunked = resp.headers.get(hdrs.TRANSFER_ENCODING, "").lower() == "chunked"
         self.primed = False  # the headers are out (aiohttp sends them with the first event)
 
     async def write(self, data: bytes) -> None:
         t = self.transport
-        if (
-            self.primed
-            and isinstance(t, asyncio.WriteTransport)
-            and not t.is_closing()
-            and t.get_write_buffer_size() == 0
-        ):
+        if self.primed and t is not None and not t.is_closing() and t.get_write_buffer_size() == 0:
             t.write(b"%x\r\n%b\r\n" % (len(data), data))
             return
         await self.resp.write(data)

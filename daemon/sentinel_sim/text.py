@@ -160,6 +160,13 @@ class Script:
             i += take
         return out
 
+    def piece(self, i: int) -> str:
+        """Piece ``i`` (``slice(i, i + 1)[0]`` without the list: one token per event)."""
+        explicit = self._explicit
+        if i < len(explicit):
+            return explicit[i]
+        return _CYCLE[(self._offset + i) % len(_CYCLE)]
+
     def pieces(self, n: int) -> list[str]:
         """The first ``n`` pieces."""
         return self.slice(0, n)

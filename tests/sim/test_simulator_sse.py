@@ -103,8 +103,8 @@ async def test_an_http10_client_gets_the_events_without_chunking(sim: SimServer)
 
 
 async def test_templated_deltas_equal_the_object_built_ones(sim: SimServer) -> None:
-    # continuous_usage_stats sends a usage object in every delta: the whole-object path. Apart
-    # from the usage key, its events must be byte for byte the templated ones.
+    # continuous_usage_stats sends a usage object in every delta (its counts filled into a usage
+    # template). Apart from the usage key, its events must be byte for byte the plain ones.
     path = "/v1/completions"
     base = {**_BODIES[path], "stream": True}
     fast = _chunks((await _raw(sim, path, base)).partition(b"\r\n\r\n")[2])
@@ -125,7 +125,14 @@ async def test_templated_deltas_equal_the_object_built_ones(sim: SimServer) -> N
         return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
 
     assert [norm(e) for e in fast] == [norm(e) for e in slow]
-    # And the templated ones are the compact, non-ASCII-preserving JSON of SGLang's chunks.
-    for ev in fast[:-2]:
+    # And the templated ones are the compact, non-ASCII-preserving JSON of SGLang's chunks, the
+    # usage objects with the counts of the tokens sent so far.
+    for ev in fast[:-2] + slow[:-2]:
         obj = json.loads(ev[6:])
         assert ev[6:-2] == json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    usages = [json.loads(ev[6:])["usage"] for ev in slow[:-2]]
+    counts = [u["completion_tokens"] for u in usages]
+    assert counts == sorted(set(counts))  # rising (a busy box may merge tokens into one event)
+    assert counts[0] >= 1
+    assert counts[-1] == 12
+    assert all(u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"] for u in usages)
