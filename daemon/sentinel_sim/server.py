@@ -40,12 +40,12 @@ from sentinel_sim.engine import Engine, Request
 from sentinel_sim.faults import Fault, FaultSet, check_fault_version, parse_fault_spec
 from sentinel_sim.launchflags import deprecation_warnings
 from sentinel_sim.launchmodel import server_args_fields
+from sentinel_sim.listen import bind_api, bound_port, http_url
 from sentinel_sim.looplag import LoopLag
 from sentinel_sim.metrics import SimMetrics
 from sentinel_sim.multinode import Rank0
 from sentinel_sim.observer import EngineObserver
 from sentinel_sim.profiles import Profile
-from sentinel_sim.rxtime import listening_socket
 from sentinel_sim.sglang_log import SGLangLog
 from sentinel_sim.text import make_script
 from sentinel_sim.truth import GroundTruth
@@ -68,36 +68,6 @@ def _constants(p: Profile) -> dict[str, float]:
         "context_len": p.context_length,
         "startup_available_gpu_memory_gb": p.gpu_mem_gb,
     }
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    family, socktype, proto, _, addr = infos[0]
-    # Its connections remember the kernel receive time of each read (the ground truth's arrival).
-    sock = listening_socket(family, socktype, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(addr)
-        sock.setblocking(False)
-    except OSError:
-        sock.close()
-        raise
-    return sock
-
-
-def _bound_port(site: web.TCPSite) -> int:
-    # aiohttp has no public accessor for the port an OS-assigned site got.
-    server = site._server
-    sockets = getattr(server, "sockets", None)
-    if not sockets:
-        raise RuntimeError("control API site has no listening socket")
-    port: int = sockets[0].getsockname()[1]
-    return port
-
-
-def _url(host: str, port: int) -> str:
-    shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}"
 
 
 class SimServer:
@@ -164,11 +134,11 @@ class SimServer:
     # ---- public ------------------------------------------------------------------------------
     @property
     def base_url(self) -> str:
-        return _url(self.host, self.port)
+        return http_url(self.host, self.port)
 
     @property
     def control_url(self) -> str:
-        return _url("127.0.0.1", self.control_port)
+        return http_url("127.0.0.1", self.control_port)
 
     def server_seconds(self, seconds: float) -> float:
         """Real seconds that ``seconds`` of server time take at this speed."""
@@ -183,7 +153,7 @@ class SimServer:
         self._stopped = asyncio.Event()
         self._ready = asyncio.Event()
         try:
-            self._api_sock = _bind(self.host, self.config.port)
+            self._api_sock = bind_api(self.host, self.config.port)
             self.port = self._api_sock.getsockname()[1]
         except OSError as exc:
             if self.config.port == 0 or exc.errno != errno.EADDRINUSE:
@@ -199,7 +169,7 @@ class SimServer:
         site = web.TCPSite(control, "127.0.0.1", self.config.control_port)
         await site.start()
         self._control_runner = control
-        self.control_port = _bound_port(site)
+        self.control_port = bound_port(site)
         self._api_runner = web.AppRunner(
             build_api_app(self),
             handle_signals=False,
@@ -528,7 +498,7 @@ class SimServer:
         deadline = time.monotonic() + 1.0
         while True:
             try:
-                self._api_sock = _bind(self.host, self.port)
+                self._api_sock = bind_api(self.host, self.port)
                 return True
             except OSError as exc:
                 if time.monotonic() >= deadline:
