@@ -33,6 +33,7 @@ from sentinel.cli.bench_datasets import (
     dataset_warnings,
     shared_prefix_dataset,
 )
+from sentinel.cli.bench_fields import goodput_slos, logprob_body
 from sentinel.cli.bench_flags import REJECTED_DATASETS, add_rejected_options, rejected_messages
 from sentinel.cli.bench_outputs import check_outputs, write_reports
 from sentinel.cli.bench_profile import ProfilePlan, Profiler, add_profile_options, profile_plan
@@ -44,7 +45,7 @@ from sentinel.cli.target import API_KEY_ENVS, add_target_options, read_api_key, 
 
 if TYPE_CHECKING:
     from sentinel.load.result import RunResult
-    from sentinel.load.spec import ArrivalProcess, Backend, LoadSpec
+    from sentinel.load.spec import ArrivalProcess, LoadSpec
 
 _T = TypeVar("_T")
 
@@ -230,42 +231,6 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=_handle)
 
 
-def _goodput(items: list[str] | None) -> dict[str, float]:
-    slos: dict[str, float] = {}
-    for item in items or []:
-        key, sep, value = item.partition(":")
-        try:
-            ms = float(value)
-        except ValueError:
-            ms = math.nan
-        if not sep or key not in ("ttft", "tpot", "e2el") or not (ms > 0 and math.isfinite(ms)):
-            raise CliError(
-                f"--goodput expects KEY:MS with KEY in ttft, tpot, e2el and MS > 0, got {item!r}", 2
-            )
-        slos[key] = ms
-    return slos
-
-
-def _logprob_body(args: argparse.Namespace, backend: Backend) -> dict[str, Any]:
-    """bench_serving 0.5.23's logprob and routed-experts fields, per route."""
-    from sentinel.load.spec import Backend
-
-    body: dict[str, Any] = {}
-    if backend is Backend.SGLANG:
-        if args.return_logprob:
-            body["return_logprob"] = True
-            body["logprob_start_len"] = args.logprob_start_len
-            if args.top_logprobs_num > 0:
-                body["top_logprobs_num"] = args.top_logprobs_num
-            if args.token_ids_logprob is not None:
-                body["token_ids_logprob"] = args.token_ids_logprob
-        if args.return_routed_experts:
-            body["return_routed_experts"] = True
-    elif backend is Backend.OPENAI_COMPLETIONS and args.return_logprob and args.top_logprobs_num > 0:
-        body["logprobs"] = args.top_logprobs_num
-    return body
-
-
 def build_spec(args: argparse.Namespace) -> LoadSpec:
     """The LoadSpec an argument namespace describes; `CliError` (exit 2) for bad usage."""
     from sentinel.load.chat_template import load_chat_template
@@ -384,13 +349,13 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
             model=args.served_model_name or args.model,
             api_key=read_api_key(args.api_key_file),
             headers=headers,
-            extra_body={**_logprob_body(args, backend), **extra},
+            extra_body={**logprob_body(args, backend), **extra},
             temperature=args.temperature,
             top_p=args.top_p,
             lora_names=tuple(args.lora_name or ()),
             lora_distribution=args.lora_request_distribution,
             lora_zipf_alpha=args.lora_zipf_alpha,
-            goodput_slos_ms=_goodput(args.goodput),
+            goodput_slos_ms=goodput_slos(args.goodput),
             ready_timeout_s=float(max(args.ready_check_timeout_sec, 0)),
             ignore_eos=not args.disable_ignore_eos,
             stream=not args.disable_stream,
