@@ -8,7 +8,11 @@ One `sentinel sim --stream-interval 1` serves every client in turn, for each bac
 - bench_serving 0.5.23's Python client (`python -m sglang.benchmark.serving`, through
   `peer_shim_0523.py`, which only skips the torch-importing package inits);
 - bench_serving 0.5.23 `--rust-client` (the wheel's compiled `_bench` extension, Tokio threads);
-- bench_serving 0.5.9 (`python -m sglang.bench_serving`, unchanged; the README's earlier figure).
+- bench_serving 0.5.9 (`python -m sglang.bench_serving`, unchanged; the README's earlier figure);
+- `floor` (`floor_client.py`): the same requests and connections, read by an epoll loop that
+  only calls `recvmsg` (same ancillary buffer, same 1 ms polling) and counts bytes: no HTTP or
+  SSE parsing, no records. The kernel + syscall + minimal-interpreter cost per token, the least
+  any Python client spends.
 
 Each client is a separate process with the same workload: `random-ids` prompts, fixed lengths
 (`--random-range-ratio 1`), ignore_eos, `--max-concurrency`, all at once, one warm-up request.
@@ -25,12 +29,15 @@ and never merged two tokens into one event), else the row says so.
 - `sim ev/CPU-s` = SSE token events ÷ the simulator's CPU-seconds over the same span;
 - `headroom` = sim ev/CPU-s ÷ sentinel bench's tok/CPU-s (≥ 2: the simulator can feed twice what
   the most efficient client consumes, so the client is what is measured);
-- `ratio` = sentinel bench's tok/CPU-s ÷ that client's, same round, same backend.
+- `ratio` = sentinel bench's tok/CPU-s ÷ that client's, same round, same backend;
+- `floor÷` = the floor's tok/CPU-s ÷ that client's (same round): how many times the floor's CPU
+  per token the client spends; on the Rust client's row, the most any Python client could reach
+  against it (3x needs floor÷ >= 3 there).
 
 Needs the peers: `bash benchmarks/peer_setup.sh`. A peer that cannot run prints why in its row.
 Usage: .venv/bin/python benchmarks/client_efficiency.py [--speed 1.5] [--num-prompts 192]
        [--input-len 256] [--output-len 512] [--max-concurrency 48] [--repeat 2]
-       [--backends sglang,sglang-oai,sglang-oai-chat] [--clients sentinel,bs23,rust,bs59] [--pin]
+       [--backends sglang,sglang-oai,sglang-oai-chat] [--clients sentinel,bs23,rust,bs59,floor] [--pin]
        [--profile tiny-llama-1x-h200] [--baseline DIR] [--sim-from DIR]
 `--baseline DIR` adds the client `base`: `sentinel bench` of another checkout (DIR, e.g. one of
 main made with `git archive`), run from its `daemon/` with this venv, so that a change to the
@@ -73,6 +80,7 @@ CLIENTS = {
     "rust": "bench_serving 0.5.23 --rust-client",
     "bs59": "bench_serving 0.5.9",
     "base": "sentinel bench --baseline",
+    "floor": "floor (recvmsg only)",
 }
 THINKING_OFF = {"chat_template_kwargs": {"enable_thinking": False}}
 
@@ -173,6 +181,8 @@ def client_argv(client: str, backend: str, base_url: str, args: argparse.Namespa
         common += ["--extra-request-body", json.dumps(THINKING_OFF)]
     if client == "sentinel":
         return [str(SENTINEL), "bench", "--log-level", "warning", *common]
+    if client == "floor":
+        return [sys.executable, str(HERE / "floor_client.py"), *common]
     if client == "base":
         if not args.baseline:
             raise PeerNotReady("client base needs --baseline DIR")
@@ -281,7 +291,7 @@ def main() -> None:
     )
     hdr = (
         f"{'backend':<16} {'client':<34} {'tokens':>8} {'tok/ev':>6} {'client CPU s':>12} "
-        f"{'client tok/CPU-s':>16} {'ratio':>7} {'sim ev/CPU-s':>12} {'headroom':>8}"
+        f"{'client tok/CPU-s':>16} {'ratio':>7} {'floor÷':>7} {'sim ev/CPU-s':>12} {'headroom':>8}"
     )
     print(hdr)
     print("-" * len(hdr))
@@ -289,6 +299,9 @@ def main() -> None:
         ours = [r for r in rows if r.backend == backend and r.client == "sentinel" and not r.error]
         ours_by_round = {r.round: r.tps for r in ours}
         ours_tps = statistics.median(r.tps for r in ours) if ours else 0.0
+        floor_by_round = {
+            r.round: r.tps for r in rows if r.backend == backend and r.client == "floor" and not r.error
+        }
         for client in clients:
             mine = [r for r in rows if r.backend == backend and r.client == client]
             good = [r for r in mine if not r.error]
@@ -302,16 +315,19 @@ def main() -> None:
             sim_eps = statistics.median(r.sim_eps for r in good)
             ratios = [ours_by_round[r.round] / r.tps for r in good if r.round in ours_by_round and r.tps]
             ratio = "" if client == "sentinel" or not ratios else f"{statistics.median(ratios):.2f}x"
+            floors = [floor_by_round[r.round] / r.tps for r in good if r.round in floor_by_round and r.tps]
+            floor_x = "" if client == "floor" or not floors else f"{statistics.median(floors):.2f}x"
             headroom = f"{sim_eps / ours_tps:.2f}x" if ours_tps else "-"
             cpu = statistics.median(r.client_cpu for r in good)
             flag = "" if abs(tok_ev - 1.0) < 0.005 else "  (merged events: simulator fell behind)"
             print(
                 f"{backend:<16} {CLIENTS[client]:<34} {tokens // len(good):>8} {tok_ev:>6.2f} {cpu:>12.2f} "
-                f"{tps:>16,.0f} {ratio:>7} {sim_eps:>12,.0f} {headroom:>8}{flag}"
+                f"{tps:>16,.0f} {ratio:>7} {floor_x:>7} {sim_eps:>12,.0f} {headroom:>8}{flag}"
             )
     print(
-        "ratio = sentinel bench's tok/CPU-s ÷ the client's (same round); headroom = the simulator's "
-        "events per CPU-s (that row's run) ÷ sentinel bench's tokens per CPU-s"
+        "ratio = sentinel bench's tok/CPU-s ÷ the client's (same round); floor÷ = the floor client's "
+        "tok/CPU-s ÷ the client's (same round); headroom = the simulator's events per CPU-s (that "
+        "row's run) ÷ sentinel bench's tokens per CPU-s"
     )
 
 

@@ -24,7 +24,14 @@ import re
 from typing import Any
 
 from sentinel.load.datasets import Prompt
-from sentinel.load.openai_chunks import CHAT_CHUNK, COMPLETION_CHUNK
+from sentinel.load.openai_chunks import (
+    CHAT_CHUNK,
+    CHAT_HEAD,
+    CHAT_REST,
+    COMPLETION_CHUNK,
+    COMPLETION_HEAD,
+    COMPLETION_REST,
+)
 from sentinel.load.records import FailureReason, RequestRecord
 from sentinel.load.spec import Backend, LoadSpec
 
@@ -296,6 +303,10 @@ class OpenAIParser(ResponseParser):
         super().__init__(rec, keep_text)
         self.chat = chat
         self.pattern = CHAT_CHUNK if chat else COMPLETION_CHUNK
+        self.head_pattern = CHAT_HEAD if chat else COMPLETION_HEAD
+        self.rest = CHAT_REST if chat else COMPLETION_REST
+        # The bytes of this stream's chunks up to the pattern's HEAD, once one matched in full.
+        self.head = b"\x00"  # matches no chunk
         self.usage_reasoning: int | None = None
 
     def _usage(self, usage: object) -> int | None:
@@ -316,15 +327,38 @@ class OpenAIParser(ResponseParser):
 
     def feed_event(self, event: bytes, now: float) -> None:
         """SGLang's chunks are read by one match of their exact byte shape
-        (`sentinel.load.openai_chunks`); anything else by the full decode."""
-        m = self.pattern.fullmatch(event, 6, len(event) - 2)
+        (`sentinel.load.openai_chunks`); anything else by the full decode.
+
+        A chunk that begins with the bytes this stream's first matched chunk had up to the
+        pattern's HEAD (id, object, created, model: constant within a stream) is matched by
+        REST from there: HEAD can match only one prefix of a chunk (its strings end at their
+        first quote), so that is the full pattern's verdict and groups, for a third less
+        scanning on the client's hottest line."""
+        head = self.head
+        if event.startswith(head, 6):
+            m = self.rest.fullmatch(event, 6 + len(head), len(event) - 2)
+        else:
+            m = self._learn(event, 6, len(event) - 2)
         if m is None or not self._take(m, event, now):
             ResponseParser.feed_bytes(self, event[6:-2], now)
 
     def feed_bytes(self, payload: bytes, now: float) -> None:
-        m = self.pattern.fullmatch(payload)
+        head = self.head
+        if payload.startswith(head):
+            m = self.rest.fullmatch(payload, len(head))
+        else:
+            m = self._learn(payload, 0, len(payload))
         if m is None or not self._take(m, payload, now):
             ResponseParser.feed_bytes(self, payload, now)
+
+    def _learn(self, raw: bytes, start: int, end: int) -> re.Match[bytes] | None:
+        """The full pattern's match; on a match, its HEAD's bytes become the stream's head."""
+        m = self.pattern.fullmatch(raw, start, end)
+        if m is not None:
+            h = self.head_pattern.match(raw, start)
+            if h is not None:
+                self.head = raw[start : h.end()]
+        return m
 
     def _take(self, m: re.Match[bytes], raw: bytes, now: float) -> bool:
         """A matched chunk, with the same effect as `feed` of its decoded JSON. False (nothing

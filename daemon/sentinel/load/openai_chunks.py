@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["CHAT_CHUNK", "COMPLETION_CHUNK"]
+__all__ = ["CHAT_CHUNK", "CHAT_HEAD", "CHAT_REST", "COMPLETION_CHUNK", "COMPLETION_HEAD", "COMPLETION_REST"]
 
 _STR = rb'"[^"\\\x00-\x1f]*"'  # a JSON string without escapes (its value not needed)
 _TEXT = rb'"([^"\\\x00-\x1f]*)"'  # the same, captured: its bytes are the value's UTF-8
@@ -42,14 +42,25 @@ _USAGE = (
 )  # fmt: skip
 _HEAD = rb'\{"id":' + _STR + rb',"object":"%s","created":' + _INT + rb',"model":' + _STR
 
+# Each pattern is HEAD + REST, HEAD without groups and ending at a fixed literal: a chunk is
+# matched in full when its bytes up to HEAD's end equal those of a chunk of the same stream that
+# matched in full (id, object, created and model do not change within a stream) and the rest
+# matches REST, which has the same groups. That skips re-scanning a third of every chunk.
+_CHOICE = rb',"choices":\[\{"index":0,'
+_CHAT_HEAD = _HEAD % rb"chat\.completion\.chunk" + _CHOICE
 # Groups: content, reasoning_content, finish_reason, then _USAGE's five.
-CHAT_CHUNK = re.compile(
-    _HEAD % rb"chat\.completion\.chunk"
-    + rb',"choices":\[\{"index":0,"delta":\{"role":(?:null|' + _STR + rb"),"
+_CHAT_REST = (
+    rb'"delta":\{"role":(?:null|' + _STR + rb"),"
     + rb'"content":(?:null|' + _TEXT + rb'),"reasoning_content":(?:null|' + _TEXT + rb'),"tool_calls":null\}'
     + _TAIL + _USAGE
 )  # fmt: skip
+_COMPLETION_HEAD = _HEAD % rb"text_completion" + _CHOICE
 # Groups: text, finish_reason, then _USAGE's five.
-COMPLETION_CHUNK = re.compile(
-    _HEAD % rb"text_completion" + rb',"choices":\[\{"index":0,"text":' + _TEXT + _TAIL + _USAGE
-)
+_COMPLETION_REST = rb'"text":' + _TEXT + _TAIL + _USAGE
+
+CHAT_CHUNK = re.compile(_CHAT_HEAD + _CHAT_REST)
+CHAT_HEAD = re.compile(_CHAT_HEAD)
+CHAT_REST = re.compile(_CHAT_REST)
+COMPLETION_CHUNK = re.compile(_COMPLETION_HEAD + _COMPLETION_REST)
+COMPLETION_HEAD = re.compile(_COMPLETION_HEAD)
+COMPLETION_REST = re.compile(_COMPLETION_REST)
