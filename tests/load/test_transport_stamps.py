@@ -197,7 +197,11 @@ async def test_chunk_framing_variants_read_one_by_one(
         b"9\r\ndata",  # a chunk split over two reads
         b": h\n\n\r\n",
         chunk(b"data: i\n\n"),  # back on the fast path
-        b"0\r\n\r\n",
+        chunk(b"data: j\n\n") + chunk(b"data: k\n\n") + chunk(b"data: l\n\n"),  # unframed here
+        chunk(b"data: m\n\n") + b"1A\r\n" + b"data: " + b"n" * 18 + b"\n\n\r\n",  # mixed: llhttp
+        chunk(b"data: o\n\n") + b"9\r\ndata",  # whole chunk + a partial one: llhttp
+        b": p\n\n\r\n",
+        chunk(b"data: q\n\n") + b"0\r\n\r\n",  # the last chunk with the end: llhttp
     ]
 
     def script(conn: socket.socket) -> None:
@@ -215,22 +219,26 @@ async def test_chunk_framing_variants_read_one_by_one(
         await client.close()
     want = b"".join(
         [b"data: a\n\n", b"data: b\n\n", b"data: " + b"c" * 18 + b"\n\n", b"data: " + b"d" * 18 + b"\n\n"]
-        + [b"data: %s\n\n" % c for c in (b"e", b"f", b"g", b"h", b"i")]
+        + [b"data: %s\n\n" % c for c in (b"e", b"f", b"g", b"h", b"i", b"j", b"k", b"l", b"m")]
+        + [b"data: " + b"n" * 18 + b"\n\n"]
+        + [b"data: %s\n\n" % c for c in (b"o", b"p", b"q")]
     )
     assert sink.data == want
 
 
+@pytest.mark.parametrize("after_a_chunk", [False, True], ids=["alone", "after-a-chunk"])
 @pytest.mark.parametrize("bad_size", [b"zz", b"0x9", b"+9", b"9_0", b" 9"])
 async def test_a_malformed_chunk_size_in_the_steady_state_is_a_protocol_error(
-    thread_server: Callable[[Callable[[socket.socket], None]], ThreadServer], bad_size: bytes
+    thread_server: Callable[[Callable[[socket.socket], None]], ThreadServer], bad_size: bytes, after_a_chunk: bool
 ) -> None:
-    # int(x, 16) would take several of these; the fast path must leave them to llhttp.
+    # int(x, 16) would take several of these; the fast path must leave them to llhttp, also
+    # when a whole chunk precedes the bad one in the read (nothing of that read is delivered).
     def script(conn: socket.socket) -> None:
         conn.sendall(CHUNKED_HEAD + chunk(b"data: a\n\n"))
         time.sleep(0.02)
         conn.sendall(chunk(b"data: b\n\n"))
         time.sleep(0.02)
-        conn.sendall(bad_size + b"\r\ndata: c\n\n\r\n")
+        conn.sendall((chunk(b"data: x\n\n") if after_a_chunk else b"") + bad_size + b"\r\ndata: c\n\n\r\n")
         time.sleep(0.5)
 
     srv = thread_server(script)
