@@ -124,6 +124,10 @@ def _outcome(parser: ResponseParser, payloads: list[bytes], fast: bool) -> tuple
                 ResponseParser.feed_bytes(parser, payload, float(i))
             elif i % 3 == 2:  # an event that shared its read with another: the sink's other path
                 parser.feed_bytes(payload, float(i))
+            elif i % 3 == 1:  # a read of one event, as the sink hands it: take_event, else feed_event
+                event = b"data: " + payload + b"\n\n"
+                if not parser.take_event(event, float(i)):
+                    parser.feed_event(event, float(i))
             else:
                 parser.feed_event(b"data: " + payload + b"\n\n", float(i))
         except StreamFailure as exc:

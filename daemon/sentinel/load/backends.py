@@ -151,6 +151,13 @@ class ResponseParser:
     def feed(self, obj: Any, now: float) -> None:
         raise NotImplementedError
 
+    def take_event(self, event: bytes, now: float) -> bool:
+        """The steady state's read: one whole event of this stream's common shape, recorded
+        with fewer checks than the sink's general path makes (the checks are the parser's own
+        here: `feed_event`'s effect when it returns True). False, with nothing done, for
+        anything else: the sink's general path (`feed_event`, `feed_bytes`) follows."""
+        return False
+
     def feed_event(self, event: bytes, now: float) -> None:
         """One whole single-line SSE event, `data: <payload>\\n\\n` (not `[DONE]`)."""
         self.feed_bytes(event[6:-2], now)
@@ -210,6 +217,11 @@ class NativeParser(ResponseParser):
         self.feed_event(b"data: " + payload + b"\n\n", now)
 
     def feed_event(self, event: bytes, now: float) -> None:
+        if not self.take_event(event, now):
+            self.unparsed = None
+            ResponseParser.feed_bytes(self, event[6:-2], now)
+
+    def take_event(self, event: bytes, now: float) -> bool:
         """Native events carry the whole text so far (v0.5.9 default), so decoding every event
         costs O(length) each and O(length^2) per request: it was the client's largest CPU cost
         (benchmarks/load_efficiency.py). Between the first token and the finish, all we need
@@ -217,9 +229,16 @@ class NativeParser(ResponseParser):
         two byte searches instead. A key pattern cannot match inside a JSON string (quotes
         there are escaped). The first event, the last one (in `finish`), errors and anything
         that does not match are decoded in full, so prompt/cached tokens, finish reasons and
-        malformed events are still handled exactly. `event` is `data: {...}\\n\\n`."""
+        malformed events are still handled exactly. `event` is one whole read: this checks
+        that it is one single-line event, `data: {...}\\n\\n`, as the sink's general path does."""
         rec = self.rec
-        if rec.chunk_times and not self.keep_text and event[6] == 0x7B and event[-3] == 0x7D:
+        if (
+            rec.chunk_times
+            and not self.keep_text
+            and event.startswith(b"data: {")
+            and event.endswith(b"}\n\n")
+            and event.find(b"\n", 6) == len(event) - 2
+        ):
             # text comes first and meta_info last in SGLang's events: find/rfind stop early.
             i = event.rfind(b'"completion_tokens":')
             t = event.find(b'"text":', 6)
@@ -250,9 +269,8 @@ class NativeParser(ResponseParser):
                     # Kept as two fields, not a tuple: no container allocated per event.
                     self.unparsed = event
                     self.unparsed_at = now
-                    return
-        self.unparsed = None
-        ResponseParser.feed_bytes(self, event[6:-2], now)
+                    return True
+        return False
 
     def feed(self, obj: Any, now: float) -> None:
         if not isinstance(obj, dict):
@@ -305,8 +323,10 @@ class OpenAIParser(ResponseParser):
         self.pattern = CHAT_CHUNK if chat else COMPLETION_CHUNK
         self.head_pattern = CHAT_HEAD if chat else COMPLETION_HEAD
         self.rest = CHAT_REST if chat else COMPLETION_REST
-        # The bytes of this stream's chunks up to the pattern's HEAD, once one matched in full.
-        self.head = b"\x00"  # matches no chunk
+        # `data: ` and the bytes of this stream's chunks up to the pattern's HEAD, once one
+        # matched in full.
+        self.head = b"\x00"  # begins no event
+        self.head_json = b"\x00"  # the same without `data: `, for payloads (`feed_bytes`)
         self.usage_reasoning: int | None = None
 
     def _usage(self, usage: object) -> int | None:
@@ -335,15 +355,25 @@ class OpenAIParser(ResponseParser):
         first quote), so that is the full pattern's verdict and groups, for a third less
         scanning on the client's hottest line."""
         head = self.head
-        if event.startswith(head, 6):
-            m = self.rest.fullmatch(event, 6 + len(head), len(event) - 2)
+        if event.startswith(head):
+            m = self.rest.fullmatch(event, len(head), len(event) - 2)
         else:
             m = self._learn(event, 6, len(event) - 2)
         if m is None or not self._take(m, event, now):
             ResponseParser.feed_bytes(self, event[6:-2], now)
 
-    def feed_bytes(self, payload: bytes, now: float) -> None:
+    def take_event(self, event: bytes, now: float) -> bool:
+        # The head (it begins with `data: `) and REST cannot hold a line break: a match is one
+        # single-line event, which the sink's general path checks with three more calls.
         head = self.head
+        if event.startswith(head) and event.endswith(b"\n\n"):
+            m = self.rest.fullmatch(event, len(head), len(event) - 2)
+            if m is not None:
+                return self._take(m, event, now)
+        return False
+
+    def feed_bytes(self, payload: bytes, now: float) -> None:
+        head = self.head_json
         if payload.startswith(head):
             m = self.rest.fullmatch(payload, len(head))
         else:
@@ -352,12 +382,14 @@ class OpenAIParser(ResponseParser):
             ResponseParser.feed_bytes(self, payload, now)
 
     def _learn(self, raw: bytes, start: int, end: int) -> re.Match[bytes] | None:
-        """The full pattern's match; on a match, its HEAD's bytes become the stream's head."""
+        """The full pattern's match; on a match, `data: ` and its HEAD's bytes become the
+        stream's head (what a whole event of this stream begins with)."""
         m = self.pattern.fullmatch(raw, start, end)
         if m is not None:
             h = self.head_pattern.match(raw, start)
             if h is not None:
-                self.head = raw[start : h.end()]
+                self.head_json = raw[start : h.end()]
+                self.head = b"data: " + self.head_json
         return m
 
     def _take(self, m: re.Match[bytes], raw: bytes, now: float) -> bool:
