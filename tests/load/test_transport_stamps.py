@@ -229,7 +229,9 @@ async def test_chunk_framing_variants_read_one_by_one(
 @pytest.mark.parametrize("after_a_chunk", [False, True], ids=["alone", "after-a-chunk"])
 @pytest.mark.parametrize("bad_size", [b"zz", b"0x9", b"+9", b"9_0", b" 9"])
 async def test_a_malformed_chunk_size_in_the_steady_state_is_a_protocol_error(
-    thread_server: Callable[[Callable[[socket.socket], None]], ThreadServer], bad_size: bytes, after_a_chunk: bool
+    thread_server: Callable[[Callable[[socket.socket], None]], ThreadServer],
+    bad_size: bytes,
+    after_a_chunk: bool,
 ) -> None:
     # int(x, 16) would take several of these; the fast path must leave them to llhttp, also
     # when a whole chunk precedes the bad one in the read (nothing of that read is delivered).
