@@ -53,6 +53,7 @@ __all__ = ["KEEPALIVE_S", "BodySink", "ConnectError", "ConnectionLost", "HttpCli
 _perf = time.perf_counter
 _wall = time.time
 _inf = float("inf")
+_unpack_stamp = TIMESPEC.unpack_from
 
 # SGLang's uvicorn closes idle keep-alive connections after 5 s; reusing one at that moment
 # would lose the request, so ours are dropped a little earlier.
@@ -125,6 +126,7 @@ class _SocketConnection(ResponseFraming):
         self.loop = loop
         self.faults = faults
         self.sock = sock
+        self._recvmsg = sock.recvmsg  # bound once: looked up per read otherwise
         self.fd = sock.fileno()
         self._unsent: memoryview | None = None
         self.stamped = False
@@ -145,7 +147,7 @@ class _SocketConnection(ResponseFraming):
     def _readable(self) -> None:
         try:
             if self.stamped:
-                data, anc, _flags, _addr = self.sock.recvmsg(_READ_SIZE, ANCBUF_SIZE)
+                data, anc, _flags, _addr = self._recvmsg(_READ_SIZE, ANCBUF_SIZE)
             else:
                 data, anc = self.sock.recv(_READ_SIZE), None
         except (BlockingIOError, InterruptedError):
@@ -166,7 +168,7 @@ class _SocketConnection(ResponseFraming):
             # decoder (any item order, integer nanoseconds) cost 2-3 % of the client's CPU per
             # token in same-run A/B runs. We ask for one option, so one item comes back.
             # The clock offset is the poller's, sampled once per drain (see clock_offset).
-            sec, nsec = TIMESPEC.unpack_from(anc[0][2])
+            sec, nsec = _unpack_stamp(anc[0][2])
             poller = self.poller
             stamp = (sec - (poller.offset if poller is not None else clock_offset())) + nsec * 1e-9
             if stamp < now:
