@@ -205,7 +205,9 @@ def run_one(sim: Any, client: str, backend: str, rnd: int, args: argparse.Namesp
         except PeerNotReady as exc:
             return Row(backend, client, rnd, error=str(exc))
         t0 = time.time()
-        env = {**os.environ, **OFFLINE_ENV}
+        # SENTINEL_PEER_DIR is this benchmark's, not a setting: `sentinel bench` refuses
+        # SENTINEL_* variables it does not know.
+        env = {k: v for k, v in os.environ.items() if k != "SENTINEL_PEER_DIR"} | OFFLINE_ENV
         if client == "base":  # the baseline's package first on the path, ahead of this checkout's
             env["PYTHONPATH"] = str(Path(args.baseline, "daemon").resolve())
         with tempfile.TemporaryFile() as err:
