@@ -29,7 +29,7 @@ import httpx
 from sentinel.cli.bench import build_spec, register
 from sentinel.kernelstamp import ANCBUF_SIZE, SO_TIMESTAMPNS
 from sentinel.load.backends import build_body
-from sentinel.load.datasets import PromptSource
+from sentinel.load.datasets import Prompt, PromptSource
 from sentinel.load.session import request_headers
 from sentinel.load.spec import Backend
 
@@ -54,9 +54,9 @@ def requests(argv: list[str]) -> tuple[str, int, list[bytes], list[bytes], int]:
     path = (parts.path.rstrip("/") + spec.backend.path).encode()
     source = PromptSource(spec)
 
-    def request(i: int, prompt: object, warm: bool) -> bytes:
+    def request(i: int, prompt: Prompt, warm: bool) -> bytes:
         rid = f"floor-{int(time.time() * 1e3):x}-{'w' if warm else ''}{i}"
-        body = build_body(spec, prompt, model=model, rid=rid, output_len=prompt.output_len)  # type: ignore[attr-defined]
+        body = build_body(spec, prompt, model=model, rid=rid, output_len=prompt.output_len)
         return b"POST %s HTTP/1.1\r\n%sContent-Length: %d\r\n\r\n%s" % (path, head, len(body), body)
 
     warm = [request(i, p, True) for i, p in enumerate(source.warmup(spec.warmup_requests))]
