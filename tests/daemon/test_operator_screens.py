@@ -72,8 +72,9 @@ interval = 0.3
 interval = 0.3
 
 [server.restart]
-# Long enough for the restarting screen to be captured (polled every 50 ms).
-backoff_initial = 1.5
+# Long enough for the restarting screen (its state, page and document) to be captured in it,
+# polled every 50 ms, on a busy box too.
+backoff_initial = 2.0
 jitter = 0
 max_restarts = 1
 window = 600
