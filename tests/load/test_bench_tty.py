@@ -345,7 +345,8 @@ async def test_the_engine_publishes_the_streams_in_flight(sim_factory: Any) -> N
     """While a long request streams, its parser is in ``counters.streaming`` with its tokens."""
     from sentinel.load import LoadSpec, RandomDataset, run_load
 
-    sim = sim_factory("--skip-server-warmup", "--speed", "1")
+    # 40 tokens over about 2 s (--speed 4): some 40 polls every 50 ms while the request streams.
+    sim = sim_factory("--skip-server-warmup", "--speed", "4")
     counters = LoadCounters()
     spec = LoadSpec(
         base_url=sim.base_url, dataset=RandomDataset(16, 40, 1.0), num_requests=1, warmup_requests=0
