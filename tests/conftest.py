@@ -19,6 +19,7 @@ its whole process group is SIGKILLed at teardown. Logs are kept in files under `
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -36,6 +37,9 @@ def _has(args: tuple[str, ...], flag: str) -> bool:
 @pytest.fixture
 def sim_factory(tmp_path: Path) -> Iterator[Callable[..., SimProcess]]:
     started: list[SimProcess] = []
+    # Names (log files) from a counter, not len(started): callers may start several at once from
+    # threads (each start waits for the simulator's import and bind, a second or more when busy).
+    names = itertools.count()
 
     def start(
         *args: str, wait_ready: bool = True, timeout: float = 30.0, env: dict[str, str] | None = None
@@ -49,7 +53,7 @@ def sim_factory(tmp_path: Path) -> Iterator[Callable[..., SimProcess]]:
             *extra,
             *args,
             log_dir=tmp_path,
-            name=f"sim{len(started)}",
+            name=f"sim{next(names)}",
             wait_ready=wait_ready,
             timeout=timeout,
             env=env,

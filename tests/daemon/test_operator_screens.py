@@ -25,7 +25,7 @@ import pytest
 
 from sentinel.cli.status import health_code, summarize
 from support.daemon_proc import DaemonProcess, clean_env, free_port
-from support.headless_chromium import CHROMIUM, dump_dom, screenshot
+from support.headless_chromium import CHROMIUM, dump_dom_and_screenshot
 
 pytestmark = pytest.mark.slow
 
@@ -72,7 +72,9 @@ interval = 0.3
 interval = 0.3
 
 [server.restart]
-backoff_initial = 3.0
+# Long enough for the restarting screen (its state, page and document) to be captured in it,
+# polled every 50 ms, on a busy box too.
+backoff_initial = 2.0
 jitter = 0
 max_restarts = 1
 window = 600
@@ -80,8 +82,9 @@ window = 600
 [server.profiles.fastsim]
 kind = "sim"
 sim_speed = 10
-# Port refused 2 s, 503 for 1 s, ready; 3 s after ready a scheduler exception kills it.
-sim_faults = ["slow_start:refuse=20,warmup=10", "crash:after=30"]
+# Port refused 1 s, 503 for 0.5 s, ready; 3 s after ready (time for the first probe and canary
+# results) a scheduler exception kills it.
+sim_faults = ["slow_start:refuse=10,warmup=5", "crash:after=30"]
 
 [exporter]
 port = @EXPORTER_PORT@
@@ -99,9 +102,8 @@ def _shoot(html: str, name: str, tmp_path: Path) -> tuple[str, Path | None]:
     if CHROMIUM is None:
         return html, None
     profile = tmp_path / f"profile-{name}"
-    dom = dump_dom(page, profile=profile, virtual_time_ms=500)
     shot = tmp_path / f"{name}.png"
-    screenshot(page, shot, profile=profile, virtual_time_ms=500, window="1280,1500")
+    dom = dump_dom_and_screenshot(page, shot, profile=profile, virtual_time_ms=500, window="1280,1500")
     if _SCREENS:
         Path(_SCREENS).mkdir(parents=True, exist_ok=True)
         shutil.copy(shot, Path(_SCREENS) / f"status-{name}.png")
@@ -229,6 +231,9 @@ port = @EXPORTER_PORT@
 
 [schedule]
 warmup_seconds = 0.2
+# The first reference run (after which the initial calibration is scheduled) right after the
+# warm-up, not after the default 15 s window kept out of the reference series.
+reference_exclusion_seconds = 0
 calibrate_when_missing = true
 recalibrate_cron = ""
 

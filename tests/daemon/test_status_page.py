@@ -16,7 +16,7 @@ from aiohttp import web
 from sentinel.cli import main
 from sentinel.cli.status import health_code, summarize
 from sentinel.status_page import render_status_page
-from support.headless_chromium import dump_dom, requires_chromium, screenshot
+from support.headless_chromium import dump_dom_and_screenshot, requires_chromium
 
 
 def snapshot(**overrides: Any) -> dict[str, Any]:
@@ -206,12 +206,12 @@ def test_page_renders_in_headless_chromium(tmp_path: Path) -> None:
     page = tmp_path / "status.html"
     page.write_text(render_status_page(snapshot()), encoding="utf-8")
     profile = tmp_path / "profile"
-    dom = dump_dom(page, profile=profile, virtual_time_ms=3000)
+    shot = tmp_path / "shot.png"
+    dom = dump_dom_and_screenshot(page, shot, profile=profile, virtual_time_ms=3000, window="1280,1400")
     # The browser parsed every section, and the injected script stayed text.
     for heading in ("Server", "Probes and canaries", "Load runs", "Capacity", "Collectors"):
         assert re.search(rf"<h2>{heading}", dom), heading
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom
-    shot = screenshot(page, tmp_path / "shot.png", profile=profile, virtual_time_ms=3000, window="1280,1400")
     assert _png_is_not_blank(shot) > 0.02
     shutil.copy(shot, "/tmp/sentinel-status-page-screenshot.png")
 

@@ -345,20 +345,23 @@ async def test_the_engine_publishes_the_streams_in_flight(sim_factory: Any) -> N
     """While a long request streams, its parser is in ``counters.streaming`` with its tokens."""
     from sentinel.load import LoadSpec, RandomDataset, run_load
 
-    sim = sim_factory("--skip-server-warmup", "--speed", "1")
+    # 40 tokens over about 2 s (--speed 4): some 40 polls every 50 ms while the request streams.
+    sim = sim_factory("--skip-server-warmup", "--speed", "4")
     counters = LoadCounters()
     spec = LoadSpec(
         base_url=sim.base_url, dataset=RandomDataset(16, 40, 1.0), num_requests=1, warmup_requests=0
     )
     task = asyncio.create_task(run_load(spec, counters=counters))
-    seen = 0
+    seen: list[int] = []
     while not task.done():
         if counters.completed == 0:
-            seen = max([seen, *(p.tokens_seen for p in counters.streaming.values())])
+            seen.extend(p.tokens_seen for p in counters.streaming.values())
         await asyncio.sleep(0.05)
     result = await task
     assert result.metrics.completed == 1
-    assert 0 < seen < 40  # counted while streaming, before the request completed
+    # Counted while streaming, before the request completed. All 40 may be seen there too: the
+    # last token comes before the end of the stream, and only then is the request completed.
+    assert any(0 < n < 40 for n in seen), seen
     assert counters.streaming == {}
 
 

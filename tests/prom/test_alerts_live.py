@@ -31,18 +31,20 @@ from support.live_prometheus import (
 pytestmark = [pytest.mark.slow, requires_prometheus]
 
 ALERTS = Path(__file__).resolve().parents[2] / "deploy" / "alerts.yml"
-# One hour of the shipped rules is 30 s here: `for: 10m` holds 5 s, `[1h]` spans 30 s.
-FACTOR = 1 / 120
+# One hour of the shipped rules is 15 s here: `for: 10m` holds 2.5 s, `[1h]` spans 15 s (the
+# last wait, ReferenceRunsFailing resolving, is an hour after the first fault). A `for:` shorter
+# than the 1 s evaluation interval still shows pending for one evaluation.
+FACTOR = 1 / 240
 SCRAPE = "1s"
 
 
 def test_scaled_rules_are_the_shipped_ones_with_short_durations(tmp_path: Path) -> None:
     text = ALERTS.read_text()
     scaled = scale_durations(text, FACTOR, min_range_ms=4000)
-    assert "for: 5000ms" in scaled  # 10m
-    assert "[30000ms]" in scaled  # 1h
-    assert "offset 30000ms" in scaled
-    assert "[4000ms]" in scaled  # 5m is 2.5 s: raised to four scrapes
+    assert "for: 2500ms" in scaled  # 10m
+    assert "[15000ms]" in scaled  # 1h
+    assert "offset 15000ms" in scaled
+    assert "[4000ms]" in scaled  # 5m is 1.25 s: raised to four scrapes
     assert not [line for line in scaled.splitlines() if line.strip().startswith("for:") and "ms" not in line]
     # Nothing but durations changed.
     assert len(scaled.splitlines()) == len(text.splitlines())
@@ -176,7 +178,7 @@ def test_alerts_follow_faults_pending_firing_resolved(
     # 1. Streams that end in an error chunk (HTTP 200; the checks do not stream, the server stays
     #    ready): the reference run fails. sentinel_load_runs_total{outcome="failed"} is at 0 from
     #    start: its first event fires ReferenceRunsFailing (no `for`: straight to firing); it
-    #    resolves once the hour (30 s here) has passed, checked at the end.
+    #    resolves once the hour (15 s here) has passed, checked at the end.
     arm("error_chunk")
     log.wait("ReferenceRunsFailing", "firing", 30, tail)
     clear()

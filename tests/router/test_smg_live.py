@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -51,6 +52,12 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def start_sims(sim_factory: Callable[..., SimProcess], *argsets: tuple[str, ...]) -> list[SimProcess]:
+    """One simulator per ``argsets`` entry, started at the same time (each waits for its import)."""
+    with ThreadPoolExecutor(len(argsets)) as pool:
+        return list(pool.map(lambda args: sim_factory(*args), argsets))
 
 
 def _client() -> httpx.Client:
@@ -163,7 +170,7 @@ def pool_load(router_url: str) -> float:
 def test_run_and_fleet_against_the_real_router(
     sim_factory: Callable[..., SimProcess], tmp_path: Path
 ) -> None:
-    sims = [sim_factory("--enable-metrics") for _ in range(3)]
+    sims = start_sims(sim_factory, *[("--enable-metrics",)] * 3)
     ports = [s.port for s in sims]
     workers = [f"http://127.0.0.1:{p}" for p in ports]
     rport, rmetrics, exporter, fleet_port = free_port(), free_port(), free_port(), free_port()
@@ -223,7 +230,7 @@ def test_run_and_fleet_against_the_real_router(
             )
 
             # The workers come back on their ports: the router readmits them, sentinel is ready.
-            sims = [sim_factory("--enable-metrics", "--port", str(p)) for p in ports]
+            sims = start_sims(sim_factory, *[("--enable-metrics", "--port", str(p)) for p in ports])
             wait_for(
                 "sentinel ready",
                 lambda: sample(sentinel, "sentinel_server_state", state="ready") == 1,
@@ -342,7 +349,7 @@ def test_an_open_breaker_on_a_healthy_worker_is_seen_as_unroutable(
 
     from sentinel.collect.router import RouterCollector, _Config
 
-    sims = [sim_factory("--enable-metrics") for _ in range(2)]
+    sims = start_sims(sim_factory, *[("--enable-metrics",)] * 2)
     rport, rmetrics = free_port(), free_port()
     router_url = f"http://127.0.0.1:{rport}"
     cmd = [
@@ -396,10 +403,12 @@ def test_a_prefill_decode_pair_of_simulators_serves_through_the_router_in_pd_mod
     from sentinel.collect.router import RouterCollector, _Config
 
     bport = free_port()
-    prefill = sim_factory(
-        "--enable-metrics", "--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", str(bport)
+    role_flags = ("--enable-metrics", "--disaggregation-mode")
+    prefill, decode = start_sims(
+        sim_factory,
+        (*role_flags, "prefill", "--disaggregation-bootstrap-port", str(bport)),
+        (*role_flags, "decode"),
     )
-    decode = sim_factory("--enable-metrics", "--disaggregation-mode", "decode")
     rport = free_port()
     router_url = f"http://127.0.0.1:{rport}"
     cmd = [

@@ -16,7 +16,15 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["CHROMIUM", "PageCheck", "check_report_page", "dump_dom", "requires_chromium", "screenshot"]
+__all__ = [
+    "CHROMIUM",
+    "PageCheck",
+    "check_report_page",
+    "dump_dom",
+    "dump_dom_and_screenshot",
+    "requires_chromium",
+    "screenshot",
+]
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -69,6 +77,18 @@ def screenshot(page: Path, shot: Path, *, profile: Path, virtual_time_ms: int, w
     _run([f"--window-size={window}", f"--screenshot={shot}"], page, profile, virtual_time_ms)
     assert shot.is_file()
     return shot
+
+
+def dump_dom_and_screenshot(
+    page: Path, shot: Path, *, profile: Path, virtual_time_ms: int, window: str
+) -> str:
+    """Both of the above from one Chromium run (a start costs a second or more on a busy box):
+    the serialized DOM of ``page`` once loaded, and its PNG written to ``shot``."""
+    dom = _run(
+        [f"--window-size={window}", f"--screenshot={shot}", "--dump-dom"], page, profile, virtual_time_ms
+    )
+    assert shot.is_file()
+    return dom
 
 
 # Appended to a copy of a report: once everything has loaded, record in the DOM how many images

@@ -40,7 +40,8 @@ startup_poll_interval = 0.1
 start_timeout = 60
 stop_timeout = 10
 [server.profiles.sim]
-extra_args = ["--speed", "10", "--startup-time", "5", "--sglang-version", "0.5.9"]
+# A short load phase (0.1 s at --speed 10): each of the 6 trials starts a server.
+extra_args = ["--speed", "10", "--startup-time", "1", "--sglang-version", "0.5.9"]
 [calibration]
 input_len = 32
 output_len = 32

@@ -9,8 +9,8 @@ check policy asks for a restart → classify → back off → next life. More th
 Seams: the check loops are :mod:`~sentinel.supervise.checks`, the on-disk restart history
 :mod:`~sentinel.supervise.history`, what others read :mod:`~sentinel.supervise.snapshot`, what
 to launch and the preflight before it :mod:`~sentinel.supervise.prelaunch`, external mode's
-observation loop :mod:`~sentinel.supervise.external`; this module is the life cycle and the
-restart decisions.
+observation loop :mod:`~sentinel.supervise.external`, the wait for readiness after a launch
+:mod:`~sentinel.supervise.readiness`; this module is the life cycle and the restart decisions.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ from sentinel.supervise.metrics import SupervisorCollector
 from sentinel.supervise.portowner import describe_holders, port_holders
 from sentinel.supervise.preflight import GpuReader, PreflightResult
 from sentinel.supervise.prelaunch import preflight_before_launch, render_launch_command, runner_for
-from sentinel.supervise.probes import ProbeResult, probe_health
+from sentinel.supervise.probes import ProbeResult
+from sentinel.supervise.readiness import await_ready
 from sentinel.supervise.runners import ChildRunner, ExitInfo, LaunchError, Runner
 from sentinel.supervise.settings import ServerSettings
 from sentinel.supervise.snapshot import SupervisorSnapshot, frozen
@@ -546,37 +547,17 @@ class Supervisor:
     async def _await_ready(
         self, runner: Runner, exit_task: asyncio.Task[ExitInfo], restart_req: asyncio.Future[str]
     ) -> _Outcome | None:
-        s = self.settings
         assert self._client is not None
         assert self._launch_t0 is not None
-        probe_timeout = min(s.checks.health.timeout, max(s.startup_poll_interval, 1.0))
-        deadline = self._launch_t0 + s.start_timeout
-        away0 = self.gaps.away_total()
-        while True:
-            result = await probe_health(self._client, "/health", "startup", probe_timeout)
-            if exit_task.done():
-                return await self._crash_outcome(exit_task)
-            if result.ok:
-                self._became_ready()
-                return None
-            if result.reason == "refused":
-                self.machine.set(ServerState.STARTING, "port refused")
-            elif result.status_code is not None:
-                self.machine.set(ServerState.WARMING, f"/health {result.status_code}")
-            # Seconds the daemon was away are not seconds the server failed to start in.
-            now = time.monotonic() - (self.gaps.away_total() - away0)
-            if now >= deadline:
-                detail = f"not ready after {s.start_timeout:g} s (last /health: {result.reason})"
-                _log.error("startup_timeout", detail=detail)
-                return await self._deliberate_stop(runner, "startup_timeout", detail)
-            wait = min(s.startup_poll_interval, deadline - now)
-            done, _ = await asyncio.wait(
-                either(exit_task, restart_req), timeout=wait, return_when=asyncio.FIRST_COMPLETED
-            )
-            if exit_task in done:
-                return await self._crash_outcome(exit_task)
-            if restart_req in done:
-                return await self._deliberate_stop(runner, restart_req.result(), "restart requested")
+        verdict = await await_ready(
+            self._client, self.settings, self.machine, self.gaps, self._launch_t0, exit_task, restart_req
+        )
+        if verdict == "ready":
+            self._became_ready()
+            return None
+        if verdict == "exited":
+            return await self._crash_outcome(exit_task)
+        return await self._deliberate_stop(runner, *verdict)
 
     def _became_ready(self) -> None:
         now_wall = time.time()
