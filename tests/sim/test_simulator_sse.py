@@ -138,7 +138,8 @@ async def test_templated_deltas_equal_the_object_built_ones(sim: SimServer) -> N
     # Every delta before the last is templated, the last one is built from the object: all the
     # templated ones share one shape, the same in both streams, and so does the last. (There are
     # templated ones: the engine coalesces at most 8 decode steps per yield, 12 tokens are sent.)
-    assert len(fast) > 3 and len(slow) > 3, (fast, slow)
+    assert len(fast) > 3, fast
+    assert len(slow) > 3, slow
     assert {shape(e) for e in fast[:-3]} == {shape(e) for e in slow[:-3]}
     assert len({shape(e) for e in fast[:-3] + slow[:-3]}) == 1
     assert shape(fast[-3]) == shape(slow[-3])
