@@ -4,6 +4,7 @@ under stress: a CPU-starved client, a saturated server, a loop kept busy on purp
 from __future__ import annotations
 
 import asyncio
+import math
 import subprocess
 import sys
 import time
@@ -12,7 +13,16 @@ from typing import Any
 
 import pytest
 
-from sentinel.load import ArrivalProcess, Backend, LoadSpec, RandomDataset, RunResult, run_load
+from sentinel.load import (
+    ArrivalProcess,
+    Backend,
+    LoadSpec,
+    RandomDataset,
+    RunResult,
+    run_load,
+)
+from sentinel.load.figures import MIN_LATE_SAMPLES
+from sentinel.load.stats import percentile
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 
@@ -93,10 +103,25 @@ async def test_chat_output_throughput_matches_the_truth_at_saturation(sim_factor
     assert m.output_throughput == pytest.approx(summary["output_throughput"], rel=0.01)
 
 
-async def test_a_high_concurrency_run_on_an_idle_client_is_not_client_bound(sim_factory: Any) -> None:
-    # 128 streams at a token rate the client keeps up with (speed 10: ~2,000 tokens/s): the
-    # 128 requests due at t=0 go out one after another (tens of ms for the last, which the old
-    # verdict, p99 schedule lag, flagged on every run), but the client never sat on one.
+def _send_delay_rule(result: RunResult) -> bool:
+    """The verdict's send-delay rule (sentinel.load.figures) on the run's own records: p99 of
+    sent - max(sendable, the previous send) over max_schedule_lag_s, by at least
+    MIN_LATE_SAMPLES sends."""
+    limit = result.spec.max_schedule_lag_s
+    prev = -math.inf
+    delays = []
+    for r in sorted((r for r in result.measured if r.dispatched), key=lambda r: r.sent):
+        delays.append(max(r.sent - max(r.ready, prev), 0.0))
+        prev = r.sent
+    late = sum(1 for d in delays if d > limit)
+    return bool(delays) and percentile(delays, 99) > limit and late >= MIN_LATE_SAMPLES
+
+
+async def test_a_high_concurrency_runs_verdict_is_the_rule_on_its_measured_delays(sim_factory: Any) -> None:
+    # 128 streams at a token rate an idle client keeps up with (speed 10: ~2,000 tokens/s). Whether
+    # the client was idle is up to the box (a busy CI machine delays sends by tens of ms), so the
+    # live run checks that the verdict is the documented rule applied to what was measured; the
+    # idle case itself is fed recorded figures (the next test).
     sim = sim_factory("--skip-server-warmup", "--speed", "10")
     spec = LoadSpec(
         base_url=sim.base_url,
@@ -110,7 +135,13 @@ async def test_a_high_concurrency_run_on_an_idle_client_is_not_client_bound(sim_
     m = result.metrics
     assert m.completed == 384, result.measured[0].error
     assert m.peak_in_flight == 128
-    assert not m.client_bound, m.client_bound_reasons
+    flagged_send = any("send delay" in r for r in m.client_bound_reasons)
+    assert flagged_send == _send_delay_rule(result), (m.send_delay, m.client_bound_reasons)
+    if result.kernel_timestamps:  # the loop's lag never flags a run with kernel receive stamps
+        assert m.client_bound == flagged_send, m.client_bound_reasons
+    # The 128 requests due at t=0 go out one after another: their wait for the sends before
+    # them is schedule lag, never send delay (the old verdict, p99 schedule lag, flagged them).
+    assert m.send_delay.max <= m.schedule_lag.max
 
 
 async def _starve(stop: asyncio.Event) -> None:

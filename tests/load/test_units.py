@@ -179,6 +179,50 @@ def test_loop_lag_flags_only_user_space_stamps() -> None:
     assert "event-loop lag" in user.client_bound_reasons[0]
 
 
+def _closed_loop_burst(n: int, concurrency: int, send_s: float, e2e_s: float) -> list[RequestRecord]:
+    """A closed loop's records as an idle client makes them: `concurrency` requests sendable at
+    t=0 and sent back to back `send_s` apart, then each freed slot's next request sent
+    `send_s` after the slot freed."""
+    recs: list[RequestRecord] = []
+    free = [k * send_s for k in range(concurrency)]  # when each slot's next request is sendable
+    last_sent = -math.inf
+    for i in range(n):
+        slot = i % concurrency
+        ready = 0.0 if i < concurrency else free[slot]
+        sent = max(ready, last_sent) + send_s
+        r = RequestRecord(index=i, warmup=False, planned=ready, ready=ready, sent=sent, dispatched=True)
+        r.ttft, r.latency = 0.05, e2e_s
+        r.chunk_times, r.chunk_tokens = [0.05, e2e_s], [1, 15]
+        r.output_len, r.prompt_len, r.success = 16, 64, True
+        free[slot] = sent + e2e_s
+        last_sent = sent
+        recs.append(r)
+    return recs
+
+
+def test_an_idle_clients_high_concurrency_run_is_not_client_bound() -> None:
+    # The figures of an idle client's 384-request, 128-stream closed loop (0.3 ms per send, the
+    # live run's order of magnitude), with a loop kept busy by 128 streams (30 ms ticks): the
+    # last of the 128 first sends waits ~38 ms, over the 10 ms threshold, but only behind other
+    # sends; with kernel stamps the loop's lag is in no response time.
+    recs = _closed_loop_burst(384, 128, 0.0003, 0.4)
+    limit = LoadSpec(base_url="http://x").max_schedule_lag_s  # the documented default
+    lags = [0.03] * 100
+    m = compute_metrics(
+        recs, duration=2.0, loop_lags=lags, kernel_timestamps=True, max_schedule_lag=limit, max_loop_lag=0.02
+    )
+    assert m.schedule_lag.p99 > limit  # the old verdict would flag it
+    assert m.send_delay.max < limit
+    assert not m.client_bound, m.client_bound_reasons
+    # The same run where the client sat 30 ms on each of a few sendable requests is flagged.
+    for k in range(1, 6):
+        for r in recs[64 * k :]:
+            r.sent += 0.03
+    stalled = compute_metrics(recs, duration=2.0, kernel_timestamps=True, max_schedule_lag=limit)
+    assert stalled.client_bound
+    assert "send delay" in stalled.client_bound_reasons[0]
+
+
 # ---------------------------------------------------------------- arrivals
 
 

@@ -64,6 +64,10 @@ _LINE_COUNT_REFRESH = 1.0
 # How long a restart verdict waits for a dead server's exit to be reported (systemd mode: a
 # poll interval plus the journal settle time, with margin).
 _EXIT_GRACE = 30.0
+# How long a check's restart verdict waits for the exit of a server that still looked alive: a
+# SIGKILLed process closes its sockets (the probe fails) before it becomes a zombie, and on a
+# busy box the check can look in between; a crash found that way is a crash, not a check failure.
+_DYING_GRACE = 0.5
 # A port someone else holds is retried at this pace (at least), never counted as a crash.
 _PORT_RETRY_MIN = 1.0
 _PORT_RETRY_MAX = 30.0
@@ -580,10 +584,11 @@ class Supervisor:
             for t in checks:
                 t.cancel()
             await asyncio.gather(*checks, return_exceptions=True)
-        if exit_task not in done and not await runner.is_running():
+        if exit_task not in done:
             # A dying server fails its probes a moment before its exit is noticed; the exit (and
             # its classified cause) is the truth, not the check that found the corpse.
-            await asyncio.wait([exit_task], timeout=_EXIT_GRACE)
+            grace = _EXIT_GRACE if not await runner.is_running() else _DYING_GRACE
+            await asyncio.wait([exit_task], timeout=grace)
         if exit_task.done():
             return await self._crash_outcome(exit_task)
         reason = restart_req.result()
