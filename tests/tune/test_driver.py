@@ -161,7 +161,7 @@ async def test_garbage_is_rejected_however_fast_and_the_fastest_correct_wins(
         assert len(lab.lives) == 5
         assert full == sorted(by_x[x]["id"] for x in (1, 2, 3))
         assert status[4] == "eliminated"
-        assert by_x[4]["reason"].startswith("screen: short-calibration output throughput 120.0")
+        assert by_x[4]["reason"].startswith("screen: probe output throughput 120.0")
         assert by_x[4]["rounds"][-1]["kind"] == "short"
     assert lab.reaped == 1
     # Written to disk: the document round-trips.
