@@ -286,7 +286,9 @@ class Tune:
         for kind in (first, *(k for k in ("short", "full") if k != first)):
             s = (trial.get("figures") or {}).get(kind)
             if s:
-                shown.append(f"{measure_name(self.doc, kind)} {Spread.from_dict(s['throughput_tok_s']).text()} tok/s")
+                shown.append(
+                    f"{measure_name(self.doc, kind)} {Spread.from_dict(s['throughput_tok_s']).text()} tok/s"
+                )
         if not shown or trial["status"] == "eliminated":
             return trial["reason"] or ""  # an elimination's reason names both probes
         return ", ".join(shown)
@@ -480,9 +482,7 @@ def _close_calls(trials: Sequence[dict[str, Any]], best: dict[str, Any]) -> str:
     ]
     if not close:
         return ""
-    return (
-        f"; within the spread of {best['id']}'s probe, not fully calibrated: {', '.join(close)}"
-    )
+    return f"; within the spread of {best['id']}'s probe, not fully calibrated: {', '.join(close)}"
 
 
 _NONE = Spread(-math.inf, -math.inf, -math.inf, 0)
