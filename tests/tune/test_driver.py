@@ -132,6 +132,9 @@ def _tune(tmp_path: Path, lab: FakeLab, values: Sequence[int], **kw: Any) -> Tun
     return Tune(doc, tmp_path / "tid", lab, settings)
 
 
+_FIG = r"[\d.]+ \[[\d.]+, [\d.]+\]"  # Spread.text(): mean [low, high]
+
+
 def _status(doc: dict[str, Any]) -> dict[int, str]:
     return {t["flags"]["--x"]: t["status"] for t in doc["trials"]}
 
@@ -385,6 +388,6 @@ async def test_the_table_never_puts_probe_and_full_figures_in_one_column(tmp_pat
     for line in lines:
         if "tok/s" in line and ": measured" in line:
             assert re.fullmatch(
-                r"t\d\d: measured probe@c24 (?:[\d.]+ \[[\d.]+, [\d.]+\]) tok/s(?:, full [\d.]+ \[[\d.]+, [\d.]+\] tok/s)?",
+                rf"t\d\d: measured probe@c24 {_FIG} tok/s(?:, full {_FIG} tok/s)?",
                 line,
             ), line

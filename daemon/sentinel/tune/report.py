@@ -137,8 +137,8 @@ def _plot_throughput(plt: Any, doc: Mapping[str, Any], measured: list[Mapping[st
     ax.set_xticks(range(len(measured)), [_tid(t) for t in measured])
     ax.set_ylabel("output tokens/s")
     ax.set_title(
-        f"Throughput per configuration, {measure_name(doc, first)} (the ranking; bars: mean, whiskers: spread)\n"
-        "green: winner, grey: baseline, hatched: eliminated"
+        f"Throughput per configuration, {measure_name(doc, first)} (the ranking)\n"
+        "bars: mean, whiskers: spread; green: winner, grey: baseline, hatched: eliminated"
     )
     ax.grid(True, axis="y", alpha=0.3)
     return png(plt, fig)
