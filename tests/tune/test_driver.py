@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ from sentinel.tune.driver import LifeResult, Tune, new_doc
 from sentinel.tune.settings import TuneSettings
 from sentinel.tune.space import Flags, expand, space_values
 from sentinel.tune.state import find_unfinished, load_doc
+from sentinel.tune.table import format_table
 
 
 class Killed(BaseException):
@@ -34,8 +36,10 @@ class FakeLab:
         garbage: frozenset[int] = frozenset(),
         skip: frozenset[int] = frozenset(),
         kill_at_life: int | None = None,
+        full_fails: frozenset[int] = frozenset(),
     ) -> None:
         self.speeds = speeds
+        self.full_fails = full_fails
         self.garbage = garbage
         self.skip = skip
         self.kill_at_life = kill_at_life
@@ -80,6 +84,9 @@ class FakeLab:
             kind = pending.pop(0)
             if self.kill_at_life is not None and len(self.lives) == self.kill_at_life:
                 raise Killed
+            if kind == "full" and key in self.full_fails:
+                self.lives[-1] = (trial["id"], tuple(done))
+                return LifeResult("failed", "server left ready during the full measurement", trial_s=5.0)
             seq = self.speeds[key]
             n = sum(1 for r in trial["rounds"] if r["kind"] == kind)
             tp = seq[n % len(seq)] * (2.0 if kind == "full" else 1.0)
@@ -125,6 +132,9 @@ def _tune(tmp_path: Path, lab: FakeLab, values: Sequence[int], **kw: Any) -> Tun
     return Tune(doc, tmp_path / "tid", lab, settings)
 
 
+_FIG = r"[\d.]+ \[[\d.]+, [\d.]+\]"  # Spread.text(): mean [low, high]
+
+
 def _status(doc: dict[str, Any]) -> dict[int, str]:
     return {t["flags"]["--x"]: t["status"] for t in doc["trials"]}
 
@@ -161,7 +171,7 @@ async def test_garbage_is_rejected_however_fast_and_the_fastest_correct_wins(
         assert len(lab.lives) == 5
         assert full == sorted(by_x[x]["id"] for x in (1, 2, 3))
         assert status[4] == "eliminated"
-        assert by_x[4]["reason"].startswith("screen: short-calibration output throughput 120.0")
+        assert by_x[4]["reason"].startswith("screen: probe output throughput 120.0")
         assert by_x[4]["rounds"][-1]["kind"] == "short"
     assert lab.reaped == 1
     # Written to disk: the document round-trips.
@@ -331,3 +341,53 @@ async def test_the_report_is_written_after_every_trial_and_says_interrupted(tmp_
     assert "(partial)" not in pages[-1]
     assert "Interrupted" not in pages[-1]
     assert f"Winner: <b>{done['winner']}</b>" in pages[-1]
+
+
+async def test_a_record_whose_full_calibration_failed_is_no_bar_for_the_others(tmp_path: Path) -> None:
+    # x=2 probes fastest, then its server dies in the full calibration: x=3, faster than the
+    # baseline, must not be eliminated against a configuration that can no longer win.
+    lab = FakeLab({1: [100.0], 2: [200.0], 3: [150.0]}, full_fails=frozenset({2}))
+    doc = await _tune(tmp_path, lab, [1, 2, 3]).run()
+    assert _status(doc) == {1: "measured", 2: "failed", 3: "measured"}
+    assert doc["winner"] == "t03", doc["winner_reason"]
+    eliminated = [t for t in doc["trials"] if t["status"] == "eliminated"]
+    assert not eliminated
+
+
+async def test_the_table_never_puts_probe_and_full_figures_in_one_column(tmp_path: Path) -> None:
+    # The fake lab's full calibration reads twice its probe: a record's full figure is above
+    # every probe, so one mixed column would show eliminated ones "slower" or "faster" at random.
+    lab = FakeLab({1: [100.0], 2: [300.0], 3: [250.0], 4: [120.0]})
+    lines: list[str] = []
+    tune = _tune(tmp_path, lab, [1, 2, 3, 4])
+    tune.say = lines.append
+    doc = await tune.run()
+    assert doc["ranked_by"] == "short"
+    assert doc["probe_concurrency"] == 24
+    text = format_table(doc)
+    head, *rows = text.splitlines()[: 1 + len(doc["trials"])]
+    cols = re.split(r"  +", head)
+    assert cols[3:5] == ["probe@c24 tok/s ± spread", "full tok/s ± spread"]
+    for t, row in zip(doc["trials"], rows, strict=True):
+        cells = re.split(r"  +", row)
+        probes = [r["throughput_tok_s"] for r in t["rounds"] if r["kind"] == "short"]
+        fulls = [r["throughput_tok_s"] for r in t["rounds"] if r["kind"] == "full"]
+        assert cells[3].split()[0] == f"{sum(probes) / len(probes):.1f}", row
+        assert cells[4].split()[0] == (f"{sum(fulls) / len(fulls):.1f}" if fulls else "-"), row
+        assert t["figures"]["short"]["throughput_tok_s"]["mean"] == pytest.approx(sum(probes) / len(probes))
+        assert (t["figures"]["full"] is None) == (not fulls)
+    # The ranking column: no eliminated configuration above the winner.
+    win = next(t for t in doc["trials"] if t["id"] == doc["winner"])
+    for t in doc["trials"]:
+        if t["status"] == "eliminated":
+            assert (
+                t["figures"]["short"]["throughput_tok_s"]["mean"]
+                < win["figures"]["short"]["throughput_tok_s"]["mean"]
+            )
+    # Every progress line names the measure of each figure it prints.
+    for line in lines:
+        if "tok/s" in line and ": measured" in line:
+            assert re.fullmatch(
+                rf"t\d\d: measured probe@c24 {_FIG} tok/s(?:, full {_FIG} tok/s)?",
+                line,
+            ), line

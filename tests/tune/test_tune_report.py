@@ -32,6 +32,7 @@ def _no_winner_doc() -> dict[str, Any]:
     doc = _doc()
     doc.update(winner=None, winner_reason=None, winner_toml=None, finished_at=None, pareto=[])
     doc["trials"][1]["summary"] = None  # an eliminated trial whose summary was never written
+    doc["trials"][1]["figures"] = None
     doc["trials"][1]["rounds"] = []
     return doc
 
@@ -39,7 +40,7 @@ def _no_winner_doc() -> dict[str, Any]:
 def _nothing_measured_doc() -> dict[str, Any]:
     doc = _no_winner_doc()
     for t in doc["trials"]:
-        t.update(summary=None, rounds=[], status="pending", reason=None)
+        t.update(summary=None, figures=None, rounds=[], status="pending", reason=None)
     return doc
 
 
@@ -53,7 +54,7 @@ def test_report_has_every_section_of_the_fixture(tmp_path: Path) -> None:
     assert "Winner: <b>t04</b>" in text
     assert "beats t01 208.2 [204.0, 212.1] beyond the spread" in text
     assert (
-        "t01 (--attention-backend=flashinfer --disable-cuda-graph=True), 208.2 [204.0, 212.1] n=3 tok/s"
+        "t01 (--attention-backend=flashinfer --disable-cuda-graph=True), full 208.2 [204.0, 212.1] n=3 tok/s"
         in text
     )
     assert "812 s of 3,600 s trial time; 1,203,340 of — tokens" in text
@@ -96,7 +97,7 @@ def test_no_winner_and_a_trial_without_summary_are_said_not_hidden() -> None:
     # The eliminated trial without summary: a row of dashes, and still its reason.
     row = text[text.index("<th>t02</th>") :]
     row = row[: row.index("</tr>")]
-    assert row.count("<td class=num>—</td>") == 5
+    assert row.count("<td class=num>—</td>") == 6
     assert "below the best half" in text
     assert text.count("data:image/png;base64,") == 2  # the other trials still plot
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from sentinel.tune.compare import Spread, judge, spread_of
+from sentinel.tune.figures import figures_of, measure_name
 from sentinel.tune.halving import halve, pareto, summarize, throughput_of
 from sentinel.tune.measure import saturation_concurrency
 from sentinel.tune.settings import TuneSettings
@@ -108,6 +109,7 @@ def new_doc(
                 "correctness": None,
                 "rounds": [],
                 "summary": None,
+                "figures": figures_of([]),
             }
         )
     slo = settings.slo
@@ -133,6 +135,10 @@ def new_doc(
         "stop_reason": None,
         "interrupted_at": None,
         "pareto": [],
+        # Which measure the verdict compares, and where the race's probes ran (figures.py).
+        "search": settings.search,
+        "ranked_by": "short" if settings.search == "race" else "full",
+        "probe_concurrency": None,
         "fingerprint": fp,
         "progress": {"stage": "screen", "round": 0, "queue": [t["id"] for t in trials], "current": None},
         "trials": trials,
@@ -204,6 +210,7 @@ class Tune:
             if current.get("gate"):
                 trial["correctness"] = None
             trial["summary"] = summarize(trial["rounds"])
+            trial["figures"] = figures_of(trial["rounds"])
             self.say(f"{trial['id']}: its interrupted server life is measured again")
         self.doc["progress"]["current"] = None
         self.save()
@@ -263,12 +270,28 @@ class Tune:
         else:
             trial["status"], trial["reason"] = result.outcome, result.reason
         trial["summary"] = summarize(trial["rounds"])
+        trial["figures"] = figures_of(trial["rounds"])
+        if self.settings.search == "race":
+            self.doc["probe_concurrency"] = self._probe_anchor()
         if self._racing(stage) and trial["status"] == "measured" and not _has(trial, "full"):
             trial["status"], trial["reason"] = "eliminated", self._race_verdict(trial)[1]
         progress["current"] = None
-        tp = throughput_of(trial)
-        shown = f"{tp.text()} tok/s" if tp is not None else (trial["reason"] or "")
-        self.say(f"{trial['id']}: {trial['status']} {shown}")
+        self.say(f"{trial['id']}: {trial['status']} {self._figures_text(trial)}")
+
+    def _figures_text(self, trial: dict[str, Any]) -> str:
+        """Each measure named, the one the verdict ranks by first: never a bare figure that reads
+        as comparable with another trial's figure of the other measure."""
+        first = self.doc.get("ranked_by", "full")
+        shown = []
+        for kind in (first, *(k for k in ("short", "full") if k != first)):
+            s = (trial.get("figures") or {}).get(kind)
+            if s:
+                shown.append(
+                    f"{measure_name(self.doc, kind)} {Spread.from_dict(s['throughput_tok_s']).text()} tok/s"
+                )
+        if not shown or trial["status"] == "eliminated":
+            return trial["reason"] or ""  # an elimination's reason names both probes
+        return ", ".join(shown)
 
     def _racing(self, stage: str) -> bool:
         return stage == "screen" and self.settings.search == "race"
@@ -291,7 +314,7 @@ class Tune:
             return True, ""
         beyond = "beyond the spread" if own.high < best_s.low else "within the spread"
         return False, (
-            f"screen: short-calibration output throughput {own.text()} tok/s below {best['id']} "
+            f"screen: probe output throughput {own.text()} tok/s below {best['id']}'s probe "
             f"{best_s.text()}, the best so far ({beyond}; no full calibration)"
         )
 
@@ -333,8 +356,16 @@ class Tune:
         return not verdict.significant
 
     def _best_other_probe(self, trial: dict[str, Any]) -> tuple[dict[str, Any], Spread] | None:
-        """The configuration with the best probe (short) mean so far, other than ``trial``."""
-        probes = [(t, sp) for t in self.doc["trials"] if t is not trial and (sp := _short(t)) is not None]
+        """The configuration with the best probe (short) mean so far, other than ``trial``, among
+        those that can still win (``measured``): a record whose full calibration then failed
+        keeps its probe in the document, and a configuration eliminated against it would be
+        out although faster than the winner. (An eliminated one's probe is below a measured one's,
+        so leaving them out changes nothing else.)"""
+        probes = [
+            (t, sp)
+            for t in self.doc["trials"]
+            if t is not trial and t["status"] == "measured" and (sp := _short(t)) is not None
+        ]
         return max(probes, key=lambda p: p[1].mean, default=None)
 
     def _figure(self, trial: dict[str, Any]) -> Spread | None:
@@ -402,7 +433,7 @@ class Tune:
             (t for t in doc["trials"] if t["status"] == "measured" and figure(t) is not None),
             key=lambda t: -(figure(t) or _NONE).mean,
         )
-        doc["pareto"] = pareto(doc["trials"])
+        doc["pareto"] = pareto(doc["trials"], doc.get("ranked_by"))
         if self.doc["progress"]["stage"] == "done":
             doc["finished_at"] = now_iso()
         if not measured:
@@ -451,9 +482,7 @@ def _close_calls(trials: Sequence[dict[str, Any]], best: dict[str, Any]) -> str:
     ]
     if not close:
         return ""
-    return (
-        f"; within the spread of {best['id']}'s short measurement, not fully calibrated: {', '.join(close)}"
-    )
+    return f"; within the spread of {best['id']}'s probe, not fully calibrated: {', '.join(close)}"
 
 
 _NONE = Spread(-math.inf, -math.inf, -math.inf, 0)

@@ -34,13 +34,16 @@ def summary_kind(rounds: Sequence[dict[str, Any]]) -> str | None:
 
 
 def summarize(
-    rounds: Sequence[dict[str, Any]], noise_floor: float = DEFAULT_NOISE_FLOOR
+    rounds: Sequence[dict[str, Any]], noise_floor: float = DEFAULT_NOISE_FLOOR, kind: str | None = None
 ) -> dict[str, Any] | None:
-    """The document's ``summary``: spreads over the rounds of the best kind measured (see above)."""
-    kind = summary_kind(rounds)
+    """The document's ``summary``: spreads over the rounds of the best kind measured (see above),
+    or of ``kind`` alone (None where no round of it measured a throughput)."""
+    kind = kind or summary_kind(rounds)
     if kind is None:
         return None
     used = [r for r in rounds if r.get("kind") == kind and r.get("throughput_tok_s") is not None]
+    if not used:
+        return None
 
     def spread(key: str) -> dict[str, Any] | None:
         values = [float(r[key]) for r in used if r.get(key) is not None]
@@ -109,11 +112,13 @@ def halve(
     return [t["id"] for t in kept], reasons
 
 
-def pareto(trials: Sequence[dict[str, Any]]) -> list[str]:
-    """Trials (with a summary) not dominated on (higher throughput, lower p99 TTFT), fastest first."""
+def pareto(trials: Sequence[dict[str, Any]], kind: str | None = None) -> list[str]:
+    """Trials (with a summary) not dominated on (higher throughput, lower p99 TTFT), fastest first;
+    with ``kind``, on the figures of that measure alone (``figures``: never a full calibration's
+    point against another trial's probe)."""
     points = []
     for t in trials:
-        s = t.get("summary") or {}
+        s = ((t.get("figures") or {}).get(kind) if kind else t.get("summary")) or {}
         tp, ttft = s.get("throughput_tok_s"), s.get("ttft_p99_s")
         if t.get("status") in ("measured", "eliminated") and tp and ttft:
             points.append((t["id"], tp["mean"], ttft["mean"]))

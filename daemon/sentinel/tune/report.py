@@ -30,6 +30,7 @@ from typing import Any
 from sentinel.atomic import atomic_write_bytes
 from sentinel.redact import redact_argv
 from sentinel.reportkit import Cell, ReportError, draw_plots, esc, img_tag, load_pyplot, page, png, table
+from sentinel.tune.figures import MEASURES, measure_name, ranked_by, shown_figures
 
 __all__ = ["is_partial", "render_html", "write_report"]
 
@@ -97,8 +98,9 @@ def _flags_text(trial: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in flags.items())
 
 
-def _mean(trial: Mapping[str, Any], figure: str) -> float | None:
-    return _num(_map(_map(trial.get("summary")).get(figure)).get("mean"))
+def _mean(trial: Mapping[str, Any], figure: str, kind: str) -> float | None:
+    """The mean of ``figure`` of the ``kind`` measure alone (figures.py), never of another."""
+    return _num(_map(_map(shown_figures(trial).get(kind)).get(figure)).get("mean"))
 
 
 # --- plots -----------------------------------------------------------------------------------------
@@ -106,21 +108,37 @@ def _mean(trial: Mapping[str, Any], figure: str) -> float | None:
 
 def _plot_throughput(plt: Any, doc: Mapping[str, Any], measured: list[Mapping[str, Any]]) -> bytes:
     winner, baseline = doc.get("winner"), doc.get("baseline")
+    first = ranked_by(doc)
+    second = next(k for k in MEASURES if k != first)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(measured) + 2), 4))
+    others = []
     for i, t in enumerate(measured):
-        f = _map(_map(t.get("summary")).get("throughput_tok_s"))
-        mean = _mean(t, "throughput_tok_s") or 0.0
+        f = _map(_map(shown_figures(t).get(first)).get("throughput_tok_s"))
+        mean = _mean(t, "throughput_tok_s", first) or 0.0
+        other = _mean(t, "throughput_tok_s", second)
+        if other is not None:
+            others.append((i, other))
         low, high = _num(f.get("low")), _num(f.get("high"))
         color = "#2ca02c" if t.get("id") == winner else "#7f7f7f" if t.get("id") == baseline else "#1f77b4"
         hatch = "//" if t.get("status") == "eliminated" else None
         ax.bar(i, mean, color=color, hatch=hatch, edgecolor="white", alpha=0.9)
         if low is not None and high is not None:
             ax.errorbar(i, mean, yerr=[[max(mean - low, 0.0)], [max(high - mean, 0.0)]], color="k", capsize=5)
+    if others:
+        # The other measure as its own marks, never a bar beside the ranking one's bars.
+        ax.plot(
+            [i for i, _ in others],
+            [v for _, v in others],
+            "D",
+            color="#ff7f0e",
+            label=measure_name(doc, second),
+        )
+        ax.legend(fontsize=8)
     ax.set_xticks(range(len(measured)), [_tid(t) for t in measured])
     ax.set_ylabel("output tokens/s")
     ax.set_title(
-        "Throughput per configuration (bars: mean; whiskers: spread)\n"
-        "green: winner, grey: baseline, hatched: eliminated"
+        f"Throughput per configuration, {measure_name(doc, first)} (the ranking)\n"
+        "bars: mean, whiskers: spread; green: winner, grey: baseline, hatched: eliminated"
     )
     ax.grid(True, axis="y", alpha=0.3)
     return png(plt, fig)
@@ -129,8 +147,9 @@ def _plot_throughput(plt: Any, doc: Mapping[str, Any], measured: list[Mapping[st
 def _plot_pareto(plt: Any, doc: Mapping[str, Any], points: list[Mapping[str, Any]]) -> bytes:
     front = {str(i) for i in _list(doc.get("pareto"))}
     fig, ax = plt.subplots(figsize=(7, 4.4))
-    xs = [(_mean(t, "ttft_p99_s") or 0.0) * 1e3 for t in points]
-    ys = [_mean(t, "throughput_tok_s") or 0.0 for t in points]
+    kind = ranked_by(doc)
+    xs = [(_mean(t, "ttft_p99_s", kind) or 0.0) * 1e3 for t in points]
+    ys = [_mean(t, "throughput_tok_s", kind) or 0.0 for t in points]
     on = [_tid(t) in front for t in points]
     ax.scatter(
         [x for x, o in zip(xs, on, strict=True) if not o],
@@ -152,7 +171,7 @@ def _plot_pareto(plt: Any, doc: Mapping[str, Any], points: list[Mapping[str, Any
         )
     ax.set_xlabel("p99 TTFT (ms) — lower is better")
     ax.set_ylabel("output tokens/s — higher is better")
-    ax.set_title("Throughput vs p99 TTFT")
+    ax.set_title(f"Throughput vs p99 TTFT, {measure_name(doc, kind)}")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     return png(plt, fig)
@@ -216,8 +235,9 @@ def _verdict(doc: Mapping[str, Any], by_id: Mapping[str, Mapping[str, Any]]) -> 
     baseline = doc.get("baseline")
     b = by_id.get(str(baseline)) if baseline else None
     if b is not None:
-        tput = _spread(_map(b.get("summary")).get("throughput_tok_s"), 1)
-        base_text = f"{baseline} ({_flags_text(b)}), {tput} tok/s"
+        kind = ranked_by(doc)
+        tput = _spread(_map(shown_figures(b).get(kind)).get("throughput_tok_s"), 1)
+        base_text = f"{baseline} ({_flags_text(b)}), {measure_name(doc, kind)} {tput} tok/s"
     else:
         base_text = str(baseline or _DASH)
     budget = _map(doc.get("budget"))
@@ -242,25 +262,35 @@ def _verdict(doc: Mapping[str, Any], by_id: Mapping[str, Mapping[str, Any]]) -> 
     return "".join(out) + table([], rows)
 
 
-_CONFIG_HEAD = (
-    "trial",
-    "flags",
-    "status",
-    "out tok/s [spread] n",
-    "p99 TTFT ms [spread]",
-    "TPOT p50 ms [spread]",
-    "knee",
-    "SLO capacity req/s",
-    "ready s",
-    "trial s",
-)
+def _config_head(doc: Mapping[str, Any]) -> tuple[str, ...]:
+    first = ranked_by(doc)
+    second = next(k for k in MEASURES if k != first)
+    r, o = measure_name(doc, first), measure_name(doc, second)
+    return (
+        "trial",
+        "flags",
+        "status",
+        f"{r} out tok/s [spread] n (ranking)",
+        f"{o} out tok/s [spread] n",
+        f"{r} p99 TTFT ms [spread]",
+        f"{r} TPOT p50 ms [spread]",
+        "full knee",
+        "full SLO capacity req/s",
+        "ready s",
+        "trial s",
+    )
 
 
 def _config_table(doc: Mapping[str, Any], trials: list[Mapping[str, Any]]) -> str:
+    # One measure per column (figures.py): the ranking one, the other, then the ranking one's
+    # latencies; knee and SLO capacity only a full calibration measures.
+    first = ranked_by(doc)
+    second = next(k for k in MEASURES if k != first)
     rows: list[list[str | Cell]] = []
     classes = []
     for t in trials:
-        s = _map(t.get("summary"))
+        figs = shown_figures(t)
+        rank, other, full = _map(figs.get(first)), _map(figs.get(second)), _map(figs.get("full"))
         mark = (
             " ★"
             if t.get("id") == doc.get("winner")
@@ -273,11 +303,12 @@ def _config_table(doc: Mapping[str, Any], trials: list[Mapping[str, Any]]) -> st
                 Cell(_tid(t) + mark, head=True),
                 _flags_text(t),
                 str(t.get("status") or _DASH),
-                Cell(_spread(s.get("throughput_tok_s"), 1), "num"),
-                Cell(_spread(s.get("ttft_p99_s"), 0, 1e3), "num"),
-                Cell(_spread(s.get("tpot_p50_s"), 1, 1e3), "num"),
-                Cell(_fmt(s.get("knee_concurrency"), 0), "num"),
-                Cell(_fmt(s.get("slo_capacity_rps"), 2), "num"),
+                Cell(_spread(rank.get("throughput_tok_s"), 1), "num"),
+                Cell(_spread(other.get("throughput_tok_s"), 1), "num"),
+                Cell(_spread(rank.get("ttft_p99_s"), 0, 1e3), "num"),
+                Cell(_spread(rank.get("tpot_p50_s"), 1, 1e3), "num"),
+                Cell(_fmt(full.get("knee_concurrency"), 0), "num"),
+                Cell(_fmt(full.get("slo_capacity_rps"), 2), "num"),
                 Cell(_fmt(t.get("ready_s"), 1), "num"),
                 Cell(_fmt(t.get("trial_s"), 1), "num"),
             ]
@@ -285,7 +316,7 @@ def _config_table(doc: Mapping[str, Any], trials: list[Mapping[str, Any]]) -> st
         classes.append(_ROW_CLASS.get(str(t.get("status")), ""))
     if not rows:
         return "<p class=warn>The document lists no configuration.</p>"
-    return table(_CONFIG_HEAD, rows, row_classes=classes)
+    return table(_config_head(doc), rows, row_classes=classes)
 
 
 def _dropped_table(trials: list[Mapping[str, Any]]) -> str:
@@ -383,8 +414,9 @@ def _details(trials: list[Mapping[str, Any]]) -> str:
 
 
 def _images(doc: Mapping[str, Any], trials: list[Mapping[str, Any]]) -> tuple[dict[str, bytes], list[str]]:
-    measured = [t for t in trials if _mean(t, "throughput_tok_s") is not None]
-    points = [t for t in measured if _mean(t, "ttft_p99_s") is not None]
+    kind = ranked_by(doc)
+    measured = [t for t in trials if _mean(t, "throughput_tok_s", kind) is not None]
+    points = [t for t in measured if _mean(t, "ttft_p99_s", kind) is not None]
     notes = []
     if not measured:
         notes.append("No trial has a measured throughput yet: nothing to plot.")
@@ -401,6 +433,21 @@ def _images(doc: Mapping[str, Any], trials: list[Mapping[str, Any]]) -> tuple[di
     return images, notes
 
 
+def _measures_text(doc: Mapping[str, Any]) -> str:
+    """Which measure each figure column is, and which one ranked (figures.py)."""
+    if ranked_by(doc) == "short":
+        c = doc.get("probe_concurrency")
+        at = f"concurrency {c}" if c is not None else "the first full calibration's saturation concurrency"
+        return (
+            f"Ranked by {measure_name(doc, 'short')}: the race's probe, one calibration step at {at} for "
+            "every configuration; full: the full calibration's saturation throughput (records only)."
+        )
+    return (
+        "Ranked by full: the full calibration's saturation throughput (the finalists); short: the short "
+        "ramp every configuration got (the halving rounds ranked by it)."
+    )
+
+
 def render_html(doc: Mapping[str, Any]) -> str:
     """The report page for one tune document (any stage: pending, running, finished)."""
     trials = _trials(doc)
@@ -415,7 +462,7 @@ def render_html(doc: Mapping[str, Any]) -> str:
 <h2>Configurations</h2>
 {_config_table(doc, trials)}
 <p class=sub>Spread: [low, high] over n repeats, as the comparison used it; a winner is called only
-when its lead exceeds the spread. ★ winner.</p>
+when its lead exceeds the spread. ★ winner. {esc(_measures_text(doc))}</p>
 <h2>Plots</h2>
 {"".join(f"<div class=warn>{esc(n)}</div>" for n in notes)}
 {"".join(img_tag(name, data) for name, data in images.items())}

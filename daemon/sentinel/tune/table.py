@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from sentinel.tune.compare import DEFAULT_NOISE_FLOOR
+from sentinel.tune.figures import MEASURES, measure_name, ranked_by, shown_figures
 
 __all__ = ["format_table"]
 
@@ -12,11 +14,16 @@ _WIDTH_CONFIG = 44
 _WIDTH_REASON = 70
 
 
-def _spread(s: dict[str, Any] | None, fmt: str) -> str:
+def _spread(s: Mapping[str, Any] | None, fmt: str) -> str:
     if not s:
         return "-"
     half = (s["high"] - s["low"]) / 2
     return f"{s['mean']:{fmt}} ±{half:{fmt}}"
+
+
+def _tput(s: Mapping[str, Any]) -> str:
+    tp = s.get("throughput_tok_s")
+    return _spread(tp, ".1f") + (f" (n={tp['n']})" if tp else "")
 
 
 def _num(v: float | None, fmt: str) -> str:
@@ -28,21 +35,36 @@ def _cut(text: str, width: int) -> str:
 
 
 def format_table(doc: dict[str, Any]) -> str:
-    head = ("id", "config", "status", "tok/s ± spread", "p99 TTFT s", "knee", "SLO rps", "reason")
+    # One measure per column (figures.py): the one the verdict ranks by first, then the other;
+    # p99 TTFT of the ranking measure; knee and SLO capacity only a full calibration finds.
+    first = ranked_by(doc)
+    second = next(k for k in MEASURES if k != first)
+    head = (
+        "id",
+        "config",
+        "status",
+        f"{measure_name(doc, first)} tok/s ± spread",
+        f"{measure_name(doc, second)} tok/s ± spread",
+        f"{measure_name(doc, first)} p99 TTFT s",
+        "full knee",
+        "full SLO rps",
+        "reason",
+    )
     rows = [head]
     for t in doc["trials"]:
-        s = t.get("summary") or {}
+        figs = shown_figures(t)
+        rank, other, full = figs.get(first, {}), figs.get(second, {}), figs.get("full", {})
         mark = "*" if t["id"] == doc.get("winner") else (" " if t["id"] != doc.get("baseline") else "b")
         rows.append(
             (
                 f"{t['id']}{mark}",
                 _cut(t.get("label") or "", _WIDTH_CONFIG),
                 t["status"],
-                _spread(s.get("throughput_tok_s"), ".1f")
-                + (f" (n={s['throughput_tok_s']['n']})" if s.get("throughput_tok_s") else ""),
-                _num((s.get("ttft_p99_s") or {}).get("mean"), ".3f"),
-                _num(s.get("knee_concurrency"), ".0f"),
-                _num(s.get("slo_capacity_rps"), ".2f"),
+                _tput(rank),
+                _tput(other),
+                _num((rank.get("ttft_p99_s") or {}).get("mean"), ".3f"),
+                _num(full.get("knee_concurrency"), ".0f"),
+                _num(full.get("slo_capacity_rps"), ".2f"),
                 _cut(t.get("reason") or "", _WIDTH_REASON),
             )
         )
@@ -54,6 +76,7 @@ def format_table(doc: dict[str, Any]) -> str:
     lines.append(
         f"b = baseline, * = winner; spread = min/max over n repeats ({floor} for a single measurement)"
     )
+    lines.append(_measures_legend(doc, first))
     lines.append(f"trial time {b['spent_time_s']:.1f} s, tokens {b['spent_tokens']}")
     if doc.get("stop_reason"):
         lines.append(f"stopped early: {doc['stop_reason']}")
@@ -64,3 +87,18 @@ def format_table(doc: dict[str, Any]) -> str:
     else:
         lines.append(f"no winner: {doc.get('winner_reason')}")
     return "\n".join(lines)
+
+
+def _measures_legend(doc: dict[str, Any], first: str) -> str:
+    """What the two throughput columns are, and which one the winner was picked on."""
+    if first == "short":
+        c = doc.get("probe_concurrency")
+        at = f"concurrency {c}" if c is not None else "the first full calibration's saturation concurrency"
+        return (
+            f"ranked by {measure_name(doc, 'short')}: the race's probe, one step at {at} for every "
+            "configuration; full = the full calibration's saturation throughput (records only)"
+        )
+    return (
+        "ranked by full: the full calibration's saturation throughput (finalists); short = the short "
+        "ramp every configuration got (the halving rounds ranked by it)"
+    )
