@@ -13,10 +13,9 @@ the run naming its place in the file (bench_serving fails mid-run with a ValueEr
 from __future__ import annotations
 
 import functools
-import json
 from typing import Any
 
-from sentinel.load.datasets import Prompt
+from sentinel.load.datasets import Prompt, read_json_file
 from sentinel.load.spec import AgenticTraceDataset, SpecError
 
 __all__ = ["load_agentic", "summary_lines"]
@@ -48,12 +47,7 @@ def load_agentic(ds: AgenticTraceDataset) -> tuple[list[Prompt], int]:
 
 @functools.lru_cache(maxsize=2)
 def _load(ds: AgenticTraceDataset, _mtime_ns: int, _size: int) -> tuple[list[Prompt], int]:
-    try:
-        data = json.loads(ds.path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"cannot read dataset {ds.path}: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"{ds.path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    data = read_json_file(ds.path)
     conversations = data.get("conversations") if isinstance(data, dict) else None
     if not isinstance(conversations, list) or not conversations:
         raise SpecError(f"{ds.path}: expected a JSON object with a non-empty 'conversations' list")

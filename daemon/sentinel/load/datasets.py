@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from sentinel.load.spec import (
@@ -31,7 +32,7 @@ from sentinel.load.spec import (
     json_object_line,
 )
 
-__all__ = ["Prompt", "PromptSource", "load_jsonl", "load_sharegpt"]
+__all__ = ["Prompt", "PromptSource", "load_jsonl", "load_sharegpt", "read_json_file"]
 
 # Token ids well inside every current vocabulary (>= 32k entries) and above the low ids where
 # tokenizers keep their special and control tokens.
@@ -185,6 +186,16 @@ def load_jsonl(
     return prompts
 
 
+def read_json_file(path: Path) -> Any:
+    """A whole-file JSON dataset (ShareGPT, agentic trace); `SpecError` naming the file otherwise."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cannot read dataset {path}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+
+
 def load_sharegpt(
     dataset: ShareGPTDataset,
     backend: Backend,
@@ -196,12 +207,7 @@ def load_sharegpt(
 
     `count`: the client tokenizer's prompt count (--tokenizer). With it, lengths are counted as
     bench_serving counts them (prompt and reference completion), and `context_len` prunes."""
-    try:
-        data = json.loads(dataset.path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"cannot read dataset {dataset.path}: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"{dataset.path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    data = read_json_file(dataset.path)
     if not isinstance(data, list):
         raise SpecError(f"{dataset.path}: expected a JSON list of conversations")
     pairs: list[tuple[str, str]] = []

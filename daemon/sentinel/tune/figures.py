@@ -18,7 +18,7 @@ from typing import Any
 
 from sentinel.tune.halving import summarize
 
-__all__ = ["MEASURES", "figures_of", "measure_name", "ranked_by", "shown_figures"]
+__all__ = ["MEASURES", "figures_of", "measure_name", "measures_legend", "ranked_by", "shown_figures"]
 
 MEASURES = ("short", "full")
 
@@ -55,3 +55,18 @@ def shown_figures(trial: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     if isinstance(summary, Mapping) and summary.get("kind") in MEASURES:
         return {str(summary["kind"]): summary}
     return {}
+
+
+def measures_legend(doc: Mapping[str, Any]) -> str:
+    """Which measure each figure column is, and which one ranked (the table's and the report's)."""
+    if ranked_by(doc) == "short":
+        c = doc.get("probe_concurrency")
+        at = f"concurrency {c}" if c is not None else "the first full calibration's saturation concurrency"
+        return (
+            f"Ranked by {measure_name(doc, 'short')}: the race's probe, one calibration step at {at} for "
+            "every configuration; full: the full calibration's saturation throughput (records only)."
+        )
+    return (
+        "Ranked by full: the full calibration's saturation throughput (the finalists); short: the short "
+        "ramp every configuration got (the halving rounds ranked by it)."
+    )

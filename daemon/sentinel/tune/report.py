@@ -30,7 +30,7 @@ from typing import Any
 from sentinel.atomic import atomic_write_bytes
 from sentinel.redact import redact_argv
 from sentinel.reportkit import Cell, ReportError, draw_plots, esc, img_tag, load_pyplot, page, png, table
-from sentinel.tune.figures import MEASURES, measure_name, ranked_by, shown_figures
+from sentinel.tune.figures import MEASURES, measure_name, measures_legend, ranked_by, shown_figures
 
 __all__ = ["is_partial", "render_html", "write_report"]
 
@@ -433,21 +433,6 @@ def _images(doc: Mapping[str, Any], trials: list[Mapping[str, Any]]) -> tuple[di
     return images, notes
 
 
-def _measures_text(doc: Mapping[str, Any]) -> str:
-    """Which measure each figure column is, and which one ranked (figures.py)."""
-    if ranked_by(doc) == "short":
-        c = doc.get("probe_concurrency")
-        at = f"concurrency {c}" if c is not None else "the first full calibration's saturation concurrency"
-        return (
-            f"Ranked by {measure_name(doc, 'short')}: the race's probe, one calibration step at {at} for "
-            "every configuration; full: the full calibration's saturation throughput (records only)."
-        )
-    return (
-        "Ranked by full: the full calibration's saturation throughput (the finalists); short: the short "
-        "ramp every configuration got (the halving rounds ranked by it)."
-    )
-
-
 def render_html(doc: Mapping[str, Any]) -> str:
     """The report page for one tune document (any stage: pending, running, finished)."""
     trials = _trials(doc)
@@ -462,7 +447,7 @@ def render_html(doc: Mapping[str, Any]) -> str:
 <h2>Configurations</h2>
 {_config_table(doc, trials)}
 <p class=sub>Spread: [low, high] over n repeats, as the comparison used it; a winner is called only
-when its lead exceeds the spread. ★ winner. {esc(_measures_text(doc))}</p>
+when its lead exceeds the spread. ★ winner. {esc(measures_legend(doc))}</p>
 <h2>Plots</h2>
 {"".join(f"<div class=warn>{esc(n)}</div>" for n in notes)}
 {"".join(img_tag(name, data) for name, data in images.items())}

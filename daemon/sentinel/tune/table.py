@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sentinel.tune.compare import DEFAULT_NOISE_FLOOR
-from sentinel.tune.figures import MEASURES, measure_name, ranked_by, shown_figures
+from sentinel.tune.figures import MEASURES, measure_name, measures_legend, ranked_by, shown_figures
 
 __all__ = ["format_table"]
 
@@ -76,7 +76,7 @@ def format_table(doc: dict[str, Any]) -> str:
     lines.append(
         f"b = baseline, * = winner; spread = min/max over n repeats ({floor} for a single measurement)"
     )
-    lines.append(_measures_legend(doc, first))
+    lines.append(measures_legend(doc))
     lines.append(f"trial time {b['spent_time_s']:.1f} s, tokens {b['spent_tokens']}")
     if doc.get("stop_reason"):
         lines.append(f"stopped early: {doc['stop_reason']}")
@@ -87,18 +87,3 @@ def format_table(doc: dict[str, Any]) -> str:
     else:
         lines.append(f"no winner: {doc.get('winner_reason')}")
     return "\n".join(lines)
-
-
-def _measures_legend(doc: dict[str, Any], first: str) -> str:
-    """What the two throughput columns are, and which one the winner was picked on."""
-    if first == "short":
-        c = doc.get("probe_concurrency")
-        at = f"concurrency {c}" if c is not None else "the first full calibration's saturation concurrency"
-        return (
-            f"ranked by {measure_name(doc, 'short')}: the race's probe, one step at {at} for every "
-            "configuration; full = the full calibration's saturation throughput (records only)"
-        )
-    return (
-        "ranked by full: the full calibration's saturation throughput (finalists); short = the short "
-        "ramp every configuration got (the halving rounds ranked by it)"
-    )
