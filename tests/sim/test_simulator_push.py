@@ -21,6 +21,7 @@ import pytest
 
 from sentinel_sim import SimServer, serve
 from sentinel_sim.faults import parse_fault_spec
+from support.sim_sse import dechunk, raw_post
 
 pytestmark = pytest.mark.asyncio
 
@@ -87,18 +88,7 @@ _VOLATILE = [
 
 async def raw_stream(port: int, path: str, body: dict[str, Any]) -> bytes:
     """One streamed request on a fresh HTTP/1.1 connection: the whole reply, headers included."""
-    data = json.dumps({**body, "stream": True}).encode()
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(
-            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode()
-            + data
-        )
-        await writer.drain()
-        return await asyncio.wait_for(reader.read(), 60)
-    finally:
-        writer.close()
+    return await raw_post(port, path, {**body, "stream": True}, read_s=60)
 
 
 def events(reply: bytes) -> list[bytes]:
@@ -107,19 +97,11 @@ def events(reply: bytes) -> list[bytes]:
     assert head.startswith(b"HTTP/1.1 200")
     assert b"transfer-encoding: chunked" in head.lower()
     out: list[bytes] = []
-    while True:
-        size_line, sep, body = body.partition(b"\r\n")
-        assert sep, "truncated chunk size line"
-        size = int(size_line, 16)
-        frame = body[:size]
-        assert body[size : size + 2] == b"\r\n"
-        body = body[size + 2 :]
-        if size == 0:
-            assert body == b""
-            return out
+    for frame in dechunk(body)[:-1]:  # (the last, empty chunk ends the body)
         for pattern, repl in _VOLATILE:
             frame = pattern.sub(repl, frame)
         out.append(frame)
+    return out
 
 
 @pytest.fixture

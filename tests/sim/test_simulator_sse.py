@@ -4,45 +4,19 @@ and template-built deltas byte-identical to the ones built from the whole object
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
 import pytest
 
 from sentinel_sim import SimServer
+from support.sim_sse import dechunk, raw_post
 
 pytestmark = pytest.mark.asyncio
 
 
 async def _raw(sim: SimServer, path: str, body: dict[str, Any], version: str = "1.1") -> bytes:
-    data = json.dumps(body).encode()
-    reader, writer = await asyncio.open_connection("127.0.0.1", sim.port)
-    try:
-        writer.write(
-            f"POST {path} HTTP/{version}\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode()
-            + data
-        )
-        await writer.drain()
-        return await asyncio.wait_for(reader.read(), 30)
-    finally:
-        writer.close()
-
-
-def _chunks(body: bytes) -> list[bytes]:
-    """Decode chunked transfer encoding strictly; the list of chunks, the last one empty."""
-    out = []
-    while True:
-        size_line, sep, body = body.partition(b"\r\n")
-        assert sep, "truncated chunk size line"
-        size = int(size_line, 16)
-        out.append(body[:size])
-        assert body[size : size + 2] == b"\r\n"
-        body = body[size + 2 :]
-        if size == 0:
-            assert body == b""
-            return out
+    return await raw_post(sim.port, path, body, version=version, read_s=30)
 
 
 _BODIES: dict[str, dict[str, Any]] = {
@@ -64,7 +38,7 @@ async def test_every_chunk_is_one_event_and_the_text_adds_up(sim: SimServer, pat
     head, _, body = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200")
     assert b"transfer-encoding: chunked" in head.lower()
-    chunks = _chunks(body)
+    chunks = dechunk(body)
     assert chunks[-1] == b""
     events = chunks[:-1]
     for ev in events:
@@ -110,8 +84,8 @@ async def test_templated_deltas_equal_the_object_built_ones(sim: SimServer) -> N
     # never frame for frame.
     path = "/v1/completions"
     base = {**_BODIES[path], "stream": True}
-    fast = _chunks((await _raw(sim, path, base)).partition(b"\r\n\r\n")[2])
-    slow = _chunks(
+    fast = dechunk((await _raw(sim, path, base)).partition(b"\r\n\r\n")[2])
+    slow = dechunk(
         (await _raw(sim, path, {**base, "stream_options": {"continuous_usage_stats": True}})).partition(
             b"\r\n\r\n"
         )[2]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -28,3 +29,37 @@ async def sse(client: httpx.AsyncClient, path: str, body: dict[str, Any], **kw: 
 def decode(events: list[str]) -> list[dict[str, Any]]:
     assert events[-1] == "[DONE]"
     return [json.loads(e) for e in events[:-1]]
+
+
+async def raw_post(
+    port: int, path: str, body: dict[str, Any], *, version: str = "1.1", read_s: float
+) -> bytes:
+    """One POST on a fresh loopback connection (``Connection: close``): the whole reply, headers
+    included, exactly as the server wrote it."""
+    data = json.dumps(body).encode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(
+            f"POST {path} HTTP/{version}\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode()
+            + data
+        )
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), read_s)
+    finally:
+        writer.close()
+
+
+def dechunk(body: bytes) -> list[bytes]:
+    """Decode chunked transfer encoding strictly; the list of chunks, the last one empty."""
+    out = []
+    while True:
+        size_line, sep, body = body.partition(b"\r\n")
+        assert sep, "truncated chunk size line"
+        size = int(size_line, 16)
+        out.append(body[:size])
+        assert body[size : size + 2] == b"\r\n"
+        body = body[size + 2 :]
+        if size == 0:
+            assert body == b""
+            return out
