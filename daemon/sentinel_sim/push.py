@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from sentinel_sim.reqstate import Request
-from sentinel_sim.sse import SseWriter
+from sentinel_sim.sse import SseWriter, frame
 
 __all__ = ["StreamPusher"]
 
@@ -39,7 +39,7 @@ NO_FAULT: Final = sys.maxsize
 class StreamPusher:
     """One stream's event writer for the engine's decode step; ``seen`` is shared with its task."""
 
-    __slots__ = ("chunks", "clock", "fault_at", "interval", "out", "req", "seen", "transport", "written")
+    __slots__ = ("chunks", "clock", "fault_at", "interval", "out", "req", "seen", "written")
 
     def __init__(
         self,
@@ -61,11 +61,10 @@ class StreamPusher:
         self.interval = interval
         self.fault_at = fault_at  # the planned fault's token (NO_FAULT: none): the task writes it
         self.seen = 0  # tokens already written, by the task or the pusher
-        self.transport = out.transport
 
     def attach(self) -> None:
         """Called by the task before it parks: push from now on if the stream is steady."""
-        if self.seen > 0 and self.out.primed and self.transport is not None:
+        if self.seen > 0 and self.out.primed and self.out.transport is not None:
             self.req.pusher = self.push
 
     def push(self) -> bool:
@@ -73,20 +72,15 @@ class StreamPusher:
         and the pusher is detached)."""
         req = self.req
         n = req.generated
-        t = self.transport
-        assert t is not None  # attach() checked it
-        if n >= self.fault_at or t.is_closing() or t.get_write_buffer_size():
+        t = self.out.direct()
+        if n >= self.fault_at or t is None:
             req.pusher = None
             return False
         try:
             writes = self.chunks(self.seen, n, False)
             if writes:
                 req.token_events += 1  # (a token without text, </think>, writes nothing)
-                if len(writes) == 1:
-                    data = writes[0]
-                    t.write(b"%x\r\n%b\r\n" % (len(data), data))
-                else:
-                    t.write(b"".join([b"%x\r\n%b\r\n" % (len(d), d) for d in writes]))
+                t.write(frame(writes[0]) if len(writes) == 1 else b"".join(map(frame, writes)))
             if self.written is not None:
                 self.written(self.clock, req, n)
         except Exception:

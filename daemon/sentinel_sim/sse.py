@@ -18,7 +18,12 @@ from typing import cast
 
 from aiohttp import hdrs, web
 
-__all__ = ["SseWriter", "writable"]
+__all__ = ["SseWriter", "frame", "writable"]
+
+
+def frame(data: bytes) -> bytes:
+    """One chunk of a chunked body, the bytes aiohttp writes for it: ``<hex length>\\r\\n<data>\\r\\n``."""
+    return b"%x\r\n%b\r\n" % (len(data), data)
 
 
 def writable(transport: asyncio.BaseTransport | None) -> asyncio.WriteTransport | None:
@@ -41,10 +46,18 @@ class SseWriter:
         self.chunked = resp.headers.get(hdrs.TRANSFER_ENCODING, "").lower() == "chunked"
         self.primed = False  # the headers are out (aiohttp sends them with the first event)
 
-    async def write(self, data: bytes) -> None:
+    def direct(self) -> asyncio.WriteTransport | None:
+        """The transport while an event may go straight to it: the headers out (so chunked), the
+        connection open and nothing queued on it; else None (aiohttp's writer must take it)."""
         t = self.transport
         if self.primed and t is not None and not t.is_closing() and t.get_write_buffer_size() == 0:
-            t.write(b"%x\r\n%b\r\n" % (len(data), data))
+            return t
+        return None
+
+    async def write(self, data: bytes) -> None:
+        t = self.direct()
+        if t is not None:
+            t.write(frame(data))
             return
         await self.resp.write(data)
         self.primed = self.chunked
