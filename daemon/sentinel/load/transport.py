@@ -181,34 +181,17 @@ class _SocketConnection(ResponseFraming):
                     # monotonic departure time on loopback packets): keep ours, and say so.
                     self.faults.bad_stamps += 1
         if ex is not None and self._boundary:
-            # A stream's steady state: the read is exactly one chunk, `<hex size>\r\n<data>\r\n`
-            # (or several whole ones: `_whole_chunks`). llhttp stays in its between-chunks state
-            # when such chunks are not fed to it. Only
-            # a plain size (hex digits, no leading zero, no extension) is taken here; anything
-            # else goes to llhttp, which validates it.
-            i = data.find(b"\r\n", 0, 18)
-            if i > 0:
-                size_hex = data[:i]
-                if size_hex.isalnum() and size_hex[0] != 48:  # int() would take "0x..", "_"
-                    try:
-                        size = int(size_hex, 16)
-                    except ValueError:
-                        size = 0
-                    end = i + size + 4
-                    if size and data.endswith(b"\r\n"):
-                        if len(data) == end:
-                            body: bytes | None = data[i + 2 : end - 2]
-                        elif len(data) > end and data[end - 2 : end] == b"\r\n":
-                            body = _whole_chunks(data, end, data[i + 2 : end - 2])
-                        else:
-                            body = None
-                        if body is not None:
-                            try:
-                                ex.sink.on_data(body, now)
-                            except Exception as exc:  # the sink's verdict ends the request
-                                ex.fail(exc)
-                                self.close()
-                            return
+            # A stream's steady state: the read is whole chunks (`_plain_chunks`), mostly exactly
+            # one, `<hex size>\r\n<data>\r\n`. llhttp stays in its between-chunks state when such
+            # chunks are not fed to it; anything else goes to llhttp, which validates it.
+            body = _plain_chunks(data)
+            if body is not None:
+                try:
+                    ex.sink.on_data(body, now)
+                except Exception as exc:  # the sink's verdict ends the request
+                    ex.fail(exc)
+                    self.close()
+                return
         self._on_read(data, now)
 
     def send(self, request: bytes, ex: Exchange) -> None:
@@ -264,20 +247,20 @@ class _SocketConnection(ResponseFraming):
         self.sock.close()
 
 
-def _whole_chunks(data: bytes, pos: int, first: bytes) -> bytes | None:
-    """The joined data of a read that is several whole chunks from `pos` on (after `first`),
-    each with a plain size as `_readable` takes it; None for anything else (the last chunk,
-    a partial one, an extension), which goes to llhttp whole. A read holds several chunks when
-    events came faster than the polling interval; llhttp would call back three times per chunk.
-    The join is what `ResponseFraming._on_read` hands the sink for such a read."""
-    pieces = [first]
-    n = len(data)
-    while pos < n:
+def _plain_chunks(data: bytes) -> bytes | None:
+    """The data of a read that is one or more whole chunks, joined as `ResponseFraming._on_read`
+    joins what llhttp hands it; None for anything else (the last chunk, a partial one, a size
+    that is not plain: hex digits without a leading zero or an extension), which goes to llhttp
+    whole. A read holds several chunks when events came faster than the polling interval;
+    llhttp would call back three times per chunk."""
+    pieces: list[bytes] | None = None
+    pos, n = 0, len(data)
+    while True:
         i = data.find(b"\r\n", pos, pos + 18)
         if i <= pos:
             return None
         size_hex = data[pos:i]
-        if not size_hex.isalnum() or size_hex[0] == 48:
+        if not size_hex.isalnum() or size_hex[0] == 48:  # int() would take "0x..", "_"
             return None
         try:
             size = int(size_hex, 16)
@@ -286,9 +269,17 @@ def _whole_chunks(data: bytes, pos: int, first: bytes) -> bytes | None:
         end = i + size + 4
         if not size or end > n or data[end - 2 : end] != b"\r\n":
             return None
-        pieces.append(data[i + 2 : end - 2])
+        piece = data[i + 2 : end - 2]
+        if end == n:
+            if pieces is None:
+                return piece  # the common read: exactly one chunk
+            pieces.append(piece)
+            return b"".join(pieces)
+        if pieces is None:
+            pieces = [piece]
+        else:
+            pieces.append(piece)
         pos = end
-    return b"".join(pieces)
 
 
 class _Poller:
