@@ -354,11 +354,12 @@ class OpenAIParser(ResponseParser):
         REST from there: HEAD can match only one prefix of a chunk (its strings end at their
         first quote), so that is the full pattern's verdict and groups, for a third less
         scanning on the client's hottest line."""
-        head = self.head
-        if event.startswith(head):
-            m = self.rest.fullmatch(event, len(head), len(event) - 2)
-        else:
-            m = self._learn(event, 6, len(event) - 2)
+        if self.take_event(event, now):
+            return
+        # Not this stream's head (the first chunk, another shape) or not valid UTF-8: the full
+        # pattern (HEAD matches one prefix only, so after a REST miss it misses too), then the
+        # full decode.
+        m = self._learn(event, 6, len(event) - 2)
         if m is None or not self._take(m, event, now):
             ResponseParser.feed_bytes(self, event[6:-2], now)
 
