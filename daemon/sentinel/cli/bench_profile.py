@@ -166,12 +166,11 @@ class Profiler:
         self.started = False  # the start was sent (whatever the answer): the stop follows
 
     def _targets(self) -> list[tuple[str, str, dict[str, str]]]:
+        from sentinel.load.session import auth_headers
+
         if self.plan.pd_separated:
             return [(label, url, {}) for label, url in self.plan.workers]
-        headers = dict(self.spec.headers)
-        if self.spec.api_key:
-            headers["Authorization"] = f"Bearer {self.spec.api_key}"
-        return [("server", self.spec.base_url, headers)]
+        return [("server", self.spec.base_url, auth_headers(self.spec))]
 
     async def start(self) -> None:
         from sentinel.log import get_logger

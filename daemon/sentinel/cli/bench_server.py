@@ -19,19 +19,13 @@ if TYPE_CHECKING:
 __all__ = ["flush_cache", "record_server_info"]
 
 
-def _auth_headers(spec: LoadSpec) -> dict[str, str]:
-    headers = dict(spec.headers)
-    if spec.api_key:
-        headers["Authorization"] = f"Bearer {spec.api_key}"
-    return headers
-
-
 async def flush_cache(session: Any, spec: LoadSpec, timeout_s: float) -> None:
+    from sentinel.load.session import auth_headers
     from sentinel.log import get_logger
 
     try:
         async with asyncio.timeout(timeout_s):
-            async with session.post(spec.base_url + "/flush_cache", headers=_auth_headers(spec)) as resp:
+            async with session.post(spec.base_url + "/flush_cache", headers=auth_headers(spec)) as resp:
                 if resp.status != 200:
                     get_logger(__name__).warning("bench_flush_cache_refused", status=resp.status)
     except Exception as exc:  # best effort, as in bench_serving
@@ -43,12 +37,12 @@ _SERVER_INFO_MAX_BYTES = 4 << 20  # SGLang's is ~10 KB (server_args and internal
 
 async def record_server_info(session: Any, spec: LoadSpec, result: RunResult) -> None:
     """bench_serving records /get_server_info and its spec-decoding accept length."""
-    from sentinel.load.session import read_capped
+    from sentinel.load.session import auth_headers, read_capped
 
     for path in ("/server_info", "/get_server_info"):
         try:
             async with asyncio.timeout(5.0):
-                async with session.get(spec.base_url + path, headers=_auth_headers(spec)) as resp:
+                async with session.get(spec.base_url + path, headers=auth_headers(spec)) as resp:
                     if resp.status != 200:
                         continue
                     # Bounded: the timeout covers the whole exchange, read_capped the bytes.

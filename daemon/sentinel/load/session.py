@@ -16,6 +16,7 @@ from sentinel.load.spec import LoadSpec
 from sentinel.load.transport import KEEPALIVE_S
 
 __all__ = [
+    "auth_headers",
     "make_session",
     "read_capped",
     "request_headers",
@@ -45,12 +46,18 @@ async def read_capped(resp: aiohttp.ClientResponse, limit: int) -> bytes:
     return b"".join(parts)
 
 
+def auth_headers(spec: LoadSpec) -> dict[str, str]:
+    """The spec's own headers (--header) and its API key: what every call to the target carries."""
+    headers = dict(spec.headers)
+    if spec.api_key:
+        headers["Authorization"] = f"Bearer {spec.api_key}"
+    return headers
+
+
 def request_headers(spec: LoadSpec) -> dict[str, str]:
     """The headers of every load request: JSON in, SSE or JSON out, the spec's own, the API key."""
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream, application/json"}
-    headers.update(spec.headers)
-    if spec.api_key:
-        headers["Authorization"] = f"Bearer {spec.api_key}"
+    headers.update(auth_headers(spec))
     return headers
 
 
