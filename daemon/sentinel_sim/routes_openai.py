@@ -51,7 +51,8 @@ def _split_once(data: bytes, mark: bytes) -> tuple[bytes, bytes]:
 
 
 def _template(chunk: bytes) -> tuple[bytes, bytes, bytes]:
-    """A chunk made with ``_MARK`` as its delta and ``_UMARK`` as its usage, split around them:
+    """A chunk made with ``_MARK`` as its delta and ``_UMARK`` as its usage (or a usage object with
+    them as its two counts), split around them:
     head + JSON(text) + mid + JSON(usage) + tail is byte for byte the chunk that text and usage
     make (the text's and the usage's JSON per event, not the whole chunk's)."""
     head, rest = _split_once(chunk, _MARK_JSON)
@@ -82,11 +83,8 @@ class _UsageJson:
             ):
                 raise AssertionError("usage template: the token counts are not prompt + generated, generated")
             # Built with marker strings in the two counts' places, split around their JSON.
-            data = dumps({**usage, "total_tokens": _MARK, "completion_tokens": _UMARK})
-            head, rest = _split_once(data, _MARK_JSON)
-            mid, tail = _split_once(rest, _UMARK_JSON)
+            self.parts = _template(dumps({**usage, "total_tokens": _MARK, "completion_tokens": _UMARK}))
             self.key = key
-            self.parts = (head, mid, tail)
         head, mid, tail = self.parts
         return b"%b%d%b%d%b" % (head, req.prompt_tokens + req.generated, mid, req.generated, tail)
 
