@@ -29,9 +29,9 @@ from pathlib import Path
 
 import bcrypt
 
-from sentinel.collect import CollectorSet
-from sentinel.collect.gpu import FakeNvml, GpuCollector, GpuPoller
-from sentinel.export import Exporter, ExporterSettings
+from sglang_sentinel.collect import CollectorSet
+from sglang_sentinel.collect.gpu import FakeNvml, GpuCollector, GpuPoller
+from sglang_sentinel.export import Exporter, ExporterSettings
 
 PASSWORD = "prometheus-scrape-password"
 

@@ -118,7 +118,17 @@ def start_sim(args: Sequence[str], timeout: float = 60.0) -> Iterator[Sim]:
     with tempfile.TemporaryDirectory(prefix="sentinel-peer-sim-") as tmp:
         ready = Path(tmp) / "ready.json"
         log = open(Path(tmp) / "sim.log", "wb")  # noqa: SIM115 - closed below
-        cmd = [sys.executable, "-m", "sentinel", "sim", "--port", "0", "--ready-file", str(ready), *args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "sglang_sentinel",
+            "sim",
+            "--port",
+            "0",
+            "--ready-file",
+            str(ready),
+            *args,
+        ]
         proc = subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
         )

@@ -186,7 +186,7 @@ def client_argv(client: str, backend: str, base_url: str, args: argparse.Namespa
     if client == "base":
         if not args.baseline:
             raise PeerNotReady("client base needs --baseline DIR")
-        main = "import sys; from sentinel.cli import main; sys.argv[0] = 'sentinel'; sys.exit(main())"
+        main = "import sys; from sglang_sentinel.cli import main; sys.argv[0] = 'sentinel'; sys.exit(main())"
         return [sys.executable, "-c", main, "bench", "--log-level", "warning", *common]
     tokenizer = ["--tokenizer", str(peer_tokenizer())]
     if client == "bs59":

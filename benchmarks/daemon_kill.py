@@ -43,7 +43,7 @@ def start(cfg: Path, log: Path) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SENTINEL_")}
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "sentinel", "run", "--config", str(cfg)],
+            [sys.executable, "-m", "sglang_sentinel", "run", "--config", str(cfg)],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,

@@ -59,7 +59,7 @@ def main() -> int:
     log = (state / "daemon.log").open("wb")
     t0 = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sentinel", "run", "--listen", f"127.0.0.1:{port}"],
+        [sys.executable, "-m", "sglang_sentinel", "run", "--listen", f"127.0.0.1:{port}"],
         stdout=log,
         stderr=subprocess.STDOUT,
         env=env,

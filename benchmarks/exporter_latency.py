@@ -23,11 +23,11 @@ import textwrap
 import time
 from pathlib import Path
 
-from sentinel.collect import CollectorSet, SGLangLogCollector, SGLangMetricsCollector
-from sentinel.collect.gpu import FakeNvml, GpuCollector, GpuPoller
-from sentinel.collect.render import render
-from sentinel.collect.source import Source
-from sentinel.export import Exporter, ExporterSettings
+from sglang_sentinel.collect import CollectorSet, SGLangLogCollector, SGLangMetricsCollector
+from sglang_sentinel.collect.gpu import FakeNvml, GpuCollector, GpuPoller
+from sglang_sentinel.collect.render import render
+from sglang_sentinel.collect.source import Source
+from sglang_sentinel.export import Exporter, ExporterSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 PAYLOAD = ROOT / "tests" / "collect" / "samples" / "sglang-0.5.9-tp8-synthetic.txt"

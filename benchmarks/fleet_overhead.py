@@ -31,7 +31,7 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from sentinel_sim.testing import SimProcess, start_sim
+from sglang_sentinel_sim.testing import SimProcess, start_sim
 
 
 def free_port() -> int:

@@ -2,7 +2,7 @@
 
 It takes `sentinel bench`'s arguments and sends the same requests (`sentinel bench`'s own
 bodies, headers and keep-alive connections: the warm-up request alone, then `--num-prompts`
-requests at `--max-concurrency`), and reads the responses the way `sentinel.load.transport`
+requests at `--max-concurrency`), and reads the responses the way `sglang_sentinel.load.transport`
 does — non-blocking sockets in one epoll set, woken on readiness and polled every 1 ms while
 reads come faster than that, each read a `recvmsg` with the `SO_TIMESTAMPNS` ancillary
 buffer — but does nothing else with a read: no HTTP or SSE parsing, no timestamp decoding, no
@@ -26,15 +26,15 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from sentinel.cli.bench import build_spec, register
-from sentinel.kernelstamp import ANCBUF_SIZE, SO_TIMESTAMPNS
-from sentinel.load.backends import build_body
-from sentinel.load.datasets import Prompt, PromptSource
-from sentinel.load.session import request_headers
-from sentinel.load.spec import Backend
+from sglang_sentinel.cli.bench import build_spec, register
+from sglang_sentinel.kernelstamp import ANCBUF_SIZE, SO_TIMESTAMPNS
+from sglang_sentinel.load.backends import build_body
+from sglang_sentinel.load.datasets import Prompt, PromptSource
+from sglang_sentinel.load.session import request_headers
+from sglang_sentinel.load.spec import Backend
 
-_POLL_S = 0.001  # sentinel.load.transport._POLL_S
-_READ_SIZE = 65536  # sentinel.load.transport._READ_SIZE
+_POLL_S = 0.001  # sglang_sentinel.load.transport._POLL_S
+_READ_SIZE = 65536  # sglang_sentinel.load.transport._READ_SIZE
 _END = b"0\r\n\r\n"
 
 

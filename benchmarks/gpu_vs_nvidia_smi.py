@@ -33,8 +33,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sentinel.collect.gpu import FakeNvml, GpuCollector, GpuPoller, read_device
-from sentinel.collect.source import CollectionFailed
+from sglang_sentinel.collect.gpu import FakeNvml, GpuCollector, GpuPoller, read_device
+from sglang_sentinel.collect.source import CollectionFailed
 
 # nvidia-smi field → (our series, factor from our value to nvidia-smi's unit, tolerance kind)
 FIELDS: list[tuple[str, str | None, float, str]] = [

@@ -20,10 +20,10 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from sentinel.httpread import HttpReadError, read
-from sentinel.schedule.polite import ServerLoadReader
-from sentinel.supervise.probes import probe_canary, probe_health, read_progress
-from sentinel.supervise.settings import CanaryCheckSettings, CanarySettings
+from sglang_sentinel.httpread import HttpReadError, read
+from sglang_sentinel.schedule.polite import ServerLoadReader
+from sglang_sentinel.supervise.probes import probe_canary, probe_health, read_progress
+from sglang_sentinel.supervise.settings import CanaryCheckSettings, CanarySettings
 from supervise.test_hostile_readers import DEADLINE, MODES, _timed
 
 

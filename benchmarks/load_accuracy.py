@@ -1,7 +1,7 @@
 """How true are the load engine's numbers? Compared request by request with the simulator's ground truth.
 
 Starts `sentinel sim` (subprocess, loopback, OS-assigned ports), runs scenarios with
-`sentinel.load.run_load`, then reads the simulator's per-request records (`GET /requests` on the
+`sglang_sentinel.load.run_load`, then reads the simulator's per-request records (`GET /requests` on the
 control API) and matches them by `rid`. Times on both sides are Unix seconds on the same host.
 
 Scenarios (each prints one table row):
@@ -41,10 +41,10 @@ from typing import Any
 
 import httpx
 
-from sentinel.cli.bench import run_on_loop
-from sentinel.load import ArrivalProcess, Backend, LoadSpec, RandomDataset, RunResult, run_load
-from sentinel.load.stats import summarize
-from sentinel_sim.testing import SimProcess, spawn_sim
+from sglang_sentinel.cli.bench import run_on_loop
+from sglang_sentinel.load import ArrivalProcess, Backend, LoadSpec, RandomDataset, RunResult, run_load
+from sglang_sentinel.load.stats import summarize
+from sglang_sentinel_sim.testing import SimProcess, spawn_sim
 
 
 def bench_sim(

@@ -1,4 +1,4 @@
-"""Client CPU per streamed token: sentinel.load vs SGLang's bench_serving, side by side on one simulator.
+"""Client CPU per streamed token: our load engine vs SGLang's bench_serving, side by side on one simulator.
 
 Both clients run the same workload against the same `sentinel sim` (native /generate, token
 ids, fixed lengths, ignore_eos), alternating, `--repeat` times. CPU = user + system seconds of
@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from load_accuracy import bench_sim
 from peer_cpu import PeerNotReady, run_bench_serving
-from sentinel.load import ArrivalProcess, LoadSpec, RandomDataset, run_load
-from sentinel.load.stats import summarize
+from sglang_sentinel.load import ArrivalProcess, LoadSpec, RandomDataset, run_load
+from sglang_sentinel.load.stats import summarize
 
 
 def ours(base_url: str, args: argparse.Namespace, use_uvloop: bool) -> tuple[int, float, float, int]:

@@ -15,7 +15,7 @@ Variants:
 - httpx  aiter_raw: httpx.AsyncClient (pooled), raw byte chunks, our event splitter.
 - httpx  aiter_lines: httpx's own line iterator (the common way to read SSE with httpx).
 - aiohttp readany: aiohttp ClientSession (pooled), whole reads, our splitter.
-- sentinel.load.transport: the engine's client (asyncio protocol + httptools), our splitter.
+- sglang_sentinel.load.transport: the engine's client (asyncio protocol + httptools), our splitter.
 - aiohttp readuntil: aiohttp ClientSession (pooled), one `readuntil(b"\\n\\n")` per event.
 - aiohttp lines, session per request: bench_serving v0.5.9's way (`async for line in content`,
   a new ClientSession per request).
@@ -38,8 +38,8 @@ from typing import Any
 import aiohttp
 import httpx
 
-from sentinel.load.sink import split_events
-from sentinel.load.transport import HttpClient
+from sglang_sentinel.load.sink import split_events
+from sglang_sentinel.load.transport import HttpClient
 
 
 def _serve(port_q: Any, tokens: int, pace_s: float) -> None:
@@ -209,7 +209,7 @@ VARIANTS: dict[str, Variant] = {
     "httpx aiter_lines": httpx_lines,
     "aiohttp readany": aiohttp_readany,
     "aiohttp readuntil": aiohttp_readuntil,
-    "sentinel.load.transport (httptools)": sentinel_transport,
+    "sglang_sentinel.load.transport (httptools)": sentinel_transport,
     "aiohttp lines, session/req (bench_serving)": aiohttp_bench_serving,
 }
 

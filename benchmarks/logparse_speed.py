@@ -1,4 +1,4 @@
-"""How fast `sentinel.sglang.logparse.parse_line` is, per kind of SGLang log line.
+"""How fast `sglang_sentinel.sglang.logparse.parse_line` is, per kind of SGLang log line.
 
     .venv/bin/python benchmarks/logparse_speed.py
 
@@ -15,7 +15,7 @@ import functools
 import timeit
 from collections.abc import Callable
 
-from sentinel.sglang.logparse import parse_line
+from sglang_sentinel.sglang.logparse import parse_line
 
 LINES = {
     "decode (v0.5.9, TP0)": "[2026-04-08 14:05:21 TP0] Decode batch, #running-req: 5, #token: 20800, "

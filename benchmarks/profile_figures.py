@@ -18,11 +18,11 @@ import asyncio
 import dataclasses
 import math
 
-from sentinel.config import load_settings
-from sentinel.load import run_load
-from sentinel.schedule.executor import spec_for
-from sentinel.schedule.plan import plan_run
-from sentinel_sim.testing import spawn_sim
+from sglang_sentinel.config import load_settings
+from sglang_sentinel.load import run_load
+from sglang_sentinel.schedule.executor import spec_for
+from sglang_sentinel.schedule.plan import plan_run
+from sglang_sentinel_sim.testing import spawn_sim
 
 
 def main() -> int:

@@ -15,8 +15,8 @@ import asyncio
 import sys
 from pathlib import Path
 
-from sentinel_sim.profiles import DEFAULT_PROFILE, get_profile
-from sentinel_sim.testing import spawn_sim
+from sglang_sentinel_sim.profiles import DEFAULT_PROFILE, get_profile
+from sglang_sentinel_sim.testing import spawn_sim
 
 # The scenarios and figures are test support (tests/support/, not in the wheel).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))

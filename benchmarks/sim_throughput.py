@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sentinel_sim.testing import spawn_sim
+from sglang_sentinel_sim.testing import spawn_sim
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -86,7 +86,7 @@ def main() -> int:
         f"profile {args.profile}, speed {args.speed:g}, {args.seconds:g} s per level, "
         f"{args.clients} client processes, {args.max_tokens}-token streams"
     )
-    from sentinel_sim.profiles import get_profile
+    from sglang_sentinel_sim.profiles import get_profile
 
     prof = get_profile(args.profile)
     print(

@@ -143,7 +143,7 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SENTINEL_")}
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "sentinel", "run", "--config", str(cfg)],
+            [sys.executable, "-m", "sglang_sentinel", "run", "--config", str(cfg)],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,

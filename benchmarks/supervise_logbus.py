@@ -6,7 +6,7 @@ A child process writes SGLang-shaped lines (decode/prefill batch lines, uvicorn 
 start-up milestones, one very long ``server_args=`` line) as fast as it can into a pipe; the
 parent reads them with the supervisor's :func:`pump_lines` into a :class:`LogBus` configured
 with more and more of what the daemon uses: nothing, the size-rotated file, a listener that only
-counts, a listener that runs ``sentinel.sglang.logparse.parse_line`` on every line (the log collector).
+counts, a listener that runs ``sglang_sentinel.sglang.logparse.parse_line`` on every line (the log collector).
 
 Why it matters: if the parent reads slower than SGLang writes, the pipe fills and the server
 blocks on its own logging. A busy 8-GPU server prints well under 1000 lines/s (one access line
@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from sentinel.sglang.logparse import parse_line
-from sentinel.supervise.logbus import LogBus, LogLine, pump_lines
+from sglang_sentinel.sglang.logparse import parse_line
+from sglang_sentinel.supervise.logbus import LogBus, LogLine, pump_lines
 
 SAMPLE = [
     "[2026-04-08 14:05:21 TP0] Decode batch, #running-req: 5, #token: 20800, token usage: 0.29, "

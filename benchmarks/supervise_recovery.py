@@ -28,8 +28,8 @@ from typing import Any
 
 import httpx
 
-from sentinel.supervise import ServerState, Supervisor
-from sentinel.supervise.settings import ServerSettings
+from sglang_sentinel.supervise import ServerState, Supervisor
+from sglang_sentinel.supervise.settings import ServerSettings
 
 SPECS = {
     "crash": "crash",

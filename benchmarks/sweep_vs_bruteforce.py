@@ -10,7 +10,7 @@
    result, and a full sweep for reference.
 
 The saturation figure compared is the one the sweep reports: the best step's output throughput,
-steady-state where the step held its concurrency (see `sentinel.calibrate.model`). The table also
+steady-state where the step held its concurrency (see `sglang_sentinel.calibrate.model`). The table also
 shows bench_serving's whole-run output throughput of the brute-force sweep for reference.
 Acceptance: sweep within 5% of brute force using <= 40% of its requests; incremental within 5%
 of the new brute force using <= 1/3 of a full sweep's requests.
@@ -29,11 +29,17 @@ import subprocess
 import sys
 from typing import Any
 
-from sentinel.calibrate import CalibrationResult, CalibrationSettings, LoadStepRunner, StepPlan, calibrate
-from sentinel.calibrate.api import base_spec
-from sentinel.calibrate.judge import trusted
-from sentinel.calibrate.model import StepMeasurement
-from sentinel_sim.testing import start_sim
+from sglang_sentinel.calibrate import (
+    CalibrationResult,
+    CalibrationSettings,
+    LoadStepRunner,
+    StepPlan,
+    calibrate,
+)
+from sglang_sentinel.calibrate.api import base_spec
+from sglang_sentinel.calibrate.judge import trusted
+from sglang_sentinel.calibrate.model import StepMeasurement
+from sglang_sentinel_sim.testing import start_sim
 
 BRUTE = (1, 2, 4, 8, 16, 32, 64, 128)
 PROMPTS = 64
@@ -68,7 +74,7 @@ async def brute_force(url: str, cfg: CalibrationSettings) -> list[StepMeasuremen
 
 
 def _best(steps: list[StepMeasurement], cfg: CalibrationSettings) -> StepMeasurement:
-    # The same trust rule as the sweep's own steps (sentinel.calibrate.judge.trusted).
+    # The same trust rule as the sweep's own steps (sglang_sentinel.calibrate.judge.trusted).
     return max((s for s in steps if trusted(s, cfg)), key=lambda s: s.throughput)
 
 
@@ -111,7 +117,10 @@ def main() -> int:
     ap.add_argument("--skip-incremental", action="store_true")
     a = ap.parse_args()
     help_text = subprocess.run(
-        [sys.executable, "-m", "sentinel", "sim", "--help"], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "sglang_sentinel", "sim", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
     ).stdout
     cfg = CalibrationSettings(metrics_interval=max(0.1, 2.0 / a.speed))
     rows: list[tuple[str, str, str, str]] = []

@@ -39,12 +39,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sentinel.config import load_settings
-from sentinel.log import configure_logging
-from sentinel.supervise.prelaunch import render_launch_command
-from sentinel.tune.driver import new_doc
-from sentinel.tune.space import expand, space_values
-from sentinel.tune.trial import ServerLab
+from sglang_sentinel.config import load_settings
+from sglang_sentinel.log import configure_logging
+from sglang_sentinel.supervise.prelaunch import render_launch_command
+from sglang_sentinel.tune.driver import new_doc
+from sglang_sentinel.tune.space import expand, space_values
+from sglang_sentinel.tune.trial import ServerLab
 
 
 def _port() -> int:
@@ -90,7 +90,7 @@ reference_profile = ""
 def run_tune(cfg: Path) -> tuple[dict[str, Any], float]:
     t0 = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "sentinel", "tune", "--config", str(cfg), "--json", "--new"],
+        [sys.executable, "-m", "sglang_sentinel", "tune", "--config", str(cfg), "--json", "--new"],
         capture_output=True,
         text=True,
         check=False,

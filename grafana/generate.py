@@ -22,7 +22,7 @@ INST = 'instance=~"$instance"'
 PROF = 'instance=~"$instance", profile=~"$profile"'
 SGLANG_TTFT = "sglang:time_to_first_token_seconds_bucket"
 # SGLang writes one scheduler figure over several series, depending on its launch flags
-# (sentinel.sglang.series does the same in Python, docs/sglang-versions.md):
+# (sglang_sentinel.sglang.series does the same in Python, docs/sglang-versions.md):
 # - --enable-priority-scheduling (0.5.23): the queue gauges once as the total under priority=""
 #   and once more per priority: a plain sum counts every request twice. priority="" also matches
 #   servers without the label (an empty label is an absent one).

@@ -1,5 +1,5 @@
 """Suite-wide fixtures. ``sim_factory`` starts simulator subprocesses on free ports
-(``sentinel_sim.testing.start_sim``: ``python -m sentinel_sim``).
+(``sglang_sentinel_sim.testing.start_sim``: ``python -m sglang_sentinel_sim``).
 
 Usage::
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from sentinel_sim.testing import SimProcess, start_sim
+from sglang_sentinel_sim.testing import SimProcess, start_sim
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

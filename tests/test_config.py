@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sentinel.cli import main
-from sentinel.config import ConfigError, load_settings
+from sglang_sentinel.cli import main
+from sglang_sentinel.config import ConfigError, load_settings
 
 
 def test_defaults_are_the_embedded_simulator() -> None:

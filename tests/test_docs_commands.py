@@ -127,7 +127,7 @@ SKIP: dict[str, str] = {
         "illustration; needs SGLang"
     ),
     "sentinel bench --backend sglang --port 30000 --num-prompts 64 --request-rate 16 ...": "illustration",
-    "python -m sentinel_sim --port 0 ...": "illustration",
+    "python -m sglang_sentinel_sim --port 0 ...": "illustration",
     "sentinel-sim --port 0 ...": "illustration",
     # Kubernetes: a cluster.
     "kubectl create namespace llm": "a cluster",

@@ -1,4 +1,4 @@
-"""sentinel.log: one line shape everywhere; on the journal each line carries its syslog level."""
+"""sglang_sentinel.log: one line shape everywhere; on the journal each line carries its syslog level."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 _EMIT = """
 import logging
-from sentinel.log import configure_logging, get_logger
+from sglang_sentinel.log import configure_logging, get_logger
 configure_logging("debug", "auto")
 log = get_logger("sentinel.test")
 log.debug("a_debug")
@@ -63,7 +63,7 @@ def test_elsewhere_lines_are_plain_json(tmp_path: Path) -> None:
 
 _FLOATS = """
 import sys
-from sentinel.log import configure_logging, get_logger
+from sglang_sentinel.log import configure_logging, get_logger
 configure_logging("info", sys.argv[1])
 get_logger("sentinel.test").info("a_figure", elapsed_s=0.123456789012, rates=[1234.56789, 2], count=3)
 """

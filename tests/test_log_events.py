@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 DAEMON = Path(__file__).resolve().parent.parent / "daemon"
-PACKAGES = ("sentinel", "sentinel_sim")
+PACKAGES = ("sentinel", "sglang_sentinel_sim")
 LEVELS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "fatal", "msg"})
 SNAKE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
 
@@ -80,7 +80,7 @@ def test_every_log_event_is_a_snake_case_literal() -> None:
 
 def test_the_walk_rejects_what_the_rule_forbids() -> None:
     source = """
-from sentinel.log import get_logger
+from sglang_sentinel.log import get_logger
 _log = get_logger(__name__)
 other = get_logger("x")
 def f(self, name):

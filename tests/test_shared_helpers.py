@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from sentinel.atomic import atomic_write_bytes
-from sentinel.cli.common import CliError
-from sentinel.cli.target import add_target_options, read_api_key, target_base_url
-from sentinel.lazy import lazy_exports
-from sentinel.netloc import url_host
+from sglang_sentinel.atomic import atomic_write_bytes
+from sglang_sentinel.cli.common import CliError
+from sglang_sentinel.cli.target import add_target_options, read_api_key, target_base_url
+from sglang_sentinel.lazy import lazy_exports
+from sglang_sentinel.netloc import url_host
 
 
 def test_atomic_write_replaces_and_leaves_no_temporary(tmp_path: Path) -> None:
@@ -92,10 +92,10 @@ def test_api_key_file_errors_name_the_file_not_the_key(tmp_path: Path) -> None:
 
 
 def test_lazy_exports_resolve_cache_and_reject_unknown_names() -> None:
-    import sentinel.calibrate as calibrate
+    import sglang_sentinel.calibrate as calibrate
 
-    getattr_ = lazy_exports(calibrate.__name__, {"ResultStore": "sentinel.calibrate.store"})
-    from sentinel.calibrate.store import ResultStore
+    getattr_ = lazy_exports(calibrate.__name__, {"ResultStore": "sglang_sentinel.calibrate.store"})
+    from sglang_sentinel.calibrate.store import ResultStore
 
     assert getattr_("ResultStore") is ResultStore
     assert vars(calibrate)["ResultStore"] is ResultStore
@@ -107,10 +107,11 @@ def test_config_import_leaves_heavy_packages_unloaded() -> None:
     # Every CLI command loads the config: it must not drag in the load engine, HTTP clients or
     # the supervisor (what the lazy package __init__ modules are for).
     code = (
-        "import sys, sentinel.config;"
-        "heavy = ['aiohttp', 'httpx', 'matplotlib', 'sentinel.load.engine', 'sentinel.supervise.supervisor',"
-        " 'sentinel.calibrate.search', 'sentinel.collect.registry', 'sentinel.export.server',"
-        " 'sentinel.schedule.scheduler'];"
+        "import sys, sglang_sentinel.config;"
+        "heavy = ['aiohttp', 'httpx', 'matplotlib', 'sglang_sentinel.load.engine',"
+        " 'sglang_sentinel.supervise.supervisor', 'sglang_sentinel.calibrate.search',"
+        " 'sglang_sentinel.collect.registry', 'sglang_sentinel.export.server',"
+        " 'sglang_sentinel.schedule.scheduler'];"
         "print(sorted(m for m in heavy if m in sys.modules))"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("SENTINEL_")}

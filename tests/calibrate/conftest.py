@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from sentinel.calibrate.model import Latency, ServerSignals, StepMeasurement, StepPlan
+from sglang_sentinel.calibrate.model import Latency, ServerSignals, StepMeasurement, StepPlan
 
 
 def _lat(x: float) -> Latency:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from sentinel.calibrate import load_result
-from sentinel.cli import main
+from sglang_sentinel.calibrate import load_result
+from sglang_sentinel.cli import main
 
 SMALL = [
     "--random-input-len",

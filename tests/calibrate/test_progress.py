@@ -4,9 +4,9 @@ import asyncio
 import io
 from typing import Any
 
-from sentinel.calibrate import CalibrationSettings, Workload, run_search
-from sentinel.calibrate.progress import SweepProgress
-from sentinel.load import LoadCounters
+from sglang_sentinel.calibrate import CalibrationSettings, Workload, run_search
+from sglang_sentinel.calibrate.progress import SweepProgress
+from sglang_sentinel.load import LoadCounters
 
 WORKLOAD = Workload(
     base_url="http://127.0.0.1:1", backend="sglang", input_len=256, output_len=256, range_ratio=0
@@ -41,8 +41,8 @@ async def test_bar_on_a_tty(synthetic: Any) -> None:
     runner = _Runner()
     runner.counters = LoadCounters(sent=5, in_flight=3, completed=2, output_tokens=300)
     progress = SweepProgress(runner, out=out, err=err)  # type: ignore[arg-type]
-    from sentinel.calibrate.model import StepPlan
-    from sentinel.calibrate.search import Progress
+    from sglang_sentinel.calibrate.model import StepPlan
+    from sglang_sentinel.calibrate.search import Progress
 
     async with progress:
         progress.on_plan(

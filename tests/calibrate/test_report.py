@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from sentinel.calibrate import CalibrationSettings, SloSettings, Workload, run_search
-from sentinel.calibrate.report import render_html, write_report
+from sglang_sentinel.calibrate import CalibrationSettings, SloSettings, Workload, run_search
+from sglang_sentinel.calibrate.report import render_html, write_report
 from support.headless_chromium import check_report_page, requires_chromium, screenshot
 
 WORKLOAD = Workload(
@@ -37,7 +37,7 @@ async def test_report_files(tmp_path: Path, synthetic: Any) -> None:
 def test_report_escapes_untrusted_text() -> None:
     from datetime import UTC, datetime
 
-    from sentinel.calibrate.model import CalibrationResult, Figure
+    from sglang_sentinel.calibrate.model import CalibrationResult, Figure
 
     nothing = Figure(value=None)
     result = CalibrationResult(
@@ -105,7 +105,7 @@ async def test_lower_bound_is_labelled_and_no_slo_means_no_slo_rows(tmp_path: Pa
 def test_report_without_data_leaves_empty_plots_out(tmp_path: Path) -> None:
     from datetime import UTC, datetime
 
-    from sentinel.calibrate.model import CalibrationResult, Figure
+    from sglang_sentinel.calibrate.model import CalibrationResult, Figure
 
     nothing = Figure(value=None)
     result = CalibrationResult(

@@ -5,8 +5,8 @@ from typing import Any
 
 import pytest
 
-from sentinel.calibrate import CalibrationSettings, SloSettings, Workload, run_search
-from sentinel.calibrate.search import step_requests
+from sglang_sentinel.calibrate import CalibrationSettings, SloSettings, Workload, run_search
+from sglang_sentinel.calibrate.search import step_requests
 
 WORKLOAD = Workload(
     base_url="http://127.0.0.1:1", backend="sglang", input_len=256, output_len=256, range_ratio=0
@@ -205,8 +205,8 @@ async def test_incremental_measures_a_new_running_cap_directly(synthetic: Any) -
 def test_interpolation_on_log_log_axes() -> None:
     from datetime import UTC, datetime
 
-    from sentinel.calibrate.model import Step, StepMeasurement
-    from sentinel.calibrate.search import _interpolate
+    from sglang_sentinel.calibrate.model import Step, StepMeasurement
+    from sglang_sentinel.calibrate.search import _interpolate
 
     def step(c: int, thr: float) -> Step:
         m = StepMeasurement(

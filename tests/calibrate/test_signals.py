@@ -6,7 +6,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sentinel.calibrate.signals import ServerSampler, parse_sample
+from sglang_sentinel.calibrate.signals import ServerSampler, parse_sample
 
 # Real SGLang output (copies of the project's reference samples, kept in the repository).
 SAMPLES = Path(__file__).resolve().parents[1] / "collect" / "samples"

@@ -6,9 +6,16 @@ from typing import Any
 
 import pytest
 
-from sentinel.calibrate import CalibrationSettings, ResultStore, Workload, compare, load_result, run_search
-from sentinel.calibrate.api import recalibrate
-from sentinel.calibrate.model import CalibrationResult
+from sglang_sentinel.calibrate import (
+    CalibrationSettings,
+    ResultStore,
+    Workload,
+    compare,
+    load_result,
+    run_search,
+)
+from sglang_sentinel.calibrate.api import recalibrate
+from sglang_sentinel.calibrate.model import CalibrationResult
 
 WORKLOAD = Workload(
     base_url="http://127.0.0.1:1", backend="sglang", input_len=256, output_len=256, range_ratio=0
@@ -114,7 +121,7 @@ async def test_a_cancelled_or_inconclusive_result_is_never_the_latest_shown(
 
 
 async def test_a_store_with_a_target_sees_only_that_targets_results(tmp_path: Path, synthetic: Any) -> None:
-    from sentinel.calibrate.model import Target
+    from sglang_sentinel.calibrate.model import Target
 
     base = await _result(synthetic())
     daemon = Target(url="http://127.0.0.1:30000", served_model="sim", launch_hash="aaaa")

@@ -1,8 +1,8 @@
 """`sentinel --help` and every subcommand's parser stay cheap to build: no engine, no HTTP stack.
 
-`sentinel.cli` imports every subcommand module to build its parser (the built-in ones and those of
-the ``sentinel.commands`` entry points, such as ``sentinel_sim.command``), which runs each
-package's ``__init__``; those export their public names lazily (`sentinel.lazy`). These tests keep
+`sglang_sentinel.cli` imports every subcommand module to build its parser (the built-in ones and those of
+the ``sentinel.commands`` entry points, such as ``sglang_sentinel_sim.command``), which runs each
+package's ``__init__``; those export their public names lazily (`sglang_sentinel.lazy`). These tests keep
 it so, and check that each lazy table still names every exported name.
 """
 
@@ -17,18 +17,18 @@ from pathlib import Path
 
 import pytest
 
-import sentinel
-import sentinel_sim
+import sglang_sentinel
+import sglang_sentinel_sim
 
-PACKAGE_DIR = Path(sentinel.__file__).parent
+PACKAGE_DIR = Path(sglang_sentinel.__file__).parent
 # The simulator is a top-level package of its own, with the same lazy __init__.
 LAZY_PACKAGES = [
     *sorted(
-        f"sentinel.{init.parent.name}"
+        f"sglang_sentinel.{init.parent.name}"
         for init in PACKAGE_DIR.glob("*/__init__.py")
         if "lazy_exports(" in init.read_text(encoding="utf-8")
     ),
-    "sentinel_sim",
+    "sglang_sentinel_sim",
 ]
 # What a parser must not import: the HTTP clients and servers, the load engine and the simulator
 # (each a few hundred milliseconds on the target hosts), NVML and the plotting stack.
@@ -41,10 +41,10 @@ HEAVY = (
     "pynvml",
     "matplotlib",
     "numpy",
-    "sentinel.load.engine",
-    "sentinel.load.transport",
-    "sentinel_sim.server",
-    "sentinel_sim.engine",
+    "sglang_sentinel.load.engine",
+    "sglang_sentinel.load.transport",
+    "sglang_sentinel_sim.server",
+    "sglang_sentinel_sim.engine",
 )
 
 
@@ -54,7 +54,7 @@ def _clean_env() -> dict[str, str]:
 
 def test_building_the_parser_imports_nothing_heavy() -> None:
     code = (
-        "import sys, sentinel.cli; sentinel.cli.build_parser();"
+        "import sys, sglang_sentinel.cli; sglang_sentinel.cli.build_parser();"
         f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
     )
     out = subprocess.run(
@@ -67,10 +67,10 @@ def test_building_the_parser_imports_nothing_heavy() -> None:
 def test_help_lists_every_subcommand() -> None:
     from importlib.metadata import entry_points
 
-    from sentinel.cli import COMMANDS, ENTRY_POINT_GROUP
+    from sglang_sentinel.cli import COMMANDS, ENTRY_POINT_GROUP
 
     out = subprocess.run(
-        [sys.executable, "-m", "sentinel", "--help"],
+        [sys.executable, "-m", "sglang_sentinel", "--help"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -82,12 +82,14 @@ def test_help_lists_every_subcommand() -> None:
         assert f"    {name} " in out.stdout
     assert len(COMMANDS) >= 7
     # `sentinel sim` comes from the simulator's entry point, not from a name in COMMANDS.
-    assert [ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)] == ["sentinel_sim.command"]
-    assert "sentinel_sim.command" not in COMMANDS
+    assert [ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)] == ["sglang_sentinel_sim.command"]
+    assert "sglang_sentinel_sim.command" not in COMMANDS
 
 
 @pytest.mark.parametrize(
-    "argv", [["-m", "sentinel", "sim", "--help"], ["-m", "sentinel_sim", "--help"]], ids=" ".join
+    "argv",
+    [["-m", "sglang_sentinel", "sim", "--help"], ["-m", "sglang_sentinel_sim", "--help"]],
+    ids=" ".join,
 )
 def test_the_simulator_runs_as_a_sentinel_subcommand_and_on_its_own(argv: list[str]) -> None:
     out = subprocess.run(
@@ -99,8 +101,8 @@ def test_the_simulator_runs_as_a_sentinel_subcommand_and_on_its_own(argv: list[s
 
 
 def test_lazy_packages_are_found() -> None:
-    assert {"sentinel.load", "sentinel.calibrate"} <= set(LAZY_PACKAGES)
-    assert "lazy_exports(" in Path(sentinel_sim.__file__).read_text(encoding="utf-8")
+    assert {"sglang_sentinel.load", "sglang_sentinel.calibrate"} <= set(LAZY_PACKAGES)
+    assert "lazy_exports(" in Path(sglang_sentinel_sim.__file__).read_text(encoding="utf-8")
 
 
 def _type_checking_imports(package: str) -> dict[str, str]:
@@ -148,7 +150,7 @@ def test_commands_of_the_entry_point_group_are_registered_after_the_built_in_one
         "broken = no_such_module_anywhere\n"
     )
     env = {**_clean_env(), "PYTHONPATH": str(tmp_path)}
-    run = [sys.executable, "-m", "sentinel"]
+    run = [sys.executable, "-m", "sglang_sentinel"]
     out = subprocess.run([*run, "--help"], capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr
     # Command lines are indented by four; wrapped help text by more.

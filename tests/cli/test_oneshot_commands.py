@@ -77,7 +77,7 @@ def test_bench_ignores_sighup_and_reads_sentinel_api_key(sim_factory: Any, tmp_p
 
 
 def _sweep(sim: Any, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "sentinel", "sweep", "--base-url", sim.base_url]
+    argv = [sys.executable, "-m", "sglang_sentinel", "sweep", "--base-url", sim.base_url]
     argv += ["--random-input-len", "16", "--random-output-len", "16", "--max-concurrency", "4"]
     argv += ["--max-requests", "60", "--log-level", "error", *extra]
     return subprocess.run(argv, capture_output=True, text=True, env=env or _env(), timeout=300)

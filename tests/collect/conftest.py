@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.registry import Collector
 
-from sentinel.collect.gpu import FakeNvml, GpuCollector, GpuPoller
+from sglang_sentinel.collect.gpu import FakeNvml, GpuCollector, GpuPoller
 
 REPO_SAMPLES = Path(__file__).resolve().parent / "samples"
 

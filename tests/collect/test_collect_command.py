@@ -12,7 +12,7 @@ def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith("SENTINEL_")}
     full.update(env)
     return subprocess.run(
-        [sys.executable, "-m", "sentinel", "collect", *args],
+        [sys.executable, "-m", "sglang_sentinel", "collect", *args],
         capture_output=True,
         text=True,
         timeout=60,

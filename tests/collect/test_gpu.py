@@ -9,7 +9,7 @@ import pynvml
 import pytest
 from prometheus_client.core import Metric
 
-from sentinel.collect.gpu import (
+from sglang_sentinel.collect.gpu import (
     ErrorClass,
     FakeNvml,
     GpuCollector,
@@ -19,7 +19,7 @@ from sentinel.collect.gpu import (
     error_name,
     load_sample,
 )
-from sentinel.collect.source import CollectionFailed
+from sglang_sentinel.collect.source import CollectionFailed
 
 UUID0 = "GPU-00000000-1111-2222-3333-444444444400"
 

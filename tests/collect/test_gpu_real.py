@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import pynvml
 import pytest
 
-from sentinel.collect.gpu import GpuCollector, GpuPoller
-from sentinel.collect.render import render
-from sentinel.collect.source import CollectionFailed
+from sglang_sentinel.collect.gpu import GpuCollector, GpuPoller
+from sglang_sentinel.collect.render import render
+from sglang_sentinel.collect.source import CollectionFailed
 
 pytestmark = pytest.mark.gpu
 

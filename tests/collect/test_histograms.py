@@ -19,11 +19,11 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sentinel.collect import SGLangMetricsCollector
-from sentinel.collect.histograms import DEFAULT_COARSE_BUCKETS, HistogramFilter, Mode
-from sentinel.collect.settings import SGLangMetricsSettings
-from sentinel.config import ConfigError, load_settings
-from sentinel_sim import serve
+from sglang_sentinel.collect import SGLangMetricsCollector
+from sglang_sentinel.collect.histograms import DEFAULT_COARSE_BUCKETS, HistogramFilter, Mode
+from sglang_sentinel.collect.settings import SGLangMetricsSettings
+from sglang_sentinel.config import ConfigError, load_settings
+from sglang_sentinel_sim import serve
 
 
 def registry_of(collector: SGLangMetricsCollector) -> CollectorRegistry:

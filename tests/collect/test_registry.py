@@ -10,8 +10,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from structlog.testing import capture_logs
 
-import sentinel
-from sentinel.collect import (
+import sglang_sentinel
+from sglang_sentinel.collect import (
     CollectionFailed,
     CollectorSet,
     SGLangLogCollector,
@@ -19,9 +19,9 @@ from sentinel.collect import (
     available,
     build_collector_set,
 )
-from sentinel.collect.gpu import GpuCollector
-from sentinel.collect.settings import BUILTIN_COLLECTORS
-from sentinel.config import ConfigError, load_settings
+from sglang_sentinel.collect.gpu import GpuCollector
+from sglang_sentinel.collect.settings import BUILTIN_COLLECTORS
+from sglang_sentinel.config import ConfigError, load_settings
 
 
 class Fixed:
@@ -104,7 +104,7 @@ def test_failures_are_logged_on_change_only() -> None:
 def test_build_info_and_last_success() -> None:
     collectors = CollectorSet([("bg", Background())])
     text = generate_latest(collectors.registry()).decode()
-    assert f'version="{sentinel.__version__}"' in sample(text, "sentinel_build_info{")
+    assert f'version="{sglang_sentinel.__version__}"' in sample(text, "sentinel_build_info{")
     assert 'sentinel_collector_last_success_timestamp_seconds{collector="bg"} 1234.5' in text
 
 

@@ -11,8 +11,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
-from sentinel.collect.render import render, render_family
-from sentinel.collect.sglang_parse import FamilyParser
+from sglang_sentinel.collect.render import render, render_family
+from sglang_sentinel.collect.sglang_parse import FamilyParser
 
 SAMPLES = Path(__file__).resolve().parent / "samples"
 PAYLOAD = (SAMPLES / "sglang-0.5.9-tp8-synthetic.txt").read_text()

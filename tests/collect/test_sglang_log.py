@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sentinel.collect import SGLangLogCollector
+from sglang_sentinel.collect import SGLangLogCollector
 
 SAMPLES = Path(__file__).resolve().parent / "samples"
 
@@ -153,7 +153,7 @@ def test_nothing_fed_yet() -> None:
 
 def test_fed_by_the_supervisors_line_listener() -> None:
     """The daemon's wiring: every line the supervisor's bus publishes reaches ``feed``."""
-    from sentinel.supervise.logbus import LogBus
+    from sglang_sentinel.supervise.logbus import LogBus
 
     c = SGLangLogCollector(clock=lambda: 1007.0)
     bus = LogBus(None, max_bytes=4096, backups=0, tail_lines=10)

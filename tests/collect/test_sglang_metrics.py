@@ -13,9 +13,9 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sentinel.collect import CollectorSet, SGLangMetricsCollector
-from sentinel.collect.sglang_metrics import default_metrics_url
-from sentinel.collect.source import CollectionFailed
+from sglang_sentinel.collect import CollectorSet, SGLangMetricsCollector
+from sglang_sentinel.collect.sglang_metrics import default_metrics_url
+from sglang_sentinel.collect.source import CollectionFailed
 
 SAMPLES = Path(__file__).resolve().parent / "samples"
 URL = "http://127.0.0.1:30000/metrics"

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sentinel.supervise.pidfile import process_start_ticks
+from sglang_sentinel.supervise.pidfile import process_start_ticks
 from support.daemon_proc import DaemonProcess, alive, free_port
 
 pytestmark = pytest.mark.slow
@@ -106,7 +106,7 @@ def test_a_leftover_server_is_reaped_by_the_next_daemon(tmp_path: Path, daemons:
     # A server an older sentinel (no parent-death signal) left running on the port, its pidfile kept.
     leftover = subprocess.Popen(
         [
-            *(sys.executable, "-m", "sentinel", "sim", "--port", str(server_port), "--speed", "50"),
+            *(sys.executable, "-m", "sglang_sentinel", "sim", "--port", str(server_port), "--speed", "50"),
             *("--control-port", str(control_port), "--lifetime", "120"),
         ],
         stdout=subprocess.DEVNULL,

@@ -122,7 +122,7 @@ def test_daemon_end_to_end(
     assert "sglang-sentinel" in page.text
     assert "reference" in page.text
     status = subprocess.run(
-        [sys.executable, "-m", "sentinel", "status", "--url", d.url],
+        [sys.executable, "-m", "sglang_sentinel", "status", "--url", d.url],
         capture_output=True,
         text=True,
         timeout=30,
@@ -200,7 +200,7 @@ def test_daemon_end_to_end(
 
 
 def test_bad_config_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from sentinel.cli import main
+    from sglang_sentinel.cli import main
 
     cfg = tmp_path / "bad.toml"
     cfg.write_text("[schedule.profiles.x]\ncron = 'whenever'\n")
@@ -216,7 +216,7 @@ def test_bad_config_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 def test_busy_exporter_port_is_one_clean_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from sentinel.cli import main
+    from sglang_sentinel.cli import main
 
     monkeypatch.setenv("SENTINEL_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("SENTINEL_SERVER__PORT", str(free_port()))

@@ -11,8 +11,8 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
-from sentinel.config import load_settings
-from sentinel.daemon import Daemon, resolve_state_dir
+from sglang_sentinel.config import load_settings
+from sglang_sentinel.daemon import Daemon, resolve_state_dir
 
 
 def free_port() -> int:
@@ -31,8 +31,8 @@ def test_state_dir_fallbacks(tmp_path: Path) -> None:
 
 
 async def test_gpu_health_reads_the_collectors_snapshot() -> None:
-    from sentinel.collect import build_collector_set
-    from sentinel.collect.gpu.collector import GpuCollector
+    from sglang_sentinel.collect import build_collector_set
+    from sglang_sentinel.collect.gpu.collector import GpuCollector
 
     settings = load_settings(None, environ={"SENTINEL_COLLECTORS__GPU__BACKEND": "fake"})
     collectors = build_collector_set(settings)
@@ -79,7 +79,7 @@ async def test_calibration_runs_in_the_slot_and_sets_capacity(tmp_path: Path) ->
     await daemon._start()
     try:
         assert daemon.supervisor is not None
-        from sentinel.supervise import ServerState
+        from sglang_sentinel.supervise import ServerState
 
         await daemon.supervisor.wait_for_state(ServerState.READY, timeout_s=30)
         with capture_logs() as logs:

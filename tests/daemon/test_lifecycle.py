@@ -101,7 +101,7 @@ def test_a_second_daemon_on_the_same_state_dir_exits_2_naming_the_first(
     # Same state_dir, its own ports: only the directory is shared.
     other, _, _ = write_config(tmp_path, state, name="other.toml")
     second = subprocess.run(
-        [sys.executable, "-m", "sentinel", "run", "--config", str(other)],
+        [sys.executable, "-m", "sglang_sentinel", "run", "--config", str(other)],
         capture_output=True,
         text=True,
         env=clean_env(),
@@ -119,7 +119,7 @@ def test_a_second_daemon_on_the_same_state_dir_exits_2_naming_the_first(
 
 
 def _result(url: str, served_model: str, launch_hash: str | None, throughput: float) -> str:
-    from sentinel.calibrate.model import CalibrationResult, Figure, Target, Workload
+    from sglang_sentinel.calibrate.model import CalibrationResult, Figure, Target, Workload
 
     nothing = Figure(value=None)
     now = datetime.now(UTC)
@@ -149,8 +149,8 @@ def _result(url: str, served_model: str, launch_hash: str | None, throughput: fl
 def test_the_daemon_loads_only_its_own_calibrations_and_says_why(
     tmp_path: Path, daemons: list[DaemonProcess]
 ) -> None:
-    from sentinel.config import load_settings
-    from sentinel.supervise.launch import render_command
+    from sglang_sentinel.config import load_settings
+    from sglang_sentinel.supervise.launch import render_command
 
     state = tmp_path / "state"
     cfg, port, server_port = write_config(tmp_path, state)
@@ -235,7 +235,7 @@ _BAD_CONFIGS = {
 def test_config_and_run_reject_the_same_before_anything_starts(
     case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from sentinel.cli import main
+    from sglang_sentinel.cli import main
 
     users = tmp_path / "users"
     users.write_text("alice-without-a-hash\n")
@@ -267,7 +267,7 @@ def test_config_and_run_reject_the_same_before_anything_starts(
 def test_config_shows_the_state_dir_run_uses_and_prints_loadable_toml(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sentinel.cli import main
+    from sglang_sentinel.cli import main
 
     key = tmp_path / "key"
     key.write_text("  sk-secret-from-a-file-123  \n")
@@ -301,14 +301,22 @@ def test_config_shows_the_state_dir_run_uses_and_prints_loadable_toml(
 def test_sentinel_api_key_env_is_accepted(tmp_path: Path) -> None:
     env = clean_env(SENTINEL_API_KEY="sk-from-env-12345", SENTINEL_STATE_DIR=str(tmp_path / "s"))
     done = subprocess.run(
-        [sys.executable, "-m", "sentinel", "config"], capture_output=True, text=True, env=env, timeout=60
+        [sys.executable, "-m", "sglang_sentinel", "config"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
     assert "sk-from-env" not in done.stdout
     # A real typo is still refused.
     env["SENTINEL_SEVRER__PORT"] = "1"
     done = subprocess.run(
-        [sys.executable, "-m", "sentinel", "config"], capture_output=True, text=True, env=env, timeout=60
+        [sys.executable, "-m", "sglang_sentinel", "config"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
     assert done.returncode == 2
     assert "SENTINEL_SEVRER__PORT" in done.stderr
@@ -319,7 +327,7 @@ def test_sigterm_in_the_first_second_exits_0_cleanly(tmp_path: Path, delay: floa
     state = tmp_path / "state"
     cfg, _, _ = write_config(tmp_path, state)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sentinel", "run", "--config", str(cfg)],
+        [sys.executable, "-m", "sglang_sentinel", "run", "--config", str(cfg)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env=clean_env(),
@@ -351,7 +359,7 @@ def _session(pid: int) -> int | None:
 
 
 def test_busy_server_port_flag_and_status_timeout_usage(capsys: pytest.CaptureFixture[str]) -> None:
-    from sentinel.cli import main
+    from sglang_sentinel.cli import main
 
     with pytest.raises(SystemExit) as exc:
         main(["status", "--timeout", "-1"])
@@ -394,7 +402,7 @@ def test_reset_from_failed_through_sentinel_reset(tmp_path: Path, daemons: list[
     # The endpoint: POST only, and never without the exporter's credentials.
     assert httpx.post(d.url + "/reset", timeout=5).status_code == 401
     assert httpx.get(d.url + "/reset", timeout=5, auth=auth).status_code == 405
-    run = [sys.executable, "-m", "sentinel", "reset", "--url", d.url]
+    run = [sys.executable, "-m", "sglang_sentinel", "reset", "--url", d.url]
     refused = subprocess.run(run, capture_output=True, text=True, env=clean_env(), timeout=60)
     assert refused.returncode == 1
     assert "--user" in refused.stderr

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sentinel.cli.status import health_code, summarize
+from sglang_sentinel.cli.status import health_code, summarize
 from support.daemon_proc import DaemonProcess, clean_env, free_port
 from support.headless_chromium import CHROMIUM, dump_dom_and_screenshot
 
@@ -45,7 +45,7 @@ def _start(tmp_path: Path, config: str) -> DaemonProcess:
 
 def _cli_status(d: DaemonProcess) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "sentinel", "status", "--url", d.url],
+        [sys.executable, "-m", "sglang_sentinel", "status", "--url", d.url],
         capture_output=True,
         text=True,
         timeout=60,

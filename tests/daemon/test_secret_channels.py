@@ -63,7 +63,7 @@ run_on_ready = false
     cli_outputs = []
     for argv in (["check", "--json"], ["config"]):
         out = subprocess.run(
-            [sys.executable, "-m", "sentinel", *argv, "--config", str(cfg)],
+            [sys.executable, "-m", "sglang_sentinel", *argv, "--config", str(cfg)],
             capture_output=True, text=True, timeout=120, env=clean_env(),
         )  # fmt: skip
         assert out.stdout.lstrip().startswith("{"), out.stderr

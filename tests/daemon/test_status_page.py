@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from sentinel.cli import main
-from sentinel.cli.status import health_code, summarize
-from sentinel.status_page import render_status_page
+from sglang_sentinel.cli import main
+from sglang_sentinel.cli.status import health_code, summarize
+from sglang_sentinel.status_page import render_status_page
 from support.headless_chromium import dump_dom_and_screenshot, requires_chromium
 
 
@@ -248,10 +248,10 @@ def test_page_and_summary_mark_client_bound_runs_lower_bounds_and_long_answers()
 
 
 def test_status_document_cuts_long_canary_answers_and_knows_staleness() -> None:
-    from sentinel.statusdoc import probe_rows
-    from sentinel.supervise.probes import ProbeResult
-    from sentinel.supervise.snapshot import SupervisorSnapshot
-    from sentinel.supervise.state import ServerState
+    from sglang_sentinel.statusdoc import probe_rows
+    from sglang_sentinel.supervise.probes import ProbeResult
+    from sglang_sentinel.supervise.snapshot import SupervisorSnapshot
+    from sglang_sentinel.supervise.state import ServerState
 
     now = time.time()
     probes = {

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sentinel.systemd import Notifier, clean_child_env, run_watchdog, watchdog_interval
+from sglang_sentinel.systemd import Notifier, clean_child_env, run_watchdog, watchdog_interval
 
 
 @pytest.fixture

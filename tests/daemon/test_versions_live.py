@@ -130,7 +130,7 @@ def _value(samples: dict[str, list[tuple[dict[str, str], float]]], name: str, **
 def _status(daemon: DaemonProcess) -> dict[str, Any]:
     """``sentinel status --json``: the operator's command, not only the exporter's route."""
     done = subprocess.run(
-        [sys.executable, "-m", "sentinel", "status", "--json", "--url", daemon.url],
+        [sys.executable, "-m", "sglang_sentinel", "status", "--json", "--url", daemon.url],
         capture_output=True,
         text=True,
         timeout=60,

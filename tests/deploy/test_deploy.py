@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from sentinel.config import Settings, load_settings
+from sglang_sentinel.config import Settings, load_settings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 PROMTOOL = shutil.which("promtool")
@@ -129,7 +129,7 @@ def test_sglang_unit_runs_what_sentinel_check_renders_for_its_version() -> None:
     """deploy/sglang.service is written for SGLang 0.5.9; its ExecStart flags and Environment= are
     what the launch profile renders for that version (`sentinel check` with 0.5.9 installed), so
     the unit and the docs' "keep the flags in step with sentinel check" cannot drift apart."""
-    from sentinel.supervise.launch import render_command
+    from sglang_sentinel.supervise.launch import render_command
 
     unit = (DEPLOY / "sglang.service").read_text()
     assert "0.5.9" in unit

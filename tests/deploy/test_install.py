@@ -95,7 +95,8 @@ def test_install_into_a_clean_root_then_uninstall(tmp_path: Path) -> None:
     # The installed example config is valid for the installed sentinel.
     check = subprocess.run(
         [root / "opt/sentinel/.venv/bin/python", "-c",
-         "import sys; from sentinel.config import load_settings; load_settings(sys.argv[1], environ={})",
+         "import sys; from sglang_sentinel.config import load_settings;"
+         " load_settings(sys.argv[1], environ={})",
          root / "etc/sentinel/config.toml"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip

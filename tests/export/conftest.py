@@ -8,9 +8,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sentinel.collect import CollectorSet, SGLangLogCollector, SGLangMetricsCollector
-from sentinel.collect.gpu import FakeNvml, GpuCollector, GpuPoller
-from sentinel.export import Exporter, ExporterSettings
+from sglang_sentinel.collect import CollectorSet, SGLangLogCollector, SGLangMetricsCollector
+from sglang_sentinel.collect.gpu import FakeNvml, GpuCollector, GpuPoller
+from sglang_sentinel.export import Exporter, ExporterSettings
 
 SAMPLES = Path(__file__).resolve().parents[1] / "collect" / "samples"
 FIXED_TIME = 1_800_000_000.0

@@ -14,10 +14,10 @@ import httpx
 import pytest
 from aiohttp import web
 
-from sentinel.collect import CollectorSet
-from sentinel.export import ExporterConfigError, ExporterSettings, load_users
-from sentinel.export.auth import AuthVerdict, BasicAuth
-from sentinel.log import configure_logging, get_logger
+from sglang_sentinel.collect import CollectorSet
+from sglang_sentinel.export import ExporterConfigError, ExporterSettings, load_users
+from sglang_sentinel.export.auth import AuthVerdict, BasicAuth
+from sglang_sentinel.log import configure_logging, get_logger
 
 PASSWORD = "s3cret-pw"
 
@@ -158,7 +158,7 @@ async def test_a_flood_of_bad_passwords_leaves_the_scrape_pool_alone(
 
 
 async def test_no_credential_in_any_log_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    from sentinel.export import Exporter
+    from sglang_sentinel.export import Exporter
 
     configure_logging("debug", "json")
     secret_password = "hunter2-very-secret"

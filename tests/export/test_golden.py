@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sentinel.collect import CollectorSet
+from sglang_sentinel.collect import CollectorSet
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "metrics.txt"
 VOLATILE_NAME = re.compile(r"^(sentinel_\w*(_timestamp_seconds|_duration_seconds))(\{.*\})? (.*)$")

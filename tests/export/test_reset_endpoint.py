@@ -12,8 +12,8 @@ import httpx
 import pytest
 from aiohttp import web
 
-from sentinel.collect import CollectorSet
-from sentinel.export import ExporterSettings
+from sglang_sentinel.collect import CollectorSet
+from sglang_sentinel.export import ExporterSettings
 
 
 def _counting_reset() -> tuple[list[int], Any]:

@@ -17,8 +17,8 @@ from aiohttp import web
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
 from prometheus_client.parser import text_string_to_metric_families
 
-from sentinel.collect import CollectorSet
-from sentinel.export import ExporterConfigError, ExporterSettings, TlsSettings, load_users
+from sglang_sentinel.collect import CollectorSet
+from sglang_sentinel.export import ExporterConfigError, ExporterSettings, TlsSettings, load_users
 
 
 async def get(url: str, **kw: Any) -> httpx.Response:
@@ -203,7 +203,7 @@ async def test_mutual_tls_requires_a_client_certificate(
 async def test_bad_tls_files_and_busy_port(
     collectors: CollectorSet, exporter_factory: Any, tmp_path: Path
 ) -> None:
-    from sentinel.export import Exporter
+    from sglang_sentinel.export import Exporter
 
     missing = ExporterSettings(
         port=0, tls=TlsSettings(cert_file=tmp_path / "c.pem", key_file=tmp_path / "k.pem")
@@ -221,7 +221,7 @@ async def test_bad_tls_files_and_busy_port(
 
 
 async def test_a_collector_set_serves_directly(collectors: CollectorSet) -> None:
-    from sentinel.export import Exporter
+    from sglang_sentinel.export import Exporter
 
     exporter = Exporter(collectors, ExporterSettings(port=0))
     await exporter.start()

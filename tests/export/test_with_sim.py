@@ -10,7 +10,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sentinel.collect import CollectorSet, SGLangLogCollector, SGLangMetricsCollector
+from sglang_sentinel.collect import CollectorSet, SGLangLogCollector, SGLangMetricsCollector
 
 pytestmark = pytest.mark.slow
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from sentinel.fleet import FleetConfigError, load_fleet_file
-from sentinel.fleet.prober import phase
-from sentinel.fleet.targets import FileSdError, parse_file_sd, read_file_sd
+from sglang_sentinel.fleet import FleetConfigError, load_fleet_file
+from sglang_sentinel.fleet.prober import phase
+from sglang_sentinel.fleet.targets import FileSdError, parse_file_sd, read_file_sd
 
 
 def test_a_file_sd_entry_names_one_target() -> None:
@@ -87,7 +87,7 @@ def test_sentinel_fleet_exits_2_on_a_bad_config_without_a_traceback(tmp_path: Pa
     path = tmp_path / "fleet.toml"
     path.write_text("[fleet]\njitter = 2\n")
     out = subprocess.run(
-        [sys.executable, "-m", "sentinel", "fleet", "--config", str(path)],
+        [sys.executable, "-m", "sglang_sentinel", "fleet", "--config", str(path)],
         capture_output=True,
         text=True,
         timeout=60,

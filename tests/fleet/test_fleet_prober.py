@@ -8,9 +8,9 @@ import json
 import httpx
 import pytest
 
-from sentinel.fleet.prober import Prober, probe_target
-from sentinel.fleet.service import result_families
-from sentinel.fleet.settings import FleetSettings, FleetTarget
+from sglang_sentinel.fleet.prober import Prober, probe_target
+from sglang_sentinel.fleet.service import result_families
+from sglang_sentinel.fleet.settings import FleetSettings, FleetTarget
 
 
 def target_server(
@@ -78,7 +78,7 @@ async def test_a_target_that_is_not_ready_gets_no_canaries() -> None:
 
 
 def result_families_of(probes: object) -> list:  # type: ignore[type-arg]
-    from sentinel.fleet.prober import TargetResult
+    from sglang_sentinel.fleet.prober import TargetResult
 
     t = FleetTarget(name="s", url="http://gpu-a:30000")
     return result_families(TargetResult(t, probes, None, None, 0.0, 0.0, 0.0))  # type: ignore[arg-type]
@@ -120,15 +120,15 @@ async def test_a_targets_api_key_goes_with_every_probe_and_never_into_file_sd() 
         await asyncio.sleep(0.02)
     await prober.stop()
     assert auth == {"Bearer s3cret"}
-    from sentinel.fleet.targets import FileSdError, parse_file_sd
+    from sglang_sentinel.fleet.targets import FileSdError, parse_file_sd
 
     with pytest.raises(FileSdError, match="api_key is refused"):
         parse_file_sd([{"targets": ["a:1"], "labels": {"name": "n", "api_key": "x"}}])
 
 
 def test_a_router_whose_pool_cannot_be_read_says_so_on_probe() -> None:
-    from sentinel.fleet.prober import TargetResult
-    from sentinel.supervise.probes import ProbeResult
+    from sglang_sentinel.fleet.prober import TargetResult
+    from sglang_sentinel.supervise.probes import ProbeResult
 
     t = FleetTarget(name="r", url="http://r:1", kind="router")
     ready = ProbeResult("readiness", True, 0.01, "ok")
@@ -180,7 +180,7 @@ async def test_auto_targets_are_told_apart_by_their_routes() -> None:
     assert info["down"]["evidence"] == "readiness=no_answer workers=no_answer server_info=no_answer"
     # A declared kind serves no target_info on /probe: nothing was detected.
     declared = FleetTarget(name="x", url="http://s:1")
-    from sentinel.fleet.prober import TargetResult
+    from sglang_sentinel.fleet.prober import TargetResult
 
     plain = TargetResult(declared, (), None, None, 0.0, 0.0, 0.0, None, "server")
     assert all(f.name != "sentinel_target_info" for f in result_families(plain))

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sentinel_sim.testing import SimProcess
+from sglang_sentinel_sim.testing import SimProcess
 from support.live_prometheus import PROMETHEUS, free_port, requires_prometheus
 
 yaml = pytest.importorskip(
@@ -78,7 +78,7 @@ def test_prometheus_scrapes_probe_per_target_with_the_documented_relabelling(
     )
     log = (tmp_path / "out.log").open("wb")
     fleet = subprocess.Popen(
-        [sys.executable, "-m", "sentinel", "fleet", "--config", str(cfg)],
+        [sys.executable, "-m", "sglang_sentinel", "fleet", "--config", str(cfg)],
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,

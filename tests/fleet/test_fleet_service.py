@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from sentinel.fleet import FleetFile, FleetService
-from sentinel_sim.testing import SimProcess
+from sglang_sentinel.fleet import FleetFile, FleetService
+from sglang_sentinel_sim.testing import SimProcess
 
 
 def values(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sentinel.config import load_settings
+from sglang_sentinel.config import load_settings
 
 
 def _names(text: str) -> set[str]:
@@ -27,10 +27,10 @@ def _names(text: str) -> set[str]:
 
 
 async def _gather() -> set[str]:
-    from sentinel.collect import build_collector_set
-    from sentinel.schedule.metrics import RequestTimings, RunFigures, ScheduleMetrics
-    from sentinel.supervise import Supervisor, SupervisorCollector
-    from sentinel_sim import serve
+    from sglang_sentinel.collect import build_collector_set
+    from sglang_sentinel.schedule.metrics import RequestTimings, RunFigures, ScheduleMetrics
+    from sglang_sentinel.supervise import Supervisor, SupervisorCollector
+    from sglang_sentinel_sim import serve
 
     async with serve(speed=100, enable_metrics=True) as sim:
         port = int(sim.base_url.rsplit(":", 1)[1])
@@ -85,7 +85,7 @@ def _router_names() -> set[str]:
     (a router target is another configuration than the default one gathered above)."""
     from pathlib import Path
 
-    from sentinel.collect.router import RouterCollector, _Config
+    from sglang_sentinel.collect.router import RouterCollector, _Config
 
     data = Path(__file__).parents[1] / "router" / "data"
     metrics = (data / "smg-1.13.0-metrics-faults.prom").read_text()

@@ -11,10 +11,10 @@ import httpx
 import pytest
 from prometheus_client.core import Metric
 
-from sentinel.group.coordinator import GroupCoordinator
-from sentinel.group.settings import GroupSettings
-from sentinel.supervise import Supervisor
-from sentinel.supervise.settings import ServerSettings
+from sglang_sentinel.group.coordinator import GroupCoordinator
+from sglang_sentinel.group.settings import GroupSettings
+from sglang_sentinel.supervise import Supervisor
+from sglang_sentinel.supervise.settings import ServerSettings
 
 TOKEN = "coordinator-test-token-0123456789"
 

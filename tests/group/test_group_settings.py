@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sentinel.config import ConfigError, load_settings
-from sentinel.group import member_of
-from sentinel.supervise.launch import render_command
+from sglang_sentinel.config import ConfigError, load_settings
+from sglang_sentinel.group import member_of
+from sglang_sentinel.supervise.launch import render_command
 
 TOKEN = "a-shared-secret-of-32-characters"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sentinel.group.state import Action, MemberView, Plan, decide
+from sglang_sentinel.group.state import Action, MemberView, Plan, decide
 
 GIB = 1024**3
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sentinel.cli.status import EXIT_DEGRADED, EXIT_OK, health_code, summarize
+from sglang_sentinel.cli.status import EXIT_DEGRADED, EXIT_OK, health_code, summarize
 
 
 def _status(state: str, group: dict[str, Any]) -> dict[str, Any]:

@@ -11,14 +11,14 @@ import bcrypt
 import httpx
 import pytest
 
-from sentinel.collect import CollectorSet
-from sentinel.export import Exporter
-from sentinel.export.settings import ExporterSettings
-from sentinel.group.local import LocalMember
-from sentinel.group.peerapi import PeerApi
-from sentinel.log import configure_logging
-from sentinel.supervise import Supervisor
-from sentinel.supervise.settings import ServerSettings
+from sglang_sentinel.collect import CollectorSet
+from sglang_sentinel.export import Exporter
+from sglang_sentinel.export.settings import ExporterSettings
+from sglang_sentinel.group.local import LocalMember
+from sglang_sentinel.group.peerapi import PeerApi
+from sglang_sentinel.log import configure_logging
+from sglang_sentinel.supervise import Supervisor
+from sglang_sentinel.supervise.settings import ServerSettings
 
 TOKEN = "peer-token-0123456789abcdef"
 

@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
-from sentinel.config import load_settings
-from sentinel.daemon import Daemon
-from sentinel.verdict import verdict
+from sglang_sentinel.config import load_settings
+from sglang_sentinel.daemon import Daemon
+from sglang_sentinel.verdict import verdict
 
 pytestmark = [pytest.mark.slow]
 

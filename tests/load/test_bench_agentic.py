@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from sentinel.cli import build_parser, main
-from sentinel.cli.bench import build_spec
-from sentinel.cli.common import CliError
-from sentinel.load.agentic import load_agentic, summary_lines
-from sentinel.load.spec import AgenticTraceDataset, SpecError
+from sglang_sentinel.cli import build_parser, main
+from sglang_sentinel.cli.bench import build_spec
+from sglang_sentinel.cli.common import CliError
+from sglang_sentinel.load.agentic import load_agentic, summary_lines
+from sglang_sentinel.load.spec import AgenticTraceDataset, SpecError
 
 SYSTEM = {"role": "system", "content": "You are an agent."}
 
@@ -181,7 +181,7 @@ async def test_default_output_is_220_per_turn_and_warm_up_sends_a_first_round(
 
 
 def test_ramp_steps_move_on_to_fresh_conversations(tmp_path: Path) -> None:
-    from sentinel.cli.bench_ramp import ramp_steps
+    from sglang_sentinel.cli.bench_ramp import ramp_steps
 
     path = _trace(tmp_path, [_conv(name, 2) for name in "abcdef"])
     steps = ramp_steps(

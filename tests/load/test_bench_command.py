@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sentinel.cli import main
+from sglang_sentinel.cli import main
 
 pytestmark = pytest.mark.asyncio
 

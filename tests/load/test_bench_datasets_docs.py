@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sentinel.cli import main
+from sglang_sentinel.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "bench.md"

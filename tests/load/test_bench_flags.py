@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from sentinel.cli import build_parser
-from sentinel.cli.bench import build_spec
-from sentinel.cli.bench_flags import REJECTED, REJECTED_DATASETS
-from sentinel.cli.common import CliError
-from sentinel.load import LoadSpec, RandomDataset, format_result_block, run_load
+from sglang_sentinel.cli import build_parser
+from sglang_sentinel.cli.bench import build_spec
+from sglang_sentinel.cli.bench_flags import REJECTED, REJECTED_DATASETS
+from sglang_sentinel.cli.common import CliError
+from sglang_sentinel.load import LoadSpec, RandomDataset, format_result_block, run_load
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "bench.md"
@@ -222,8 +222,8 @@ SHAREGPT = FIXTURES / "sharegpt_tiny.json"  # written for these tests, in ShareG
 
 
 def test_sharegpt_sampling_as_bench_serving() -> None:
-    from sentinel.load.datasets import load_sharegpt
-    from sentinel.load.spec import Backend, ShareGPTDataset
+    from sglang_sentinel.load.datasets import load_sharegpt
+    from sglang_sentinel.load.spec import Backend, ShareGPTDataset
 
     prompts = load_sharegpt(ShareGPTDataset(SHAREGPT), Backend.SGLANG, seed=1)
     # "b" has one turn and "c" a completion under 2 tokens: both dropped, as bench_serving does.

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from sentinel.cli import build_parser, main
-from sentinel.cli.bench import build_spec
-from sentinel.cli.bench_datasets import dataset_warnings
-from sentinel.cli.common import CliError
-from sentinel.load.datasets import Prompt, PromptSource
-from sentinel.load.spec import LoadSpec, SharedPrefixDataset
+from sglang_sentinel.cli import build_parser, main
+from sglang_sentinel.cli.bench import build_spec
+from sglang_sentinel.cli.bench_datasets import dataset_warnings
+from sglang_sentinel.cli.common import CliError
+from sglang_sentinel.load.datasets import Prompt, PromptSource
+from sglang_sentinel.load.spec import LoadSpec, SharedPrefixDataset
 
 _GSP = [
     "--dataset-name", "generated-shared-prefix", "--gsp-system-prompt-len", "20", "--gsp-question-len", "10",

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from sentinel.cli import main
-from sentinel.load.request_csv import COLUMNS
-from sentinel.load.run_report import PLOTS
+from sglang_sentinel.cli import main
+from sglang_sentinel.load.request_csv import COLUMNS
+from sglang_sentinel.load.run_report import PLOTS
 from support.headless_chromium import check_report_page, requires_chromium
 
 pytestmark = pytest.mark.asyncio

@@ -14,11 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
-from sentinel.cli import build_parser, main
-from sentinel.cli.bench import build_spec
-from sentinel.cli.bench_plot import text_plot
-from sentinel.cli.bench_profile import profile_plan
-from sentinel.cli.common import CliError
+from sglang_sentinel.cli import build_parser, main
+from sglang_sentinel.cli.bench import build_spec
+from sglang_sentinel.cli.bench_plot import text_plot
+from sglang_sentinel.cli.bench_profile import profile_plan
+from sglang_sentinel.cli.common import CliError
 
 SMALL = [
     "--num-prompts",

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from sentinel.cli import build_parser, main
-from sentinel.cli.bench import build_spec
-from sentinel.cli.bench_datasets import dataset_warnings
-from sentinel.cli.common import CliError
-from sentinel.load.chat_template import ChatTemplate, load_chat_template
-from sentinel.load.datasets import PromptSource, suffixed
+from sglang_sentinel.cli import build_parser, main
+from sglang_sentinel.cli.bench import build_spec
+from sglang_sentinel.cli.bench_datasets import dataset_warnings
+from sglang_sentinel.cli.common import CliError
+from sglang_sentinel.load.chat_template import ChatTemplate, load_chat_template
+from sglang_sentinel.load.datasets import PromptSource, suffixed
 
 needs_tokenizers = pytest.mark.skipif(
     importlib.util.find_spec("tokenizers") is None or importlib.util.find_spec("jinja2") is None,

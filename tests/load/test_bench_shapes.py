@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from sentinel.cli import build_parser, main
-from sentinel.cli.bench import build_spec
-from sentinel.cli.bench_ramp import ramp_steps
-from sentinel.cli.common import CliError
+from sglang_sentinel.cli import build_parser, main
+from sglang_sentinel.cli.bench import build_spec
+from sglang_sentinel.cli.bench_ramp import ramp_steps
+from sglang_sentinel.cli.common import CliError
 
 
 def _args(*argv: str) -> argparse.Namespace:

@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from sentinel.cli import build_parser, main
-from sentinel.cli.bench import build_spec
-from sentinel.cli.common import CliError
-from sentinel.load.datasets import PromptSource
-from sentinel.load.spec import ArrivalProcess, MooncakeDataset
-from sentinel.load.tokenizer import load_tokenizer
-from sentinel.load.trace import load_mooncake, mooncake_prompts
+from sglang_sentinel.cli import build_parser, main
+from sglang_sentinel.cli.bench import build_spec
+from sglang_sentinel.cli.common import CliError
+from sglang_sentinel.load.datasets import PromptSource
+from sglang_sentinel.load.spec import ArrivalProcess, MooncakeDataset
+from sglang_sentinel.load.tokenizer import load_tokenizer
+from sglang_sentinel.load.trace import load_mooncake, mooncake_prompts
 
 HAVE_TOKENIZERS = importlib.util.find_spec("tokenizers") is not None
 needs_tokenizers = pytest.mark.skipif(

@@ -29,8 +29,8 @@ from typing import Any
 
 import pytest
 
-from sentinel.load.progress import ProgressLine
-from sentinel.load.records import LoadCounters, RequestRecord
+from sglang_sentinel.load.progress import ProgressLine
+from sglang_sentinel.load.records import LoadCounters, RequestRecord
 
 _COLUMNS = 120
 _LIVE = re.compile(
@@ -121,7 +121,7 @@ def bench_on_pty() -> Iterator[Callable[..., PtyRun]]:
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
         proc = subprocess.Popen(
-            [sys.executable, "-m", "sentinel", "bench", *argv],
+            [sys.executable, "-m", "sglang_sentinel", "bench", *argv],
             stdin=slave,
             stdout=slave,
             stderr=slave if stderr_tty else subprocess.PIPE,
@@ -343,7 +343,7 @@ def test_tokens_count_as_they_stream_not_only_at_completion() -> None:
 
 async def test_the_engine_publishes_the_streams_in_flight(sim_factory: Any) -> None:
     """While a long request streams, its parser is in ``counters.streaming`` with its tokens."""
-    from sentinel.load import LoadSpec, RandomDataset, run_load
+    from sglang_sentinel.load import LoadSpec, RandomDataset, run_load
 
     # 40 tokens over about 2 s (--speed 4): some 40 polls every 50 ms while the request streams.
     sim = sim_factory("--skip-server-warmup", "--speed", "4")

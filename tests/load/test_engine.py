@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from sentinel.load import (
+from sglang_sentinel.load import (
     ArrivalProcess,
     Backend,
     FailureReason,

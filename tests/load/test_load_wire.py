@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sentinel.load import ArrivalProcess, FailureReason, LoadSpec, RandomDataset, run_load
+from sglang_sentinel.load import ArrivalProcess, FailureReason, LoadSpec, RandomDataset, run_load
 from support.rawhttp import Reader, Start, Writer, chunked
 
 pytestmark = pytest.mark.asyncio
@@ -209,7 +209,7 @@ async def test_a_never_ending_sse_event_is_a_counted_malformed_failure(
     # near the limit. Lines within one never-ending event (newlines=True) count the same.
     import tracemalloc
 
-    from sentinel.load.sink import EVENT_LIMIT
+    from sglang_sentinel.load.sink import EVENT_LIMIT
     from support.rawhttp import CHUNKED_HEAD, chunk
 
     sent = [0]

@@ -9,8 +9,16 @@ from typing import Any
 
 import pytest
 
-from sentinel.cli import main
-from sentinel.load import ArrivalProcess, Backend, FailureReason, LoadSpec, RandomDataset, RunResult, run_load
+from sglang_sentinel.cli import main
+from sglang_sentinel.load import (
+    ArrivalProcess,
+    Backend,
+    FailureReason,
+    LoadSpec,
+    RandomDataset,
+    RunResult,
+    run_load,
+)
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 

@@ -1,4 +1,4 @@
-"""The OpenAI parsers' byte-shape fast path (`sentinel.load.openai_chunks`) against the full decode.
+"""The OpenAI parsers' byte-shape fast path (`sglang_sentinel.load.openai_chunks`) against the full decode.
 
 Property-style: many generated streams of chunks, in SGLang's shape and in shapes around it
 (escapes, \\u escapes, non-ASCII, invalid UTF-8, usage-only and error chunks, several choices,
@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from sentinel.load.backends import OpenAIParser, ResponseParser, StreamFailure
-from sentinel.load.openai_chunks import CHAT_CHUNK, COMPLETION_CHUNK
-from sentinel.load.records import FailureReason, RequestRecord
-from sentinel.load.sink import split_events
+from sglang_sentinel.load.backends import OpenAIParser, ResponseParser, StreamFailure
+from sglang_sentinel.load.openai_chunks import CHAT_CHUNK, COMPLETION_CHUNK
+from sglang_sentinel.load.records import FailureReason, RequestRecord
+from sglang_sentinel.load.sink import split_events
 
 # What SGLang 0.5.9 (and `sentinel sim`) writes, byte for byte: chunks of `curl -N` output; the
 # chat file ends with two in 0.5.23's usage shape (`completion_tokens_details`).

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from sentinel.load import LoadSpec, RandomDataset
-from sentinel.load.session import MODELS_MAX_BYTES, make_session, resolve_model
+from sglang_sentinel.load import LoadSpec, RandomDataset
+from sglang_sentinel.load.session import MODELS_MAX_BYTES, make_session, resolve_model
 
 
 @pytest.fixture
@@ -75,9 +75,9 @@ async def test_an_oversized_model_list_is_refused_not_buffered(
 async def test_bench_server_info_is_read_under_the_same_cap(
     models_server: tuple[str, dict[str, web.StreamResponse | bytes]], oversized: bool
 ) -> None:
-    from sentinel.cli.bench_server import _SERVER_INFO_MAX_BYTES, record_server_info
-    from sentinel.load import compute_metrics
-    from sentinel.load.result import RunResult
+    from sglang_sentinel.cli.bench_server import _SERVER_INFO_MAX_BYTES, record_server_info
+    from sglang_sentinel.load import compute_metrics
+    from sglang_sentinel.load.result import RunResult
 
     url, replies = models_server
     pad = b" " * (_SERVER_INFO_MAX_BYTES + 1 if oversized else 10)

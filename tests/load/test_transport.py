@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from sentinel.load.transport import ConnectError, ConnectionLost, HttpClient, ProtocolError
+from sglang_sentinel.load.transport import ConnectError, ConnectionLost, HttpClient, ProtocolError
 from support.rawhttp import Reader, Sink, Start, Writer, chunked
 
 pytestmark = pytest.mark.asyncio

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from sentinel.load import transport
-from sentinel.load.transport import HttpClient, ProtocolError
+from sglang_sentinel.load import transport
+from sglang_sentinel.load.transport import HttpClient, ProtocolError
 from support.rawhttp import CHUNKED_HEAD, Sink, chunk
 
 pytestmark = pytest.mark.asyncio

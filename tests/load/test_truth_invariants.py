@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from sentinel.load import ArrivalProcess, Backend, LoadSpec, RandomDataset, run_load
+from sglang_sentinel.load import ArrivalProcess, Backend, LoadSpec, RandomDataset, run_load
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sentinel.load import (
+from sglang_sentinel.load import (
     ArrivalProcess,
     Backend,
     LoadSpec,
@@ -21,8 +21,8 @@ from sentinel.load import (
     RunResult,
     run_load,
 )
-from sentinel.load.figures import MIN_LATE_SAMPLES
-from sentinel.load.stats import percentile
+from sglang_sentinel.load.figures import MIN_LATE_SAMPLES
+from sglang_sentinel.load.stats import percentile
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 
@@ -104,7 +104,7 @@ async def test_chat_output_throughput_matches_the_truth_at_saturation(sim_factor
 
 
 def _send_delay_rule(result: RunResult) -> bool:
-    """The verdict's send-delay rule (sentinel.load.figures) on the run's own records: p99 of
+    """The verdict's send-delay rule (sglang_sentinel.load.figures) on the run's own records: p99 of
     sent - max(sendable, the previous send) over max_schedule_lag_s, by at least
     MIN_LATE_SAMPLES sends."""
     limit = result.spec.max_schedule_lag_s

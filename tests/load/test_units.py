@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sentinel.load import (
+from sglang_sentinel.load import (
     ArrivalProcess,
     Backend,
     FailureReason,
@@ -22,12 +22,12 @@ from sentinel.load import (
     SpecError,
     compute_metrics,
 )
-from sentinel.load.arrivals import planned_offsets
-from sentinel.load.backends import NativeParser, StreamFailure
-from sentinel.load.datasets import PromptSource, load_jsonl
-from sentinel.load.engine import _duration
-from sentinel.load.sink import split_events
-from sentinel.load.stats import percentile, summarize
+from sglang_sentinel.load.arrivals import planned_offsets
+from sglang_sentinel.load.backends import NativeParser, StreamFailure
+from sglang_sentinel.load.datasets import PromptSource, load_jsonl
+from sglang_sentinel.load.engine import _duration
+from sglang_sentinel.load.sink import split_events
+from sglang_sentinel.load.stats import percentile, summarize
 
 # ---------------------------------------------------------------- stats (numpy's conventions)
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sentinel.sglang.series import server_total
+from sglang_sentinel.sglang.series import server_total
 from support.live_prometheus import PROMTOOL, Prometheus, requires_prometheus
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,11 +18,16 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
-from sentinel.config import ConfigError, load_settings
-from sentinel.daemon import Daemon
-from sentinel.router.detect import classify, detect_kind
-from sentinel.schedule.polite import LoadReadError, ServerLoadReader, parse_loads_json, parse_metrics_text
-from sentinel_sim import serve
+from sglang_sentinel.config import ConfigError, load_settings
+from sglang_sentinel.daemon import Daemon
+from sglang_sentinel.router.detect import classify, detect_kind
+from sglang_sentinel.schedule.polite import (
+    LoadReadError,
+    ServerLoadReader,
+    parse_loads_json,
+    parse_metrics_text,
+)
+from sglang_sentinel_sim import serve
 
 DATA = Path(__file__).with_name("data")
 WORKERS = json.loads((DATA / "smg-1.13.0-workers.json").read_text())
@@ -294,7 +299,7 @@ def test_calibration_can_target_one_worker_behind_the_router(tmp_path: Path) -> 
 
 
 async def test_a_stop_during_detection_does_not_wait_for_its_timeout(tmp_path: Path) -> None:
-    from sentinel.daemon import _Stopped
+    from sglang_sentinel.daemon import _Stopped
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

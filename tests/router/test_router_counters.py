@@ -14,9 +14,9 @@ import httpx
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from sentinel.collect.router import RouterCollector, _Config, router_families
-from sentinel.router import read_router
-from sentinel.router.counters import parse_counters
+from sglang_sentinel.collect.router import RouterCollector, _Config, router_families
+from sglang_sentinel.router import read_router
+from sglang_sentinel.router.counters import parse_counters
 
 DATA = Path(__file__).with_name("data")
 FAULTS = (DATA / "smg-1.13.0-metrics-faults.prom").read_text()

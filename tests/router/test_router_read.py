@@ -11,9 +11,9 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sentinel.collect.router import RouterCollector, _Config, router_families
-from sentinel.router import RouterReadError, RouterSnapshot, WorkerView, read_router, resolve_model
-from sentinel.supervise.settings import ServerSettings
+from sglang_sentinel.collect.router import RouterCollector, _Config, router_families
+from sglang_sentinel.router import RouterReadError, RouterSnapshot, WorkerView, read_router, resolve_model
+from sglang_sentinel.supervise.settings import ServerSettings
 
 DATA = Path(__file__).with_name("data")
 WORKERS = json.loads((DATA / "smg-1.13.0-workers.json").read_text())
@@ -155,7 +155,7 @@ def test_half_open_is_not_routable() -> None:
 
 
 def test_a_router_target_turns_the_router_collector_on_unless_the_list_is_explicit() -> None:
-    from sentinel.config import load_settings
+    from sglang_sentinel.config import load_settings
 
     router = {"SENTINEL_SERVER__MODE": "external", "SENTINEL_SERVER__KIND": "router"}
     assert "router" not in load_settings(None, {}).collectors.enabled

@@ -27,8 +27,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sentinel.router.detect import detect_kind
-from sentinel_sim.testing import SimProcess
+from sglang_sentinel.router.detect import detect_kind
+from sglang_sentinel_sim.testing import SimProcess
 
 pytestmark = [
     pytest.mark.slow,
@@ -154,7 +154,7 @@ def foreign_streams(url: str, n: int) -> Iterator[None]:
 
 
 def pool_load(router_url: str) -> float:
-    from sentinel.schedule.polite import ServerLoadReader
+    from sglang_sentinel.schedule.polite import ServerLoadReader
 
     async def read() -> float:
         reader = ServerLoadReader(router_url, "auto", 5.0, kind="router")
@@ -214,7 +214,7 @@ def test_run_and_fleet_against_the_real_router(
             "[server.checks.canary]\ninterval = 2\n"
             f'[exporter]\nport = {exporter}\n[collectors]\nenabled = ["sglang", "router"]\n'
         )
-        run_cmd = [sys.executable, "-m", "sentinel", "run", "--config", str(config)]
+        run_cmd = [sys.executable, "-m", "sglang_sentinel", "run", "--config", str(config)]
         sentinel = f"http://127.0.0.1:{exporter}"
         with spawn(run_cmd, tmp_path / "sentinel.log") as run:
             wait_for(
@@ -301,7 +301,7 @@ def test_run_and_fleet_against_the_real_router(
             f"[exporter]\nport = {fleet_port}\n"
         )
         fleet = f"http://127.0.0.1:{fleet_port}"
-        fleet_cmd = [sys.executable, "-m", "sentinel", "fleet", "--config", str(fleet_cfg)]
+        fleet_cmd = [sys.executable, "-m", "sglang_sentinel", "fleet", "--config", str(fleet_cfg)]
         with spawn(fleet_cmd, tmp_path / "fleet.log") as proc:
             names = ["w0", "w1", "w2", "router"]
 
@@ -347,7 +347,7 @@ def test_an_open_breaker_on_a_healthy_worker_is_seen_as_unroutable(
     # round-robin sends it requests until the breaker opens.
     from prometheus_client import CollectorRegistry
 
-    from sentinel.collect.router import RouterCollector, _Config
+    from sglang_sentinel.collect.router import RouterCollector, _Config
 
     sims = start_sims(sim_factory, *[("--enable-metrics",)] * 2)
     rport, rmetrics = free_port(), free_port()
@@ -399,8 +399,8 @@ def test_a_prefill_decode_pair_of_simulators_serves_through_the_router_in_pd_mod
 ) -> None:
     # smg --pd-disaggregation sends each request to a prefill and a decode server, with
     # bootstrap_host/port/room added; the client gets the decode server's answer. No KV moves
-    # between the simulators (sentinel_sim.disagg): the pair serves, and each role does its part.
-    from sentinel.collect.router import RouterCollector, _Config
+    # between the simulators (sglang_sentinel_sim.disagg): the pair serves, and each role does its part.
+    from sglang_sentinel.collect.router import RouterCollector, _Config
 
     bport = free_port()
     role_flags = ("--enable-metrics", "--disaggregation-mode")

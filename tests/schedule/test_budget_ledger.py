@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from sentinel.schedule.budget import WINDOW_SECONDS, TokenBudget
-from sentinel.schedule.ledger import LEDGER_FILE, BudgetLedger
+from sglang_sentinel.schedule.budget import WINDOW_SECONDS, TokenBudget
+from sglang_sentinel.schedule.ledger import LEDGER_FILE, BudgetLedger
 
 LIMIT = 15_000
 

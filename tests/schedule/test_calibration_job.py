@@ -6,10 +6,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
 
-from sentinel.calibrate.settings import CalibrationSettings
-from sentinel.schedule.calibration import CalibrationJob
-from sentinel.schedule.metrics import ScheduleMetrics
-from sentinel.schedule.scheduler import LoadScheduler
+from sglang_sentinel.calibrate.settings import CalibrationSettings
+from sglang_sentinel.schedule.calibration import CalibrationJob
+from sglang_sentinel.schedule.metrics import ScheduleMetrics
+from sglang_sentinel.schedule.scheduler import LoadScheduler
 
 
 class _Once:

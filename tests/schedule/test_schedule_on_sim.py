@@ -10,13 +10,13 @@ from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry
 
-from sentinel.load import ArrivalProcess, LoadSpec, RandomDataset, run_load
-from sentinel.schedule.executor import LoadEngineExecutor
-from sentinel.schedule.metrics import ScheduleMetrics
-from sentinel.schedule.polite import ServerLoadReader
-from sentinel.schedule.scheduler import LoadScheduler
-from sentinel.schedule.settings import ScheduleSettings
-from sentinel.statedir import StateDir
+from sglang_sentinel.load import ArrivalProcess, LoadSpec, RandomDataset, run_load
+from sglang_sentinel.schedule.executor import LoadEngineExecutor
+from sglang_sentinel.schedule.metrics import ScheduleMetrics
+from sglang_sentinel.schedule.polite import ServerLoadReader
+from sglang_sentinel.schedule.scheduler import LoadScheduler
+from sglang_sentinel.schedule.settings import ScheduleSettings
+from sglang_sentinel.statedir import StateDir
 
 
 class ReadyServer:

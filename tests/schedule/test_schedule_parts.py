@@ -10,13 +10,13 @@ from typing import Any
 import httpx
 import pytest
 
-from sentinel.config import ConfigError, load_settings
-from sentinel.load import ArrivalProcess
-from sentinel.schedule.breaker import BreakerSignals, trip_reason
-from sentinel.schedule.budget import WINDOW_SECONDS, TokenBudget
-from sentinel.schedule.executor import spec_for
-from sentinel.schedule.plan import plan_run
-from sentinel.schedule.polite import (
+from sglang_sentinel.config import ConfigError, load_settings
+from sglang_sentinel.load import ArrivalProcess
+from sglang_sentinel.schedule.breaker import BreakerSignals, trip_reason
+from sglang_sentinel.schedule.budget import WINDOW_SECONDS, TokenBudget
+from sglang_sentinel.schedule.executor import spec_for
+from sglang_sentinel.schedule.plan import plan_run
+from sglang_sentinel.schedule.polite import (
     LoadReadError,
     ServerLoad,
     ServerLoadReader,
@@ -25,8 +25,8 @@ from sentinel.schedule.polite import (
     parse_metrics_text,
     too_busy_now,
 )
-from sentinel.schedule.settings import BreakerSettings, LoadProfileSettings, PoliteSettings
-from sentinel.statedir import StateDir
+from sglang_sentinel.schedule.settings import BreakerSettings, LoadProfileSettings, PoliteSettings
+from sglang_sentinel.statedir import StateDir
 
 # Real SGLang output (copies of the project's reference samples, kept in the repository).
 SAMPLES = Path(__file__).resolve().parents[1] / "collect" / "samples"
@@ -62,7 +62,7 @@ def test_history_is_bounded_and_skips_torn_lines(tmp_path: Path) -> None:
 
 
 def test_unusable_state_dir_is_a_clear_error(tmp_path: Path) -> None:
-    from sentinel.statedir import StateError
+    from sglang_sentinel.statedir import StateError
 
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
@@ -318,7 +318,7 @@ def test_exposition_passes_promtool_lint() -> None:
 
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from sentinel.schedule.metrics import RequestTimings, RunFigures, ScheduleMetrics
+    from sglang_sentinel.schedule.metrics import RequestTimings, RunFigures, ScheduleMetrics
 
     promtool = shutil.which("promtool")
     if promtool is None:
@@ -340,7 +340,7 @@ def test_exposition_passes_promtool_lint() -> None:
 
 
 def test_own_traffic_matches_a_sampled_gauge_with_the_window_peak() -> None:
-    from sentinel.schedule.polite import OwnTraffic, assess
+    from sglang_sentinel.schedule.polite import OwnTraffic, assess
 
     now = [1000.0]
     own = OwnTraffic(clock=lambda: now[0])

@@ -13,14 +13,14 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from structlog.testing import capture_logs
 
-from sentinel.load.records import LoadCounters
-from sentinel.schedule.executor import LoadEngineExecutor
-from sentinel.schedule.metrics import RequestTimings, RunFigures, ScheduleMetrics
-from sentinel.schedule.plan import RunPlan, RunReport
-from sentinel.schedule.polite import LoadReadError, ServerLoad
-from sentinel.schedule.scheduler import LoadScheduler
-from sentinel.schedule.settings import LoadProfileSettings, ScheduleSettings
-from sentinel.statedir import StateDir
+from sglang_sentinel.load.records import LoadCounters
+from sglang_sentinel.schedule.executor import LoadEngineExecutor
+from sglang_sentinel.schedule.metrics import RequestTimings, RunFigures, ScheduleMetrics
+from sglang_sentinel.schedule.plan import RunPlan, RunReport
+from sglang_sentinel.schedule.polite import LoadReadError, ServerLoad
+from sglang_sentinel.schedule.scheduler import LoadScheduler
+from sglang_sentinel.schedule.settings import LoadProfileSettings, ScheduleSettings
+from sglang_sentinel.statedir import StateDir
 
 
 class FakeServer:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sentinel.sglang.launch_facts import GLM5_NVFP4_TABLE, dsa_verdicts, glm5_choice
+from sglang_sentinel.sglang.launch_facts import GLM5_NVFP4_TABLE, dsa_verdicts, glm5_choice
 
 VERSIONS = [f"0.5.{p}" for p in range(0, 30)] + ["0.6.0", "1.0.0", None, "garbage"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sentinel.sglang.logparse import (
+from sglang_sentinel.sglang.logparse import (
     CrashKind,
     CrashSignature,
     DecodeBatch,

@@ -12,9 +12,9 @@ import structlog
 import structlog.testing
 from prometheus_client.parser import text_string_to_metric_families
 
-from sentinel.schedule.polite import parse_loads_json, parse_metrics_text
-from sentinel.sglang.launch_facts import launch_facts
-from sentinel.sglang.logparse import (
+from sglang_sentinel.schedule.polite import parse_loads_json, parse_metrics_text
+from sglang_sentinel.sglang.launch_facts import launch_facts
+from sglang_sentinel.sglang.logparse import (
     CrashKind,
     CrashSignature,
     DecodeBatch,
@@ -24,8 +24,8 @@ from sentinel.sglang.logparse import (
     classify_crash,
     parse_line,
 )
-from sentinel.sglang.series import loads_totals, server_total
-from sentinel.sglang.versions import (
+from sglang_sentinel.sglang.series import loads_totals, server_total
+from sglang_sentinel.sglang.versions import (
     CHANGES,
     NEWEST_KNOWN,
     Version,
@@ -34,8 +34,8 @@ from sentinel.sglang.versions import (
     parse_version,
     resolve,
 )
-from sentinel.supervise.classify import classify_exit
-from sentinel.supervise.runners import ExitInfo
+from sglang_sentinel.supervise.classify import classify_exit
+from sglang_sentinel.supervise.runners import ExitInfo
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "versions"
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "sglang-versions.md"

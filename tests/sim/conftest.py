@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from sentinel_sim import SimServer, serve
+from sglang_sentinel_sim import SimServer, serve
 
 
 class Captured(io.StringIO):

@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from sentinel.sglang.logparse import DecodeBatch, parse_line
-from sentinel_sim import SimServer, serve
+from sglang_sentinel.sglang.logparse import DecodeBatch, parse_line
+from sglang_sentinel_sim import SimServer, serve
 from support.sim_sse import decode, sse
 
 EOS = 154820

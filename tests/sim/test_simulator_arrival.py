@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from sentinel_sim import SimServer, rxtime, serve
+from sglang_sentinel_sim import SimServer, rxtime, serve
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="kernel receive timestamps are Linux's")
 

@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from sentinel.cli import main
+from sglang_sentinel.cli import main
 
 
 def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:

@@ -11,8 +11,8 @@ import sys
 import httpx
 import pytest
 
-from sentinel_sim import serve
-from sentinel_sim.disagg import NO_ROOM_MESSAGE
+from sglang_sentinel_sim import serve
+from sglang_sentinel_sim.disagg import NO_ROOM_MESSAGE
 
 ROOM = {"bootstrap_host": "127.0.0.1", "bootstrap_port": 8998, "bootstrap_room": 12345}
 
@@ -157,7 +157,7 @@ async def test_the_fake_transfer_backend_needs_no_room() -> None:
 
 def test_disaggregation_flags_are_checked() -> None:
     def check(*args: str) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "sentinel_sim", "--check-args", *args]
+        cmd = [sys.executable, "-m", "sglang_sentinel_sim", "--check-args", *args]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
     assert (

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from sentinel_sim.config import SimConfig
-from sentinel_sim.engine import Engine, EngineHooks, Request
-from sentinel_sim.profiles import get_profile
-from sentinel_sim.text import Script
+from sglang_sentinel_sim.config import SimConfig
+from sglang_sentinel_sim.engine import Engine, EngineHooks, Request
+from sglang_sentinel_sim.profiles import get_profile
+from sglang_sentinel_sim.text import Script
 from support.sim_virtual import simulate
 
 GLM = get_profile("glm5-nvfp4-8x-rtxpro6000")

@@ -11,8 +11,8 @@ import time
 import httpx
 import pytest
 
-from sentinel.sglang.logparse import CrashKind, classify_crash
-from sentinel_sim import serve
+from sglang_sentinel.sglang.logparse import CrashKind, classify_crash
+from sglang_sentinel_sim import serve
 from support.sim_sse import sse
 
 LONG = {"text": "x", "sampling_params": {"max_new_tokens": 100000, "ignore_eos": True}}

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from sentinel_sim.profiles import DEFAULT_PROFILE, get_profile
+from sglang_sentinel_sim.profiles import DEFAULT_PROFILE, get_profile
 from support.sim_fidelity import TARGETS, drive_scenario, run_virtual, scenario_poisson
 from support.sim_virtual import simulate
 

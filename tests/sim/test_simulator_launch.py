@@ -1,4 +1,4 @@
-"""The launch flags the performance model reacts to (sentinel_sim/launchflags.py, launchmodel.py):
+"""The launch flags the performance model reacts to (sglang_sentinel_sim/launchflags.py, launchmodel.py):
 each effect measured through the engine in virtual time, the start-up failures and the garbage
 answers through an in-process server, the flag errors through the CLI."""
 
@@ -12,18 +12,18 @@ import signal
 import httpx
 import pytest
 
-from sentinel.cli import main
-from sentinel.sglang.crashes import CrashKind
-from sentinel.sglang.launch_facts import dsa_verdicts
-from sentinel.sglang.logparse import classify_crash
-from sentinel.supervise.probes import probe_canary
-from sentinel.supervise.settings import CanaryCheckSettings
-from sentinel_sim import serve
-from sentinel_sim.config import SimConfig
-from sentinel_sim.engine import Engine, Request
-from sentinel_sim.launchflags import LaunchFlags, add_launch_arguments, launch_flags_from
-from sentinel_sim.profiles import Profile, get_profile
-from sentinel_sim.text import Script
+from sglang_sentinel.cli import main
+from sglang_sentinel.sglang.crashes import CrashKind
+from sglang_sentinel.sglang.launch_facts import dsa_verdicts
+from sglang_sentinel.sglang.logparse import classify_crash
+from sglang_sentinel.supervise.probes import probe_canary
+from sglang_sentinel.supervise.settings import CanaryCheckSettings
+from sglang_sentinel_sim import serve
+from sglang_sentinel_sim.config import SimConfig
+from sglang_sentinel_sim.engine import Engine, Request
+from sglang_sentinel_sim.launchflags import LaunchFlags, add_launch_arguments, launch_flags_from
+from sglang_sentinel_sim.profiles import Profile, get_profile
+from sglang_sentinel_sim.text import Script
 from support.sim_virtual import simulate
 
 GLM = get_profile("glm5-nvfp4-8x-rtxpro6000")

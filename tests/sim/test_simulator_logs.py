@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 
-from sentinel.sglang.logparse import (
+from sglang_sentinel.sglang.logparse import (
     DecodeBatch,
     HealthCheckFailed,
     HttpAccess,
@@ -18,7 +18,7 @@ from sentinel.sglang.logparse import (
     ServerCapacity,
     parse_line,
 )
-from sentinel_sim import serve
+from sglang_sentinel_sim import serve
 
 # Real SGLang output (copies of the project's reference samples, kept in the repository).
 SAMPLES = Path(__file__).resolve().parents[1] / "collect" / "samples"

@@ -16,8 +16,8 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from sentinel_sim import SimServer, serve
-from sentinel_sim.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, SimMetrics
+from sglang_sentinel_sim import SimServer, serve
+from sglang_sentinel_sim.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, SimMetrics
 from support.sglang_metricnames import MetricFamily, by_name
 from support.sim_sse import decode, sse
 

@@ -10,9 +10,9 @@ import socket
 import httpx
 import pytest
 
-from sentinel_sim import serve
-from sentinel_sim.config import SimConfig
-from sentinel_sim.follower import DUMMY_STARTED, run_follower
+from sglang_sentinel_sim import serve
+from sglang_sentinel_sim.config import SimConfig
+from sglang_sentinel_sim.follower import DUMMY_STARTED, run_follower
 
 
 def _free_port() -> int:

@@ -1,4 +1,4 @@
-"""The simulator's /start_profile and /stop_profile, per SGLang version (sentinel_sim.profiler)."""
+"""The simulator's /start_profile and /stop_profile, per SGLang version (sglang_sentinel_sim.profiler)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sentinel_sim import serve
+from sglang_sentinel_sim import serve
 
 VERSIONS = ["0.5.9", "0.5.23"]
 Captured = io.StringIO

@@ -1,4 +1,4 @@
-"""The streams' push path (sentinel_sim/push.py) writes the very bytes the handler's own loop writes.
+"""The streams' push path (sglang_sentinel_sim/push.py) writes the very bytes the handler's own loop writes.
 
 Every route and format runs the same scripted request twice on one simulator: once with the
 engine pushing the steady state's events from its decode step, once with every event written by
@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from sentinel_sim import SimServer, serve
-from sentinel_sim.faults import parse_fault_spec
+from sglang_sentinel_sim import SimServer, serve
+from sglang_sentinel_sim.faults import parse_fault_spec
 from support.sim_sse import dechunk, raw_post
 
 pytestmark = pytest.mark.asyncio

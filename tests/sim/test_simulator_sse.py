@@ -1,5 +1,5 @@
 """The streamed responses on the wire: one chunked-encoding frame per SSE event (the simulator's
-fast path writes the frames itself, sentinel_sim/sse.py), HTTP/1.0 clients without chunking,
+fast path writes the frames itself, sglang_sentinel_sim/sse.py), HTTP/1.0 clients without chunking,
 and template-built deltas byte-identical to the ones built from the whole object."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sentinel_sim import SimServer
+from sglang_sentinel_sim import SimServer
 from support.sim_sse import dechunk, raw_post
 
 pytestmark = pytest.mark.asyncio

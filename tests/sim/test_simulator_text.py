@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sentinel_sim.requests import BadRequest, chat_prompt, parse_generate, stop_position
-from sentinel_sim.text import THINK_END, count_tokens, make_script, split_tokens
+from sglang_sentinel_sim.requests import BadRequest, chat_prompt, parse_generate, stop_position
+from sglang_sentinel_sim.text import THINK_END, count_tokens, make_script, split_tokens
 
 
 @pytest.mark.parametrize(

@@ -20,10 +20,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sentinel.sglang.logparse import DecodeBatch, KvRetraction, PrefillBatch, parse_line
-from sentinel_sim import SimServer, serve
-from sentinel_sim import crash as simcrash
-from sentinel_sim.versions import decode_line, prefill_line, retract_line
+from sglang_sentinel.sglang.logparse import DecodeBatch, KvRetraction, PrefillBatch, parse_line
+from sglang_sentinel_sim import SimServer, serve
+from sglang_sentinel_sim import crash as simcrash
+from sglang_sentinel_sim.versions import decode_line, prefill_line, retract_line
 
 FIXTURES = Path(__file__).resolve().parents[1] / "sglang" / "fixtures" / "versions"
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")

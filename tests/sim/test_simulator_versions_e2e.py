@@ -5,13 +5,13 @@ For each variant the simulator is brought to a steady state (more requests than
 step), then its engine is frozen: from then on the ground truth (the engine's running and waiting
 requests, the decode tokens it produced) cannot move, and every reader must return exactly it:
 
-- ``sentinel.sglang.series.server_total`` over the scraped ``sglang:*`` samples,
-- ``sentinel.sglang.logparse.parse_line`` over the last ``Decode batch`` line,
-- the stall probe's ``sentinel.supervise.probes.read_progress`` (decode counter + ``/v1/loads``),
-- polite injection's ``sentinel.schedule.polite.ServerLoadReader`` (``/metrics`` and ``/v1/loads``).
+- ``sglang_sentinel.sglang.series.server_total`` over the scraped ``sglang:*`` samples,
+- ``sglang_sentinel.sglang.logparse.parse_line`` over the last ``Decode batch`` line,
+- the stall probe's ``sglang_sentinel.supervise.probes.read_progress`` (decode counter + ``/v1/loads``),
+- polite injection's ``sglang_sentinel.schedule.polite.ServerLoadReader`` (``/metrics`` and ``/v1/loads``).
 
-Crash texts: each ``crash:text=...`` fault, run as a real ``python -m sentinel_sim`` process, is
-classified by ``sentinel.supervise.classify.classify_exit`` from its exit status and log tail.
+Crash texts: each ``crash:text=...`` fault, run as a real ``python -m sglang_sentinel_sim`` process, is
+classified by ``sglang_sentinel.supervise.classify.classify_exit`` from its exit status and log tail.
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sentinel.schedule.polite import ServerLoadReader
-from sentinel.sglang.logparse import DecodeBatch, NanSanitized, parse_line
-from sentinel.sglang.series import server_total
-from sentinel.supervise.classify import classify_exit
-from sentinel.supervise.probes import read_progress
-from sentinel.supervise.runners import ExitInfo
-from sentinel_sim import SimServer, serve
-from sentinel_sim.testing import SimProcess
+from sglang_sentinel.schedule.polite import ServerLoadReader
+from sglang_sentinel.sglang.logparse import DecodeBatch, NanSanitized, parse_line
+from sglang_sentinel.sglang.series import server_total
+from sglang_sentinel.supervise.classify import classify_exit
+from sglang_sentinel.supervise.probes import read_progress
+from sglang_sentinel.supervise.runners import ExitInfo
+from sglang_sentinel_sim import SimServer, serve
+from sglang_sentinel_sim.testing import SimProcess
 
 RUNNING_CAP = 4
 SUBMITTED = 7  # 4 running, 3 waiting
@@ -250,6 +250,6 @@ async def test_nan_sanitized_warning_is_logged_once_and_serving_goes_on() -> Non
 
 
 def _fault(spec: str) -> Any:
-    from sentinel_sim.faults import parse_fault_spec
+    from sglang_sentinel_sim.faults import parse_fault_spec
 
     return parse_fault_spec(spec)

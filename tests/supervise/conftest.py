@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from sentinel.supervise.launch import BUILTIN_PROFILES, LaunchCommand
-from sentinel.supervise.settings import ServerSettings
+from sglang_sentinel.supervise.launch import BUILTIN_PROFILES, LaunchCommand
+from sglang_sentinel.supervise.settings import ServerSettings
 
 FAKE_SERVER = Path(__file__).with_name("fake_server.py")
 
@@ -90,7 +90,17 @@ def fake_command(port: int, *args: str) -> LaunchCommand:
 
 def sim_command(port: int, *args: str, metrics: bool = True) -> LaunchCommand:
     """The simulator at --speed 100 (start-up ~0.03 s); --lifetime: no sim outlives a broken run."""
-    argv = (sys.executable, "-m", "sentinel_sim", "--port", str(port), "--speed", "100", "--lifetime", "300")
+    argv = (
+        sys.executable,
+        "-m",
+        "sglang_sentinel_sim",
+        "--port",
+        str(port),
+        "--speed",
+        "100",
+        "--lifetime",
+        "300",
+    )
     flags = ("--enable-metrics",) if metrics else ()
     return LaunchCommand("sim", BUILTIN_PROFILES["sim"], (*argv, *flags, *args), {})
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sentinel.cli import main
+from sglang_sentinel.cli import main
 
 
 def free_port() -> int:
@@ -25,7 +25,7 @@ def test_check_default_sim_passes(
     assert main(["check"]) == 0
     out = capsys.readouterr().out
     assert "profile:      sim (command)" in out
-    assert "-m sentinel_sim --host 127.0.0.1" in out
+    assert "-m sglang_sentinel_sim --host 127.0.0.1" in out
     assert "OK    port" in out
 
 
@@ -61,7 +61,7 @@ def test_check_systemd_mode_skips_what_the_unit_owns(
     assert "unit:         sglang-glm5.service" in out
     assert "port" not in out.split("preflight:")[1]
     # The hash printed is the one the supervisor reports (and tags results with) in this mode.
-    from sentinel.config import load_settings
-    from sentinel.supervise import Supervisor
+    from sglang_sentinel.config import load_settings
+    from sglang_sentinel.supervise import Supervisor
 
     assert f"config hash:  {Supervisor(load_settings(cfg).server).config_hash}" in out

@@ -18,9 +18,9 @@ from typing import Any
 import pynvml
 import pytest
 
-from sentinel.cli import main
-from sentinel.collect.gpu.fake import FakeNvml, load_sample
-from sentinel.sglang.launch_facts import GLM5_NVFP4_TABLE
+from sglang_sentinel.cli import main
+from sglang_sentinel.collect.gpu.fake import FakeNvml, load_sample
+from sglang_sentinel.sglang.launch_facts import GLM5_NVFP4_TABLE
 
 FAKE_SGLANG = Path(__file__).with_name("fake_sglang")
 GLM = "glm5-nvfp4-rtxpro6000"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from sentinel.supervise.gaps import GapWatch
-from sentinel.supervise.probes import Progress, StallDetector
+from sglang_sentinel.supervise.gaps import GapWatch
+from sglang_sentinel.supervise.probes import Progress, StallDetector
 
 
 async def test_a_blocked_loop_is_a_gap_and_a_punctual_one_is_not() -> None:

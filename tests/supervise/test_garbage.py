@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sentinel.supervise.garbage import GarbageWatch
-from sentinel.supervise.probes import ProbeResult
+from sglang_sentinel.supervise.garbage import GarbageWatch
+from sglang_sentinel.supervise.probes import ProbeResult
 
 
 def _r(ok: bool, reason: str = "ok", conclusive: bool = True) -> ProbeResult:

@@ -2,7 +2,7 @@
 
 Modes: headers that never end, a body that never ends, a 50 MB body, a server that trickles a byte
 at a time (per-read timeouts never trip), and a reply too large by its Content-Length. Each reader
-(sentinel.httpread itself, the /health probe, the stall check's /metrics read, polite injection's
+(sglang_sentinel.httpread itself, the /health probe, the stall check's /metrics read, polite injection's
 load reader, the canary) must come back within its deadline plus scheduling slack, with a typed
 reason, and without buffering the whole reply.
 """
@@ -18,10 +18,10 @@ from typing import Any
 import httpx
 import pytest
 
-from sentinel.httpread import HttpReadError, read
-from sentinel.schedule.polite import LoadReadError, ServerLoadReader
-from sentinel.supervise.probes import probe_canary, probe_health, read_progress
-from sentinel.supervise.settings import CanaryCheckSettings, CanarySettings
+from sglang_sentinel.httpread import HttpReadError, read
+from sglang_sentinel.schedule.polite import LoadReadError, ServerLoadReader
+from sglang_sentinel.supervise.probes import probe_canary, probe_health, read_progress
+from sglang_sentinel.supervise.settings import CanaryCheckSettings, CanarySettings
 
 DEADLINE = 1.0
 # A busy 2-core box may start the reader late; the bound being checked is "finite and near the

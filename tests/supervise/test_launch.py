@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from sentinel.supervise.launch import (
+from sglang_sentinel.supervise.launch import (
     BUILTIN_PROFILES,
     ProfileError,
     detect_sglang_version,
     parse_version,
     render_command,
 )
-from sentinel.supervise.settings import ServerSettings
+from sglang_sentinel.supervise.settings import ServerSettings
 
 GLM = "glm5-nvfp4-rtxpro6000"
 
@@ -158,7 +158,7 @@ def test_pinned_version_wins_and_bad_pin_is_an_error() -> None:
 
 def test_sim_profile_is_the_default_and_on_loopback() -> None:
     cmd = render_command(ServerSettings())
-    assert cmd.argv[:4] == (sys.executable, "-m", "sentinel_sim", "--host")
+    assert cmd.argv[:4] == (sys.executable, "-m", "sglang_sentinel_sim", "--host")
     assert flag(cmd.argv, "--host") == "127.0.0.1"
     assert flag(cmd.argv, "--port") == "30000"
     assert cmd.profile.required_gpus == 0
@@ -258,7 +258,7 @@ def test_the_simulator_is_a_builtin_command_profile() -> None:
     cmd = render_command(ServerSettings(port=31000, api_key="s3cret"))
     assert cmd.argv == (
         sys.executable,
-        *("-m", "sentinel_sim", "--host", "127.0.0.1", "--port", "31000"),
+        *("-m", "sglang_sentinel_sim", "--host", "127.0.0.1", "--port", "31000"),
         *("--enable-metrics", "--api-key", "s3cret"),
     )
     assert "s3cret" not in cmd.display()
@@ -326,7 +326,7 @@ def test_deprecated_sim_keys_still_render_the_simulator() -> None:
         }
     )
     cmd = render_command(s)
-    assert cmd.argv[:4] == (sys.executable, "-m", "sentinel_sim", "--host")
+    assert cmd.argv[:4] == (sys.executable, "-m", "sglang_sentinel_sim", "--host")
     assert flag(cmd.argv, "--speed") == "50"
     assert flag(cmd.argv, "--fault") == "crash_after=5"
     assert cmd.profile.kind == "command"

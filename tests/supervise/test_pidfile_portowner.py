@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sentinel.supervise.pidfile import ServerPidfile, process_start_ticks
-from sentinel.supervise.portowner import describe_holders, port_holders
+from sglang_sentinel.supervise.pidfile import ServerPidfile, process_start_ticks
+from sglang_sentinel.supervise.portowner import describe_holders, port_holders
 
 
 def test_a_recycled_pid_is_not_a_leftover(tmp_path: Path) -> None:

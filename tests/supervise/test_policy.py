@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from sentinel.supervise.backoff import RestartPolicy
-from sentinel.supervise.classify import classify_exit
-from sentinel.supervise.logbus import LogBus, LogLine, pump_lines
-from sentinel.supervise.runners import ExitInfo
-from sentinel.supervise.settings import RestartSettings
-from sentinel.supervise.state import ServerState, StateChange, StateMachine
+from sglang_sentinel.supervise.backoff import RestartPolicy
+from sglang_sentinel.supervise.classify import classify_exit
+from sglang_sentinel.supervise.logbus import LogBus, LogLine, pump_lines
+from sglang_sentinel.supervise.runners import ExitInfo
+from sglang_sentinel.supervise.settings import RestartSettings
+from sglang_sentinel.supervise.state import ServerState, StateChange, StateMachine
 
 
 def test_backoff_grows_caps_and_jitters() -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sentinel.supervise.launch import LaunchCommand, render_command
-from sentinel.supervise.preflight import (
+from sglang_sentinel.supervise.launch import LaunchCommand, render_command
+from sglang_sentinel.supervise.preflight import (
     GpuInfo,
     PreflightResult,
     check_gpus,
@@ -18,7 +18,7 @@ from sentinel.supervise.preflight import (
     check_port,
     run_preflight,
 )
-from sentinel.supervise.settings import ServerSettings
+from sglang_sentinel.supervise.settings import ServerSettings
 
 GIB = 1 << 30
 # RTX PRO 6000 Blackwell: 96 GB class (reported 97887 MiB), compute capability 12.0.
@@ -151,7 +151,7 @@ async def test_run_preflight_collects_everything() -> None:
 def test_read_gpus_nvml_through_a_fake_pynvml(monkeypatch: pytest.MonkeyPatch) -> None:
     import types
 
-    from sentinel.supervise.preflight import read_gpus_nvml
+    from sglang_sentinel.supervise.preflight import read_gpus_nvml
 
     calls: list[str] = []
 

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sentinel.supervise.probes import (
+from sglang_sentinel.supervise.probes import (
     Progress,
     StallDetector,
     detect_garbage,
@@ -17,7 +17,7 @@ from sentinel.supervise.probes import (
     probe_health,
     read_progress,
 )
-from sentinel.supervise.settings import CanaryCheckSettings
+from sglang_sentinel.supervise.settings import CanaryCheckSettings
 
 SETTINGS = CanaryCheckSettings()
 ARITH, PRIME = SETTINGS.canaries

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from sentinel.supervise import LaunchCommand, ServerState, Supervisor
-from sentinel.supervise.launch import BUILTIN_PROFILES
-from sentinel.supervise.logbus import LogBus
-from sentinel.supervise.runners import ExitInfo, SystemdRunner, _run
-from sentinel.supervise.settings import ServerSettings, SystemdSettings
+from sglang_sentinel.supervise import LaunchCommand, ServerState, Supervisor
+from sglang_sentinel.supervise.launch import BUILTIN_PROFILES
+from sglang_sentinel.supervise.logbus import LogBus
+from sglang_sentinel.supervise.runners import ExitInfo, SystemdRunner, _run
+from sglang_sentinel.supervise.settings import ServerSettings, SystemdSettings
 
 
 def runner_with(states: list[dict[str, str]]) -> SystemdRunner:

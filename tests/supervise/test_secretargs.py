@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from sentinel.redact import MASK, redact, redact_argv, redact_obj, register_secret
-from sentinel.supervise.logbus import LogBus
-from sentinel.supervise.secretargs import SECRETS_FILE, hide_secret_flags
+from sglang_sentinel.redact import MASK, redact, redact_argv, redact_obj, register_secret
+from sglang_sentinel.supervise.logbus import LogBus
+from sglang_sentinel.supervise.secretargs import SECRETS_FILE, hide_secret_flags
 
 
 def test_the_key_moves_into_a_private_config_file(tmp_path: Path) -> None:

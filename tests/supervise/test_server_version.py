@@ -8,13 +8,13 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from sentinel.collect.sglang_metrics import SGLangMetricsCollector
-from sentinel.collect.source import CollectionFailed
-from sentinel.supervise import ServerState, Supervisor
-from sentinel.supervise.launch import LaunchCommand
-from sentinel.supervise.server_version import ServerVersionReader, attach_version_reader
-from sentinel.supervise.settings import ServerSettings
-from sentinel.supervise.state import StateMachine
+from sglang_sentinel.collect.sglang_metrics import SGLangMetricsCollector
+from sglang_sentinel.collect.source import CollectionFailed
+from sglang_sentinel.supervise import ServerState, Supervisor
+from sglang_sentinel.supervise.launch import LaunchCommand
+from sglang_sentinel.supervise.server_version import ServerVersionReader, attach_version_reader
+from sglang_sentinel.supervise.settings import ServerSettings
+from sglang_sentinel.supervise.state import StateMachine
 
 pytestmark = [pytest.mark.usefixtures("no_leaked_children")]
 

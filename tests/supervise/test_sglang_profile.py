@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sentinel.supervise import GpuInfo, ServerState, Supervisor
-from sentinel.supervise.settings import ServerSettings
+from sglang_sentinel.supervise import GpuInfo, ServerState, Supervisor
+from sglang_sentinel.supervise.settings import ServerSettings
 
 pytestmark = [pytest.mark.usefixtures("no_leaked_children")]
 

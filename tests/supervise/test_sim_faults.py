@@ -21,8 +21,8 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sentinel.supervise import ServerState, Supervisor
-from sentinel.supervise.settings import ServerSettings
+from sglang_sentinel.supervise import ServerState, Supervisor
+from sglang_sentinel.supervise.settings import ServerSettings
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_leaked_children")]
 

@@ -17,9 +17,9 @@ import pytest
 import structlog
 from prometheus_client import CollectorRegistry
 
-from sentinel.supervise import Supervisor
-from sentinel.supervise.launch import LaunchCommand
-from sentinel.supervise.settings import ServerSettings
+from sglang_sentinel.supervise import Supervisor
+from sglang_sentinel.supervise.launch import LaunchCommand
+from sglang_sentinel.supervise.settings import ServerSettings
 
 Fast = Callable[..., ServerSettings]
 SimCmd = Callable[..., LaunchCommand]

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sentinel.supervise import LogLine, ServerState, StateChange, Supervisor
-from sentinel.supervise.launch import LaunchCommand
-from sentinel.supervise.settings import ServerSettings
+from sglang_sentinel.supervise import LogLine, ServerState, StateChange, Supervisor
+from sglang_sentinel.supervise.launch import LaunchCommand
+from sglang_sentinel.supervise.settings import ServerSettings
 
 pytestmark = [pytest.mark.usefixtures("no_leaked_children")]
 
@@ -241,8 +241,8 @@ async def test_hanging_hook_does_not_block_stop(fast: Fast, sim_cmd: FakeCmd, po
 async def test_stop_ends_even_when_a_task_drops_its_cancellation(
     fast: Fast, fake_cmd: FakeCmd, port: int, monkeypatch: pytest.MonkeyPatch, alive: Callable[[int], bool]
 ) -> None:
-    import sentinel.supervise.tasks as module
-    from sentinel.supervise.runners import ChildRunner
+    import sglang_sentinel.supervise.tasks as module
+    from sglang_sentinel.supervise.runners import ChildRunner
 
     real_wait = ChildRunner.wait
     dropped = 0
@@ -285,8 +285,8 @@ async def test_stop_ends_even_when_a_task_drops_its_cancellation(
 async def test_an_internal_error_does_not_kill_the_supervisor(
     fast: Fast, fake_cmd: FakeCmd, port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sentinel.supervise.prelaunch as module
-    from sentinel.supervise.preflight import run_preflight as real
+    import sglang_sentinel.supervise.prelaunch as module
+    from sglang_sentinel.supervise.preflight import run_preflight as real
 
     calls = 0
 
@@ -312,8 +312,8 @@ async def test_an_internal_error_does_not_kill_the_supervisor(
 async def test_waits_for_gpu_memory_release_instead_of_failing(
     fast: Fast, fake_cmd: FakeCmd, port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sentinel.supervise import GpuInfo, LaunchCommand
-    from sentinel.supervise.settings import LaunchProfile
+    from sglang_sentinel.supervise import GpuInfo, LaunchCommand
+    from sglang_sentinel.supervise.settings import LaunchProfile
 
     reads = 0
 
@@ -328,7 +328,7 @@ async def test_waits_for_gpu_memory_release_instead_of_failing(
     profile = LaunchProfile(kind="command", needs_gpus=2, mem_fraction_static=0.85)
     cmd = LaunchCommand("fake-gpu", profile, base.argv, {})
     settings = fast(port, gpu_release_wait=20.0)
-    import sentinel.supervise.prelaunch as module
+    import sglang_sentinel.supervise.prelaunch as module
 
     monkeypatch.setattr(module, "_GPU_RELEASE_POLL", 0.05)
     sup = Supervisor(settings, command=cmd, gpu_reader=gpus)

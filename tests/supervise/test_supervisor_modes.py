@@ -14,9 +14,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from sentinel.supervise import GpuInfo, LogLine, ServerState, Supervisor
-from sentinel.supervise.launch import LaunchCommand
-from sentinel.supervise.settings import ServerSettings
+from sglang_sentinel.supervise import GpuInfo, LogLine, ServerState, Supervisor
+from sglang_sentinel.supervise.launch import LaunchCommand
+from sglang_sentinel.supervise.settings import ServerSettings
 
 FAKE_SYSTEMCTL = Path(__file__).with_name("fake_systemctl.py")
 

@@ -107,7 +107,7 @@ class DaemonProcess:
         self.poll = poll
         self._out = log.open("ab" if append else "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sentinel", "run", "--config", str(config)],
+            [sys.executable, "-m", "sglang_sentinel", "run", "--config", str(config)],
             stdout=self._out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

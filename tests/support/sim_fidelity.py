@@ -34,7 +34,7 @@ from typing import Final
 
 import aiohttp
 
-from sentinel_sim.profiles import Profile
+from sglang_sentinel_sim.profiles import Profile
 from support.sim_virtual import VirtualResult, simulate
 
 __all__ = [

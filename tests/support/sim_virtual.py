@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sentinel_sim.engine import Engine, Request
-from sentinel_sim.profiles import Profile
-from sentinel_sim.text import Script
+from sglang_sentinel_sim.engine import Engine, Request
+from sglang_sentinel_sim.profiles import Profile
+from sglang_sentinel_sim.text import Script
 
 __all__ = ["VirtualResult", "simulate"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sentinel.tune.compare import Spread, judge, spread_of
-from sentinel.tune.halving import halve, pareto, summarize
+from sglang_sentinel.tune.compare import Spread, judge, spread_of
+from sglang_sentinel.tune.halving import halve, pareto, summarize
 
 
 def test_spread_is_min_max_and_a_single_value_borrows_the_noise_floor() -> None:

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from sentinel.tune.driver import LifeResult, Tune, new_doc
-from sentinel.tune.settings import TuneSettings
-from sentinel.tune.space import Flags, expand, space_values
-from sentinel.tune.state import find_unfinished, load_doc
-from sentinel.tune.table import format_table
+from sglang_sentinel.tune.driver import LifeResult, Tune, new_doc
+from sglang_sentinel.tune.settings import TuneSettings
+from sglang_sentinel.tune.space import Flags, expand, space_values
+from sglang_sentinel.tune.state import find_unfinished, load_doc
+from sglang_sentinel.tune.table import format_table
 
 
 class Killed(BaseException):
@@ -302,7 +302,7 @@ class InterruptingLab(FakeLab):
 
 async def test_the_report_is_written_after_every_trial_and_says_interrupted(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from sentinel.cli.tune import _ReportWriter, _run
+    from sglang_sentinel.cli.tune import _ReportWriter, _run
 
     speeds = {i: [100.0 * i] for i in range(1, 5)}
     pages: list[str] = []

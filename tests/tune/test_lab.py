@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sentinel.calibrate.settings import CalibrationSettings
-from sentinel.collect.gpu.fake import FakeNvml
-from sentinel.supervise.launch import render_command
-from sentinel.supervise.settings import LaunchProfile, ServerSettings
-from sentinel.tune.gpu import nvml_state_reader
-from sentinel.tune.settings import TuneSettings
-from sentinel.tune.trial import ServerLab
+from sglang_sentinel.calibrate.settings import CalibrationSettings
+from sglang_sentinel.collect.gpu.fake import FakeNvml
+from sglang_sentinel.supervise.launch import render_command
+from sglang_sentinel.supervise.settings import LaunchProfile, ServerSettings
+from sglang_sentinel.tune.gpu import nvml_state_reader
+from sglang_sentinel.tune.settings import TuneSettings
+from sglang_sentinel.tune.trial import ServerLab
 
 
 def _lab(tmp_path: Path, version: str) -> ServerLab:

@@ -8,11 +8,19 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from sentinel.supervise.launch import render_command
-from sentinel.supervise.settings import LaunchProfile, ServerSettings
-from sentinel.tune.settings import RangeSpec, TuneSettings
-from sentinel.tune.space import Flags, SpaceError, apply_flags, expand, merge_vary, parse_vary, space_values
-from sentinel.tune.trial import flag_aliases
+from sglang_sentinel.supervise.launch import render_command
+from sglang_sentinel.supervise.settings import LaunchProfile, ServerSettings
+from sglang_sentinel.tune.settings import RangeSpec, TuneSettings
+from sglang_sentinel.tune.space import (
+    Flags,
+    SpaceError,
+    apply_flags,
+    expand,
+    merge_vary,
+    parse_vary,
+    space_values,
+)
+from sglang_sentinel.tune.trial import flag_aliases
 
 
 def test_product_with_the_baseline_first_and_not_twice() -> None:
@@ -112,9 +120,9 @@ def test_version_dependent_spellings_follow_the_rendered_sglang() -> None:
 
 
 def test_short_round_is_one_probe_step_once_the_race_knows_where_to_probe() -> None:
-    from sentinel.calibrate.search import step_requests
-    from sentinel.calibrate.settings import CalibrationSettings
-    from sentinel.tune.measure import tune_calibration
+    from sglang_sentinel.calibrate.search import step_requests
+    from sglang_sentinel.calibrate.settings import CalibrationSettings
+    from sglang_sentinel.tune.measure import tune_calibration
 
     base = CalibrationSettings()
     kw: dict[str, Any] = {"short_requests": 150, "short_max_concurrency": None, "ttft_p99_s": 2.0}

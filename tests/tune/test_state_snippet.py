@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from sentinel.cli import main
-from sentinel.supervise.launch import BUILTIN_PROFILES
-from sentinel.supervise.settings import LaunchProfile
-from sentinel.tune.driver import new_doc
-from sentinel.tune.settings import TuneSettings
-from sentinel.tune.snippet import winner_toml
-from sentinel.tune.state import StateFileError, find_unfinished, load_doc, save_doc, tune_root
+from sglang_sentinel.cli import main
+from sglang_sentinel.supervise.launch import BUILTIN_PROFILES
+from sglang_sentinel.supervise.settings import LaunchProfile
+from sglang_sentinel.tune.driver import new_doc
+from sglang_sentinel.tune.settings import TuneSettings
+from sglang_sentinel.tune.snippet import winner_toml
+from sglang_sentinel.tune.state import StateFileError, find_unfinished, load_doc, save_doc, tune_root
 
 
 def _doc(tid: str, fp: str) -> dict[str, object]:

@@ -1,6 +1,6 @@
 """The tune report, rendered from a tune document alone: complete, escaped, and honest about nulls.
 
-The fixture (tests/tune/fixtures/tune_report_doc.json) follows the `sentinel.tune/v1` document
+The fixture (tests/tune/fixtures/tune_report_doc.json) follows the `sglang_sentinel.tune/v1` document
 (one measured baseline, a winner, an eliminated, a rejected (garbage output), a skipped and a
 failed configuration, a dominated one); the null cases are derived from it.
 """
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from sentinel.reportkit import ReportError
-from sentinel.tune.report import render_html, write_report
+from sglang_sentinel.reportkit import ReportError
+from sglang_sentinel.tune.report import render_html, write_report
 from support.headless_chromium import check_report_page, requires_chromium
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tune_report_doc.json"

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from sentinel.supervise.pidfile import process_start_ticks
+from sglang_sentinel.supervise.pidfile import process_start_ticks
 from support.daemon_proc import clean_env, free_port
 from support.headless_chromium import CHROMIUM, check_report_page
 
@@ -67,7 +67,7 @@ baseline = {{"--moe-runner-backend" = "auto", "--cuda-graph-max-bs" = 4}}
 
 def _tune(cfg: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "sentinel", "tune", "--config", str(cfg), *args],
+        [sys.executable, "-m", "sglang_sentinel", "tune", "--config", str(cfg), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

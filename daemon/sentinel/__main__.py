@@ -1,5 +1,0 @@
-import sys
-
-from sentinel.cli import main
-
-sys.exit(main())

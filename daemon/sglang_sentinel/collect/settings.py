@@ -1,0 +1,109 @@
+"""Which collectors run and how (section ``[collectors]``)."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator, model_validator
+
+from sglang_sentinel.section import Section
+
+__all__ = [
+    "BUILTIN_COLLECTORS",
+    "DEFAULT_COLLECTORS",
+    "CollectorsSettings",
+    "GpuSettings",
+    "SGLangMetricsSettings",
+]
+
+# The names ``enabled`` accepts. Kept here, not read from the registry, so that loading the config
+# does not import httpx and NVML; a test keeps it equal to what the registry registers.
+BUILTIN_COLLECTORS = ("sglang", "sglang_log", "gpu", "router")
+# "router" is not on by default: it has nothing to read unless [server] kind = "router", and then
+# the config turns it on (sglang_sentinel.config) unless `enabled` is given explicitly.
+DEFAULT_COLLECTORS = ("sglang", "sglang_log", "gpu")
+
+
+class SGLangMetricsSettings(Section):
+    """``[collectors.sglang]``: re-exposing the server's own ``/metrics``."""
+
+    # Default: http://<server.host>:<server.port>/metrics, the server sentinel supervises.
+    url: str | None = None
+    # Fetched at scrape time, so this bounds how much one slow server adds to every scrape.
+    timeout_seconds: float = Field(default=2.0, gt=0, le=30)
+    # A runaway payload (or the wrong URL) must not eat the daemon's memory.
+    max_bytes: int = Field(default=32 * 2**20, ge=1024)
+    # Cardinality for large fleets (sglang_sentinel.collect.histograms): keep SGLang's histograms as
+    # they are, coarsen them to the boundaries of coarsen_buckets that the server has (default:
+    # 0 and the 1-2-5 series; counts stay exact, _sum/_count untouched), or drop them.
+    histograms: Literal["keep", "coarsen", "drop"] = "keep"
+    # Empty: the default set. +Inf is always kept.
+    coarsen_buckets: tuple[float, ...] = ()
+
+    @field_validator("coarsen_buckets")
+    @classmethod
+    def _boundaries(cls, value: tuple[float, ...]) -> tuple[float, ...]:
+        if any(not math.isfinite(b) for b in value):
+            raise ValueError("coarsen_buckets: finite numbers only (+Inf is always kept)")
+        if list(value) != sorted(set(value)):
+            raise ValueError("coarsen_buckets: strictly increasing, no repeats")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        # Checked here, not at the first scrape: a typo would otherwise be a failing collector
+        # series discovered hours later.
+        if value is None:
+            return value
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL with a host: {value!r}")
+        try:
+            _ = parts.port
+        except ValueError as exc:
+            raise ValueError(f"{value!r}: {exc}") from None
+        return value
+
+
+class GpuSettings(Section):
+    """``[collectors.gpu]``: NVML reads in background threads."""
+
+    # "fake" serves 8 H200s replaying real readings: demos and dashboards on a box without GPUs.
+    backend: Literal["nvml", "fake"] = "nvml"
+    fake_devices: int = Field(default=8, ge=1, le=64)
+    interval_seconds: float = Field(default=5.0, gt=0, le=300)
+    # Per-cycle deadline for every GPU's read; a read still running then is abandoned.
+    timeout_seconds: float = Field(default=3.0, gt=0, le=60)
+    # nvmlInit without persistence mode can take seconds per GPU.
+    init_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    # 2 × 20 ms per GPU per cycle: the slowest NVML calls (monitoring.md §1.2).
+    pcie_throughput: bool = True
+    processes: bool = True
+    xid_events: bool = True
+
+    @model_validator(mode="after")
+    def _timeout_within_interval(self) -> GpuSettings:
+        if self.timeout_seconds > self.interval_seconds:
+            raise ValueError("timeout_seconds must not exceed interval_seconds (one read per GPU at a time)")
+        return self
+
+
+class CollectorsSettings(Section):
+    enabled: tuple[str, ...] = DEFAULT_COLLECTORS
+    sglang: SGLangMetricsSettings = Field(default_factory=SGLangMetricsSettings)
+    gpu: GpuSettings = Field(default_factory=GpuSettings)
+
+    @field_validator("enabled")
+    @classmethod
+    def _known(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [name for name in value if name not in BUILTIN_COLLECTORS]
+        if unknown:
+            raise ValueError(
+                f"unknown collector(s) {', '.join(unknown)}; known: {', '.join(BUILTIN_COLLECTORS)}"
+            )
+        if len(set(value)) != len(value):
+            raise ValueError("a collector is listed twice")
+        return value

@@ -1,0 +1,39 @@
+"""Configuration of the exporter's HTTP side (section ``[exporter]``).
+
+TLS and basic auth follow Prometheus' exporter web configuration (exporter-toolkit's
+``web.yml``): certificate and key from files, an optional client CA for mutual TLS, and users
+with bcrypt password hashes (``htpasswd -nBC 10 USER``) kept in a file of ``user:hash`` lines —
+never a plaintext password in the config.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from sglang_sentinel.section import Section
+
+__all__ = ["ExporterSettings", "TlsSettings"]
+
+
+class TlsSettings(Section):
+    """``[exporter.tls]``: serve HTTPS."""
+
+    cert_file: Path
+    key_file: Path
+    # Set = mutual TLS: clients must present a certificate signed by this CA.
+    client_ca_file: Path | None = None
+    min_version: Literal["TLS12", "TLS13"] = "TLS12"
+
+
+class ExporterSettings(Section):
+    # Loopback by default: the exporter shows the server's state to whoever can reach it.
+    host: str = "127.0.0.1"
+    port: int = Field(default=9480, ge=0, le=65535)
+    tls: TlsSettings | None = None
+    # Lines "user:bcrypt-hash" ('#' comments allowed). Set = every path but /healthz needs them.
+    basic_auth_users_file: Path | None = None
+    # More scrapes than this at once get an immediate 503 instead of piling up behind a slow one.
+    max_concurrent_scrapes: int = Field(default=4, ge=1, le=64)

@@ -1,0 +1,475 @@
+"""Starting and stopping the server: as our own child process, or as a systemd unit.
+
+Child mode: an argv list (never a shell), its own session and process group (so one killpg
+reaches every TP worker), NOTIFY_SOCKET and the watchdog variables removed from its environment,
+stdout+stderr read line by line into the :class:`LogBus`. It is started behind
+:mod:`~sglang_sentinel.supervise.pdeath` (it dies with sentinel, even with a SIGKILLed one) and recorded in
+the state directory's pidfile (:mod:`~sglang_sentinel.supervise.pidfile`), so the next sentinel reaps a
+leftover instead of failing on its port.
+
+systemd mode: ``systemctl start/stop`` and ``systemctl show`` for the exit status, the journal
+followed by a long-running ``journalctl --follow``; both commands are injectable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Protocol
+
+from sglang_sentinel.log import get_logger
+from sglang_sentinel.supervise.launch import LaunchCommand
+from sglang_sentinel.supervise.logbus import LogBus, pump_lines
+from sglang_sentinel.supervise.pdeath import wrap
+from sglang_sentinel.supervise.pidfile import PIDFILE, Leftover, ServerPidfile
+from sglang_sentinel.supervise.secretargs import hide_secret_flags
+from sglang_sentinel.supervise.settings import SystemdSettings
+from sglang_sentinel.systemd import clean_child_env
+
+__all__ = ["ChildRunner", "ExitInfo", "LaunchError", "Runner", "SystemdRunner"]
+
+_log = get_logger(__name__)
+
+# asyncio's default 64 KiB line limit is too small for SGLang's one-line server_args dump.
+_LINE_LIMIT = 1 << 20
+# How often a child's exit status is looked at while waiting for it.
+_EXIT_POLL = 0.1
+
+
+class LaunchError(Exception):
+    """The server could not even be started (binary missing, systemctl failed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExitInfo:
+    returncode: int | None  # exit status when it exited normally
+    signal: int | None  # signal number when it was killed
+    description: str
+    # Stopped or restarted by someone else (an operator's systemctl, a package upgrade): not a crash.
+    external: bool = False
+    # Our stop: SIGTERM was not enough within stop_timeout, our SIGKILL of the group ended it.
+    stop_killed: bool = False
+
+    @classmethod
+    def from_returncode(cls, rc: int) -> ExitInfo:
+        if rc < 0:
+            return cls(None, -rc, f"killed by signal {-rc} ({_signame(-rc)})")
+        return cls(rc, None, f"exited with status {rc}")
+
+
+def _signame(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def _alive(pid: int) -> bool:
+    """Not exited: a zombie has exited, asyncio's child watcher just has not reaped it yet."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # no /proc: trust the returncode
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
+
+
+class Runner(Protocol):
+    #: Stops that SIGTERM did not end within the timeout, ended by our SIGKILL (child mode).
+    stop_kills: int
+
+    @property
+    def pid(self) -> int | None: ...
+
+    async def launch(self) -> None: ...
+
+    async def wait(self) -> ExitInfo:
+        """Return when the server has exited (for whatever reason)."""
+        ...
+
+    async def is_running(self) -> bool:
+        """Whether the server process (or unit) is alive right now."""
+        ...
+
+    async def terminate(self, timeout_s: float) -> ExitInfo | None:
+        """Stop it: polite first, forceful after ``timeout_s`` seconds. None if it was not running."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the runner holds (followers, pipes). The server itself is left alone."""
+        ...
+
+
+class ChildRunner:
+    def __init__(
+        self,
+        cmd: LaunchCommand,
+        bus: LogBus,
+        secrets_dir: Path | None = None,
+        *,
+        state_dir: Path | None = None,
+        launch_hash: str = "",
+    ) -> None:
+        self.command = cmd
+        self._bus = bus
+        self._secrets_dir = secrets_dir  # where the API key goes instead of argv (secretargs.py)
+        self._pidfile = ServerPidfile(state_dir / PIDFILE) if state_dir is not None else None
+        self.launch_hash = launch_hash
+        self._proc: asyncio.subprocess.Process | None = None
+        self._pump: asyncio.Task[None] | None = None
+        self._exit: ExitInfo | None = None
+        self.stop_kills = 0
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None and self._exit is None else None
+
+    async def launch(self) -> None:
+        env = dict(os.environ)
+        clean_child_env(env)
+        env.update(self.command.env)
+        # Unbuffered Python output: a crash's last lines must reach us before the process dies.
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self._exit = None
+        argv = hide_secret_flags(self.command.argv, self._secrets_dir)
+        # The wrapper execs the server, so a missing binary would only show as its exit 127.
+        if shutil.which(argv[0], path=env.get("PATH")) is None:
+            raise LaunchError(f"cannot start {argv[0]}: No such file or directory")
+        try:
+            # Forked from the event-loop thread: the parent-death signal is tied to the forking
+            # thread, and this one lives as long as sentinel.
+            self._proc = await asyncio.create_subprocess_exec(
+                *wrap(argv),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                limit=_LINE_LIMIT,
+            )
+        except OSError as exc:
+            raise LaunchError(f"cannot start {self.command.argv[0]}: {exc.strerror or exc}") from exc
+        assert self._proc.stdout is not None
+        if self._pidfile is not None:
+            self._pidfile.write(self._proc.pid, self.launch_hash, argv)
+        self._pump = asyncio.create_task(pump_lines(self._proc.stdout, self._bus, "child"))
+        _log.info("server_process_started", pid=self._proc.pid, argv=self.command.redacted_argv())
+
+    def _killpg(self, sig: int) -> None:
+        if self._proc is None:
+            return
+        # The child leads its own session, so its pgid is its pid; this also reaches TP workers
+        # after the leader has exited (the group outlives the leader while members remain).
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._proc.pid, sig)
+
+    async def wait(self) -> ExitInfo:
+        if self._proc is None:
+            raise RuntimeError("not launched")
+        if self._exit is not None:
+            return self._exit
+        rc = await self._exited()
+        # Workers left behind (SGLang's own tree-kill normally gets them) would hold GPU memory and
+        # the port; they also keep the pipe open, which would stall the line pump forever.
+        self._killpg(signal.SIGKILL)
+        if self._pump is not None:
+            try:
+                async with asyncio.timeout(5.0):
+                    await asyncio.shield(self._pump)
+            except TimeoutError:
+                self._pump.cancel()
+        await _reap(self._proc)  # the pipe is closed now: this lets asyncio close the transport
+        if self._pidfile is not None:
+            self._pidfile.remove()
+        self._exit = ExitInfo.from_returncode(rc)
+        return self._exit
+
+    async def reap_leftover(self, timeout_s: float) -> Leftover | None:
+        """Stop a server a previous sentinel left running (pidfile still names it); before a launch."""
+        if self._pidfile is None or self.pid is not None:
+            return None
+        return await self._pidfile.reap(timeout_s)
+
+    async def _exited(self) -> int:
+        """The exit status, as soon as the process has exited.
+
+        Not ``Process.wait()``: on Python 3.11 it also waits until the output pipe is closed, and a
+        worker that outlives a SIGKILLed leader holds it open: the crash would go unseen and a
+        stop would wait forever.
+        """
+        assert self._proc is not None
+        # Polled: asyncio has no public "exited" event apart from wait(); returncode is set as soon
+        # as the child watcher reports the exit.
+        while (rc := self._proc.returncode) is None:  # noqa: ASYNC110
+            await asyncio.sleep(_EXIT_POLL)
+        return rc
+
+    async def is_running(self) -> bool:
+        if self._proc is None or self._proc.returncode is not None:
+            return False
+        return _alive(self._proc.pid)
+
+    async def terminate(self, timeout_s: float) -> ExitInfo | None:
+        if self._proc is None or self._proc.returncode is not None:
+            return await self.wait() if self._proc is not None else None
+        self._killpg(signal.SIGTERM)
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._exited()
+        except TimeoutError:
+            # SGLang's drain has no upper bound (it waits for every in-flight request), and a
+            # 0.5.23 node of rank >= 1 ignores SIGTERM (it waits for rank 0's ShutdownReq).
+            _log.warning("server_stop_timeout_killing_group", timeout=timeout_s, pid=self._proc.pid)
+            self._killpg(signal.SIGKILL)
+            self.stop_kills += 1
+            info = await self.wait()
+            return replace(
+                info, stop_killed=True, description=f"{info.description} after SIGTERM + {timeout_s:g} s"
+            )
+        return await self.wait()
+
+    async def close(self) -> None:
+        if self._pump is not None and not self._pump.done():
+            self._pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pump
+
+
+async def _run(argv: list[str], timeout_s: float) -> tuple[int, str]:
+    """Run a short command; (exit status, combined output). 127 if it cannot be started."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env=clean_child_env(dict(os.environ)),
+        )
+    except OSError as exc:
+        return 127, f"cannot run {argv[0]}: {exc.strerror or exc}"
+    try:
+        async with asyncio.timeout(timeout_s):
+            out, _ = await proc.communicate()
+    except TimeoutError:
+        await _reap(proc)
+        return 124, f"{argv[0]} timed out after {timeout_s:g} s"
+    except BaseException:
+        # Cancelled (a `show` poll when the supervisor stops): an unreaped child would outlive
+        # us, and its transport, collected after the event loop closed, fails in __del__.
+        await _reap(proc)
+        raise
+    return proc.returncode or 0, out.decode("utf-8", "replace").strip()
+
+
+async def _reap(proc: asyncio.subprocess.Process) -> None:
+    """Kill ``proc`` and wait for it (bounded: a grandchild may hold its pipe open)."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    # Shielded: a second cancellation must not leave the process unreaped either.
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(5.0):
+            await asyncio.shield(proc.wait())
+
+
+def _parse_show(text: str) -> dict[str, str]:
+    props: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            props[key.strip()] = value.strip()
+    return props
+
+
+# How long an "inactive" unit is taken for "start job not begun yet" rather than "exited".
+_START_GRACE = 10.0
+# systemd's ExecMainCode is a CLD_* code: 1 exited, 2 killed, 3 dumped core.
+_CLD_EXITED = "1"
+_CLD_SIGNALLED = ("2", "3")
+# Signals systemd counts as a clean end of a service (Result=success) when it sent them itself.
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE)
+
+
+class SystemdRunner:
+    def __init__(self, settings: SystemdSettings, bus: LogBus, command_timeout: float = 30.0) -> None:
+        self._s = settings
+        self._bus = bus
+        self._timeout = command_timeout
+        self._follower: asyncio.Task[None] | None = None
+        self._follower_proc: asyncio.subprocess.Process | None = None
+        self._main_pid: int | None = None
+        self.journal_restarts_total = 0
+        self.stop_kills = 0  # systemd escalates by itself (the unit's TimeoutStopSec)
+
+    @property
+    def pid(self) -> int | None:
+        return self._main_pid
+
+    def _systemctl(self, *args: str) -> list[str]:
+        return [*self._s.systemctl, *args]
+
+    async def show(self) -> dict[str, str]:
+        rc, out = await _run(
+            self._systemctl(
+                "show",
+                self._s.unit,
+                "--property=ActiveState,SubState,Result,ExecMainCode,ExecMainStatus,MainPID",
+            ),
+            self._timeout,
+        )
+        if rc != 0:
+            raise LaunchError(f"systemctl show {self._s.unit} failed ({rc}): {out[:300]}")
+        return _parse_show(out)
+
+    def _ensure_follower(self) -> None:
+        if self._follower is None or self._follower.done():
+            self._follower = asyncio.create_task(self._follow_journal())
+
+    async def _follow_journal(self) -> None:
+        argv = [a.replace("{unit}", self._s.unit) for a in self._s.journal]
+        while True:
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.DEVNULL,
+                    env=clean_child_env(dict(os.environ)),
+                    start_new_session=True,
+                    limit=_LINE_LIMIT,
+                )
+            except OSError as exc:
+                _log.error("journal_follow_failed", argv=argv, error=exc.strerror or str(exc))
+            else:
+                self._follower_proc = proc
+                assert proc.stdout is not None
+                try:
+                    await pump_lines(proc.stdout, self._bus, "journal")
+                    await proc.wait()
+                finally:
+                    # Also on cancellation: reap the follower (no zombie, no transport left open).
+                    await _reap(proc)
+                _log.warning("journal_follower_restarted", returncode=proc.returncode)
+            self.journal_restarts_total += 1
+            await asyncio.sleep(5.0)
+
+    async def launch(self) -> None:
+        self._ensure_follower()
+        props = await self.show()
+        if props.get("ActiveState") == "active":
+            # Already serving (sentinel itself restarted): attach, never bounce a healthy server.
+            self._main_pid = int(props.get("MainPID", "0") or 0) or None
+            _log.info("unit_attached", unit=self._s.unit, pid=self._main_pid)
+            return
+        rc, out = await _run(self._systemctl("start", "--no-block", self._s.unit), self._timeout)
+        if rc != 0:
+            raise LaunchError(f"systemctl start {self._s.unit} failed ({rc}): {out[:300]}")
+        _log.info("unit_start_requested", unit=self._s.unit)
+
+    async def wait(self) -> ExitInfo:
+        seen_running = False
+        failures = 0
+        t0 = time.monotonic()
+        while True:
+            try:
+                props = await self.show()
+                failures = 0
+            except LaunchError as exc:
+                failures += 1
+                if failures == 3:
+                    _log.error("unit_state_unreadable", error=str(exc))
+                await asyncio.sleep(self._s.poll_interval)
+                continue
+            state = props.get("ActiveState", "")
+            exit_info: ExitInfo | None = None
+            if props.get("SubState") == "auto-restart":
+                # Died; systemd's own Restart= will start it again after RestartSec.
+                exit_info = self._exit_info(props)
+            elif state in ("active", "reloading", "activating"):
+                pid = int(props.get("MainPID", "0") or 0)
+                if seen_running and pid and self._main_pid and pid != self._main_pid:
+                    # systemd restarted it between two polls (its own Restart=): the old one exited.
+                    # Without Restart= in the unit (as shipped) that is someone else's restart.
+                    exit_info = ExitInfo(
+                        None, None, f"unit restarted outside sentinel (new MainPID {pid})", external=True
+                    )
+                elif pid:
+                    self._main_pid = pid
+                    seen_running = True
+            elif state == "inactive" and not seen_running and time.monotonic() - t0 < _START_GRACE:
+                pass  # `start --no-block` queued a job that systemd has not begun yet
+            elif state in ("failed", "inactive", "deactivating") or (seen_running and state):
+                exit_info = self._exit_info(props)
+            if exit_info is not None:
+                if exit_info.external:
+                    await self._wait_out_stop_job(props)
+                self._main_pid = None
+                # journald (and our follower) lag the exit a little; the cause is in those lines.
+                await asyncio.sleep(self._s.settle)
+                return exit_info
+            await asyncio.sleep(self._s.poll_interval)
+
+    async def _wait_out_stop_job(self, props: dict[str, str]) -> None:
+        """Let someone else's stop (or restart) job finish: a start queued behind it would find
+        the same stopping unit and count the one restart again."""
+        failures = 0
+        while props.get("ActiveState") == "deactivating" and failures < 3:
+            await asyncio.sleep(self._s.poll_interval)
+            try:
+                props = await self.show()
+            except LaunchError:
+                failures += 1
+
+    async def is_running(self) -> bool:
+        try:
+            props = await self.show()
+        except LaunchError:
+            return True  # cannot tell: let the check's verdict stand
+        return props.get("ActiveState") in ("active", "reloading") and props.get("SubState") != "auto-restart"
+
+    @staticmethod
+    def _exit_info(props: dict[str, str]) -> ExitInfo:
+        code, status = props.get("ExecMainCode", ""), props.get("ExecMainStatus", "")
+        state = f"{props.get('ActiveState', '?')}/{props.get('SubState', '?')}"
+        try:
+            n = int(status)
+        except ValueError:
+            return ExitInfo(None, None, f"unit {state}, result {props.get('Result', '?')}")
+        if code == _CLD_EXITED:
+            return ExitInfo(n, None, f"unit {state}: exited with status {n}")
+        if code in _CLD_SIGNALLED and props.get("Result") == "success" and n in _STOP_SIGNALS:
+            # systemd files a stop it performed (SIGTERM) as success: someone ran stop/restart.
+            return ExitInfo(None, n, f"unit {state}: stopped outside sentinel ({_signame(n)})", external=True)
+        if code not in _CLD_SIGNALLED:
+            # ExecMainCode 0: the main process has not exited; the unit is being stopped or
+            # restarted by a job someone else queued (`systemctl restart sglang`), not by a signal 0.
+            return ExitInfo(None, None, f"unit {state}: stopped or restarted outside sentinel", external=True)
+        return ExitInfo(None, n, f"unit {state}: killed by signal {n} ({_signame(n)})")
+
+    async def terminate(self, timeout_s: float) -> ExitInfo | None:
+        # systemd applies the unit's own KillMode/TimeoutStopSec; we bound the wait for the command.
+        rc, out = await _run(self._systemctl("stop", self._s.unit), timeout_s + self._timeout)
+        if rc != 0:
+            _log.error("systemctl_stop_failed", unit=self._s.unit, returncode=rc, output=out[:300])
+        self._main_pid = None
+        try:
+            return self._exit_info(await self.show())
+        except LaunchError:
+            return None
+
+    async def close(self) -> None:
+        if self._follower is not None:
+            self._follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._follower
+            self._follower = None
+        proc, self._follower_proc = self._follower_proc, None
+        if proc is not None and proc.returncode is None:
+            # The cancelled follower task could not wait for it; reap it here (no zombie).
+            await _reap(proc)

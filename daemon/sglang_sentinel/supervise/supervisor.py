@@ -1,0 +1,596 @@
+"""The supervisor: launch, watch, check, classify, restart — and stop cleanly.
+
+One control task per supervisor. In child and systemd mode it runs "lives": preflight → launch →
+wait for readiness (starting → warming → ready) → run the checks until the server exits or a
+check policy asks for a restart → classify → back off → next life. More than
+``restart.max_restarts`` restarts within ``restart.window`` ends in ``failed`` until
+:meth:`Supervisor.reset`. In external mode it only observes and reports.
+
+Seams: the check loops are :mod:`~sglang_sentinel.supervise.checks`, the on-disk restart history
+:mod:`~sglang_sentinel.supervise.history`, what others read :mod:`~sglang_sentinel.supervise.snapshot`, what
+to launch and the preflight before it :mod:`~sglang_sentinel.supervise.prelaunch`, external mode's
+observation loop :mod:`~sglang_sentinel.supervise.external`, the wait for readiness after a launch
+:mod:`~sglang_sentinel.supervise.readiness`; this module is the life cycle and the restart decisions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import httpx
+
+from sglang_sentinel.log import get_logger
+from sglang_sentinel.netloc import url_host
+from sglang_sentinel.supervise.backoff import RestartPolicy
+from sglang_sentinel.supervise.checks import Checks
+from sglang_sentinel.supervise.classify import RESTART_REASONS, Crash, classify_exit, decisive_lines
+from sglang_sentinel.supervise.external import observe_external
+from sglang_sentinel.supervise.gaps import GapWatch
+from sglang_sentinel.supervise.garbage import GarbageListener, GarbageWatch
+from sglang_sentinel.supervise.history import HISTORY_FILE, RestartHistory
+from sglang_sentinel.supervise.launch import LaunchCommand, api_key_of, config_hash_of
+from sglang_sentinel.supervise.logbus import LineListener, LogBus, LogLine
+from sglang_sentinel.supervise.member import GroupMember, follow
+from sglang_sentinel.supervise.metrics import SupervisorCollector
+from sglang_sentinel.supervise.portowner import describe_holders, port_holders
+from sglang_sentinel.supervise.preflight import GpuReader, PreflightResult
+from sglang_sentinel.supervise.prelaunch import preflight_before_launch, render_launch_command, runner_for
+from sglang_sentinel.supervise.probes import ProbeResult
+from sglang_sentinel.supervise.readiness import await_ready
+from sglang_sentinel.supervise.runners import ChildRunner, ExitInfo, LaunchError, Runner
+from sglang_sentinel.supervise.settings import ServerSettings
+from sglang_sentinel.supervise.snapshot import SupervisorSnapshot, frozen
+from sglang_sentinel.supervise.state import ServerState, StateListener, StateMachine
+from sglang_sentinel.supervise.tasks import cancel_and_wait, either
+
+__all__ = ["BeforeStopHook", "GarbageListener", "Supervisor"]
+
+_log = get_logger(__name__)
+
+BeforeStopHook = Callable[[], Awaitable[None]]
+# Awaited before each launch (a multi-node group's coordinator: "the group starts now").
+LaunchGate = Callable[[], Awaitable[None]]
+
+# The log-line counters of the snapshot lag the lines by at most this (one snapshot per line
+# would cost more than the line).
+_LINE_COUNT_REFRESH = 1.0
+# How long a restart verdict waits for a dead server's exit to be reported (systemd mode: a
+# poll interval plus the journal settle time, with margin).
+_EXIT_GRACE = 30.0
+# How long a check's restart verdict waits for the exit of a server that still looked alive: a
+# SIGKILLed process closes its sockets (the probe fails) before it becomes a zombie, and on a
+# busy box the check can look in between; a crash found that way is a crash, not a check failure.
+_DYING_GRACE = 0.5
+# A port someone else holds is retried at this pace (at least), never counted as a crash.
+_PORT_RETRY_MIN = 1.0
+_PORT_RETRY_MAX = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """How one life of the server ended."""
+
+    reason: str  # a RESTART_REASONS value
+    detail: str
+    crash: Crash | None = None
+
+
+class Supervisor:
+    """Keeps one SGLang server up. Create, ``await start()``, ``await stop()``.
+
+    Public surface for the daemon: :meth:`snapshot` (everything other components read, from
+    any thread), :meth:`subscribe_state`, :meth:`add_line_listener`,
+    :meth:`add_before_stop_hook`, :meth:`restart`, :meth:`reset`, :meth:`wait_for_state`, and
+    :meth:`collector` for the ``sentinel_server_*`` / ``sentinel_probe_*`` series. The other
+    attributes belong to the event loop.
+    """
+
+    def __init__(
+        self,
+        settings: ServerSettings,
+        *,
+        state_dir: Path | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        gpu_reader: GpuReader | None = None,
+        rng: random.Random | None = None,
+        command: LaunchCommand | None = None,
+        member: GroupMember | None = None,
+    ) -> None:
+        """``command`` replaces the rendered profile in child mode (embedding, tests); the
+        other keyword arguments are the injectable boundaries (HTTP transport, NVML, randomness)."""
+        self.settings = settings
+        self._transport = transport
+        self._gpu_reader = gpu_reader
+        log_file = settings.log_file
+        if log_file is None and state_dir is not None and settings.mode == "child":
+            log_file = state_dir / "server.log"
+        self.bus = LogBus(
+            log_file,
+            max_bytes=settings.log_max_bytes,
+            backups=settings.log_backups,
+            tail_lines=settings.log_tail_lines,
+        )
+        self.machine = StateMachine()
+        self.policy = RestartPolicy(settings.restart, rng)
+        self.command: LaunchCommand | None = command
+        self.member = member
+        self._gate: LaunchGate | None = None
+        self._runner: Runner | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._hooks: list[BeforeStopHook] = []
+        # Canaries confirming garbage answers: the scheduler revokes the runs made meanwhile.
+        self.garbage = GarbageWatch(settings.checks.canary.failures)
+        self._reset_event = asyncio.Event()
+        self._restart_request: asyncio.Future[str] | None = None
+        self._pending_restart: str | None = None
+        history = state_dir / HISTORY_FILE if state_dir is not None and settings.mode != "external" else None
+        self._history = RestartHistory(history, self.policy)
+        # Where the launch puts what must not be on the command line (the API key file).
+        self._state_dir = state_dir
+        # Time the event loop was away (SIGSTOP, a paused VM) is not evidence for any check.
+        # The threshold stays well under the shortest stall window (a 60 s default: 5 s).
+        self.gaps = GapWatch(threshold_s=min(5.0, max(0.5, settings.checks.stall.stall_after / 4)))
+        self._gap_task: asyncio.Task[None] | None = None
+        self.checks = Checks(
+            settings.checks,
+            self.machine,
+            request_restart=self._request_restart,
+            on_result=self._on_probe,
+            publish=self._publish,
+            gaps=self.gaps,
+        )
+        # --- the loop's figures; other components read them through snapshot() ---
+        self.up = False
+        self.restarts: Counter[str] = Counter(dict.fromkeys(RESTART_REASONS, 0))
+        self.crashes: Counter[str] = Counter()
+        self.start_duration: float | None = None
+        self.ready_timestamp: float | None = None
+        self.epoch: float | None = None
+        self.last_crash: Crash | None = None
+        # Wall clock of the next start while waiting out the backoff (RESTARTING), else None.
+        self.next_retry_at: float | None = None
+        self.preflight: list[PreflightResult] = []
+        self.port_holders = ""
+        self._launch_t0: float | None = None
+        self._ready_t0: float | None = None
+        self._snapshot = self._build_snapshot()
+        self._lines_refresh: asyncio.TimerHandle | None = None
+        # Subscribed first: every other state listener already sees the new state's snapshot.
+        self.machine.subscribe(lambda change: self._publish())
+        self.bus.add_listener(self._on_line)
+
+    # ------------------------------------------------------------------ public API
+    def snapshot(self) -> SupervisorSnapshot:
+        """The latest published figures: immutable, safe to read from any thread."""
+        return self._snapshot
+
+    @property
+    def state(self) -> ServerState:
+        return self.machine.state
+
+    @property
+    def server_pid(self) -> int | None:
+        return self._runner.pid if self._runner is not None else None
+
+    @property
+    def probes(self) -> dict[str, ProbeResult]:
+        """The last conclusive result of each probe (event loop; others use :meth:`snapshot`)."""
+        return self.checks.probes
+
+    @property
+    def config_hash(self) -> str:
+        """Hash of what is launched (child mode: argv + env); changes when the launch config changes."""
+        return config_hash_of(self.settings, self.command)
+
+    def subscribe_state(self, listener: StateListener) -> Callable[[], None]:
+        return self.machine.subscribe(listener)
+
+    def add_line_listener(self, listener: LineListener) -> Callable[[], None]:
+        """``listener(line)`` for every server log line from now on, on the loop (keep it fast)."""
+        return self.bus.add_listener(listener)
+
+    def set_launch_gate(self, gate: LaunchGate) -> None:
+        """``await gate()`` before every launch (a group's rank waits for the group's start)."""
+        self._gate = gate
+
+    def add_before_stop_hook(self, hook: BeforeStopHook) -> None:
+        """``hook()`` runs before every deliberate stop or restart (e.g. stop synthetic load)."""
+        self._hooks.append(hook)
+
+    def on_canary_garbage(self, listener: GarbageListener) -> None:
+        """``listener(since, reason)`` once a canary has failed on its answer ``failures`` times in
+        a row (the scheduler takes the runs since the last pass out of the reference series)."""
+        self.garbage.add_listener(listener)
+
+    async def wait_for_state(self, *states: ServerState, timeout_s: float | None = None) -> ServerState:
+        """Wait until the state is one of ``states``; raises TimeoutError after ``timeout_s``."""
+        return await self.machine.wait_for(*states, timeout_s=timeout_s)
+
+    def collector(self) -> SupervisorCollector:
+        """A prometheus_client collector for this supervisor's series (register it once)."""
+        return SupervisorCollector(self.snapshot)
+
+    async def start(self) -> None:
+        """Render the launch command and start supervising (returns at once; see wait_for_state)."""
+        if self._task is not None:
+            raise RuntimeError("supervisor already started")
+        s = self.settings
+        if s.mode == "child" and self.command is None:
+            self.command = await render_launch_command(s)
+        if self.member is not None and self.command is not None:
+            self.command = self.member.apply(self.command)
+        self._runner = runner_for(s, self.command, self.bus, self._state_dir)
+        if s.mode == "child":
+            self._publish()  # the launch hash and SGLang version are known now
+        # The probes need the key the server was started with (a profile may carry its own).
+        api_key = api_key_of(s, self.command.profile if self.command is not None else None)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        self._client = httpx.AsyncClient(
+            base_url=f"http://{url_host(s.host)}:{s.port}",
+            transport=self._transport,
+            headers=headers,
+            # Probes must not queue behind each other or behind a stuck connection.
+            limits=httpx.Limits(max_connections=8, max_keepalive_connections=4),
+        )
+        self._history.restore(self.config_hash)
+        _log.info("supervisor_starting", mode=s.mode, profile=s.profile, config_hash=self.config_hash)
+        if s.mode == "external":
+            main = observe_external(
+                s, self._client, checks=self.checks, machine=self.machine, figures=self, publish=self._publish
+            )
+        else:
+            main = self._run_managed()
+        self._gap_task = asyncio.create_task(self.gaps.run(), name="sentinel-gap-watch")
+        self._task = asyncio.create_task(main, name="sentinel-supervisor")
+
+    async def stop(self) -> None:
+        """Stop supervising; in child mode (and systemd with stop_unit_on_exit) stop the server too."""
+        task, self._task = self._task, None
+        try:
+            if task is not None:
+                await cancel_and_wait(task)
+            gap_task, self._gap_task = self._gap_task, None
+            if gap_task is not None:
+                await cancel_and_wait(gap_task)
+            runner = self._runner
+            if runner is not None:
+                if self.settings.mode == "child" or self.settings.stop_unit_on_exit:
+                    if runner.pid is not None or self.settings.mode == "systemd":
+                        await self._run_hooks()
+                    exit_info = await runner.terminate(self.settings.stop_timeout)
+                    if exit_info is not None:
+                        # Our own stop: "killed by signal 9" here is SGLang ending its own tree
+                        # after our SIGTERM (or our SIGKILL after stop_timeout), not a crash.
+                        _log.info("server_stopped", requested_by="sentinel", exit=exit_info.description)
+                await runner.close()
+            if self._client is not None:
+                await self._client.aclose()
+                self._client = None
+        finally:
+            # Whatever failed above: state listeners must see STOPPED, server.log must be flushed.
+            self.up = False
+            self.epoch = None
+            self.machine.set(ServerState.STOPPED, "supervisor stopped")
+            self.bus.close()
+            if self._lines_refresh is not None:
+                self._lines_refresh.cancel()
+                self._lines_refresh = None
+            self._publish()
+
+    def restart(self, reason: str = "manual") -> None:
+        """Ask for a restart of a running server (stop hooks, SIGTERM, backoff skipped for manual)."""
+        if reason not in RESTART_REASONS:
+            raise ValueError(f"unknown restart reason {reason!r}")
+        if self.settings.mode == "external":
+            _log.warning("restart_ignored_external_mode", reason=reason)
+            return
+        if self.state is ServerState.FAILED:
+            # An operator asking for a restart of a failed server means "try again now".
+            self.reset()
+            return
+        self._request_restart(reason)
+
+    def reset(self) -> None:
+        """Manual reset: forget the restart history; leave the failed state and start again."""
+        self.policy.reset()
+        self._history.save(self.config_hash)
+        _log.info("supervisor_reset", state=self.state.value)
+        self._reset_event.set()
+
+    # ------------------------------------------------------------------ internals
+    def _build_snapshot(self) -> SupervisorSnapshot:
+        cmd = self.command
+        return SupervisorSnapshot(
+            mode=self.settings.mode,
+            profile=self.settings.profile,
+            config_hash=self.config_hash,
+            sglang_version=cmd.sglang_version if cmd is not None else None,
+            state=self.machine.state,
+            since=self.machine.since,
+            up=self.up,
+            epoch=self.epoch,
+            ready_timestamp=self.ready_timestamp,
+            start_duration=self.start_duration,
+            last_crash=self.last_crash,
+            restarts=frozen(self.restarts),
+            crashes=frozen(self.crashes),
+            transitions=frozen(self.machine.transitions),
+            probes=frozen(self.checks.probes),
+            confirmed=frozen(self.checks.confirmed),
+            probe_failures=frozen(self.checks.failures),
+            preflight=tuple(self.preflight),
+            log_lines_total=self.bus.lines_total,
+            next_retry_at=self.next_retry_at,
+            port_holders=self.port_holders,
+            stop_kills=self._runner.stop_kills if self._runner is not None else 0,
+        )
+
+    def _publish(self) -> None:
+        # One reference assignment: a reader has the old snapshot or the new one.
+        self._snapshot = self._build_snapshot()
+
+    def _on_line(self, line: LogLine) -> None:
+        if self._lines_refresh is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._publish()
+            return
+        self._lines_refresh = loop.call_later(_LINE_COUNT_REFRESH, self._refresh_line_counts)
+
+    def _refresh_line_counts(self) -> None:
+        self._lines_refresh = None
+        self._publish()
+
+    def _on_probe(self, result: ProbeResult) -> None:
+        if result.probe == "health":
+            self.up = result.ok
+        elif result.probe.startswith("canary_"):
+            self.garbage.observe(result, time.time(), self.ready_timestamp)
+
+    def _request_restart(self, reason: str) -> None:
+        if self._restart_request is not None and not self._restart_request.done():
+            self._restart_request.set_result(reason)
+        elif reason == "manual":
+            # Between lives (backoff, preflight): applies to the next one. A check's verdict is
+            # about the server it probed and must not carry over to the next one.
+            self._pending_restart = reason
+
+    async def _run_hooks(self) -> None:
+        for hook in list(self._hooks):
+            try:
+                async with asyncio.timeout(self.settings.before_stop_timeout):
+                    await hook()
+            except TimeoutError:
+                _log.error(
+                    "before_stop_hook_timeout", hook=repr(hook), timeout=self.settings.before_stop_timeout
+                )
+            except Exception:
+                _log.exception("before_stop_hook_failed", hook=repr(hook))
+
+    async def _run_managed(self) -> None:
+        assert self._runner is not None
+        while True:
+            if self.state is ServerState.FAILED:
+                await self._reset_event.wait()
+                self._reset_event.clear()
+                self.machine.set(ServerState.STOPPED, "manual reset")
+                continue
+            self._reset_event.clear()
+            try:
+                outcome = await self._one_life(self._runner)
+            except Exception as exc:
+                # Never a dead supervisor: log it, make sure nothing of this life survives, and
+                # let the restart policy (and its crash-loop limit) decide what comes next.
+                _log.exception("supervisor_error")
+                if self.settings.mode == "child":  # never bounce a unit over our own bug
+                    with contextlib.suppress(Exception):
+                        await self._runner.terminate(self.settings.stop_timeout)
+                detail = f"supervisor error: {type(exc).__name__}: {exc}"
+                outcome = _Outcome("unknown", detail, Crash("unknown", None, detail, time.time()))
+            if outcome.reason == "port_in_use":
+                await self._wait_for_port()
+                continue
+            now = time.monotonic()
+            self.up = False
+            self.epoch = None
+            if self._ready_t0 is not None and now - self._ready_t0 >= self.settings.restart.stable_after:
+                self.policy.mark_stable()
+            self._ready_t0 = None
+            if outcome.crash is not None:
+                self.crashes[outcome.reason] += 1
+                self.last_crash = outcome.crash
+            # An operator's restart is neither backed off nor counted towards the crash loop.
+            delay = 0.0 if outcome.reason in ("manual", "external", "group") else self.policy.next_delay(now)
+            self._history.save(self.config_hash)
+            self._publish()
+            if delay is None:
+                _log.error(
+                    "crash_loop_waiting_for_reset",
+                    reason=outcome.reason,
+                    detail=outcome.detail,
+                    max_restarts=self.settings.restart.max_restarts,
+                    window=self.settings.restart.window,
+                )
+                self.machine.set(ServerState.FAILED, f"crash loop ({outcome.reason})")
+                continue
+            self.restarts[outcome.reason] += 1
+            self.next_retry_at = time.time() + delay
+            self.machine.set(ServerState.RESTARTING, outcome.reason)
+            self._publish()
+            _log.warning(
+                "server_restarting", reason=outcome.reason, detail=outcome.detail, delay=round(delay, 3)
+            )
+            # A reset during the backoff skips the rest of the wait.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._reset_event.wait()
+
+    async def _wait_for_port(self) -> None:
+        """The port is held by someone: say who, wait, try again. Not a crash, not a crash loop
+        (the server never ran, and giving up would not free the port; the next sentinel used to
+        find it failed long after the holder was gone)."""
+        s = self.settings
+        holders = await asyncio.to_thread(port_holders, s.port)
+        who = describe_holders(holders)
+        self.up = False
+        self.epoch = None
+        delay = min(max(s.restart.backoff_initial, _PORT_RETRY_MIN), _PORT_RETRY_MAX)
+        # Counted as an attempt (restarts_total{reason="port_in_use"}), never as a crash.
+        self.restarts["port_in_use"] += 1
+        self.port_holders = who
+        self.machine.set(ServerState.RESTARTING, f"port {s.port} held by {who}")
+        self._publish()
+        _log.warning("server_port_held", port=s.port, holders=who, retry_in=delay)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(delay):
+                await self._reset_event.wait()
+
+    async def _one_life(self, runner: Runner) -> _Outcome:
+        self.next_retry_at = None
+        self.port_holders = ""
+        self.bus.clear_tail()
+        self.checks.reset()
+        if self._gate is not None:
+            await self._gate()
+        self.machine.set(ServerState.STARTING, "preflight")
+        # A unit that is already up gets attached to: its GPUs are busy by design, so the
+        # preflight (free memory, ...) would wrongly refuse it.
+        if isinstance(runner, ChildRunner):
+            # A server a SIGKILLed (or older) sentinel left behind holds the port and the GPUs.
+            await runner.reap_leftover(self.settings.stop_timeout)
+        if self.settings.mode != "systemd" or not await runner.is_running():
+            outcome = await self._preflight()
+            if outcome is not None:
+                return outcome
+        try:
+            await runner.launch()
+        except LaunchError as exc:
+            _log.error("launch_failed", error=str(exc))
+            return _Outcome("preflight", str(exc), Crash("preflight", None, str(exc), time.time()))
+        self._launch_t0 = time.monotonic()
+        self.machine.set(ServerState.STARTING, "launched")
+        exit_task = asyncio.create_task(runner.wait())
+        # One restart request per life, shared by both phases: nothing asked for in between is lost.
+        restart_req = self._take_restart_request()
+        try:
+            if self.member is not None and self.member.follower:  # never its dummy /health
+                stop = await follow(
+                    self.bus, self.machine, self.settings.start_timeout, exit_task, restart_req
+                )
+                return await (
+                    self._crash_outcome(exit_task) if stop is None else self._deliberate_stop(runner, *stop)
+                )
+            outcome = await self._await_ready(runner, exit_task, restart_req)
+            if outcome is None:
+                outcome = await self._watch(runner, exit_task, restart_req)
+            return outcome
+        finally:
+            # On cancellation (stop()) the server is left running: stop() drains and stops it.
+            await cancel_and_wait(exit_task)
+
+    async def _preflight(self) -> _Outcome | None:
+        crash = await preflight_before_launch(
+            self.settings,
+            self.command,
+            gpu_reader=self._gpu_reader,
+            on_results=self._set_preflight,
+            on_rerender=self._use_command,
+        )
+        return None if crash is None else _Outcome(crash.reason, crash.detail, crash)
+
+    def _set_preflight(self, results: list[PreflightResult]) -> None:
+        self.preflight = results
+        self._publish()
+
+    def _use_command(self, cmd: LaunchCommand) -> None:
+        """The command re-rendered for an SGLang upgraded under us: launched from now on."""
+        self.command = cmd = cmd if self.member is None else self.member.apply(cmd)
+        if isinstance(self._runner, ChildRunner):
+            self._runner.command = cmd
+            self._runner.launch_hash = self.config_hash
+
+    async def _crash_outcome(self, exit_task: asyncio.Task[ExitInfo]) -> _Outcome:
+        exit_info = exit_task.result()
+        if exit_info.external:
+            # An operator's restart is not a crash: no error line, no crash count, no backoff.
+            _log.warning("server_stopped_externally", detail=exit_info.description)
+            return _Outcome("external", exit_info.description, None)
+        tail = self.bus.tail()
+        crash = replace(classify_exit(exit_info, tail, time.time()), lines=decisive_lines(tail))
+        _log.error("server_exited", reason=crash.reason, detail=crash.detail, state=self.state.value)
+        return _Outcome(crash.reason, crash.detail, crash)
+
+    async def _deliberate_stop(self, runner: Runner, reason: str, detail: str) -> _Outcome:
+        self.machine.set(ServerState.RESTARTING, reason)
+        await self._run_hooks()
+        exit_info = await runner.terminate(self.settings.stop_timeout)
+        suffix = f" ({exit_info.description})" if exit_info is not None else ""
+        crash = None
+        if reason == "startup_timeout":
+            crash = Crash(reason, exit_info, detail + suffix, time.time())
+        return _Outcome(reason, detail + suffix, crash)
+
+    def _take_restart_request(self) -> asyncio.Future[str]:
+        fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        if self._pending_restart is not None:
+            fut.set_result(self._pending_restart)
+            self._pending_restart = None
+        self._restart_request = fut
+        return fut
+
+    async def _await_ready(
+        self, runner: Runner, exit_task: asyncio.Task[ExitInfo], restart_req: asyncio.Future[str]
+    ) -> _Outcome | None:
+        assert self._client is not None
+        assert self._launch_t0 is not None
+        verdict = await await_ready(
+            self._client, self.settings, self.machine, self.gaps, self._launch_t0, exit_task, restart_req
+        )
+        if verdict == "ready":
+            self._became_ready()
+            return None
+        if verdict == "exited":
+            return await self._crash_outcome(exit_task)
+        return await self._deliberate_stop(runner, *verdict)
+
+    def _became_ready(self) -> None:
+        now_wall = time.time()
+        if self._launch_t0 is not None:
+            self.start_duration = time.monotonic() - self._launch_t0
+        self._ready_t0 = time.monotonic()
+        self.ready_timestamp = now_wall
+        self.epoch = now_wall
+        self.up = True
+        self.machine.set(ServerState.READY, f"/health 200 after {self.start_duration or 0:.1f} s")
+
+    async def _watch(
+        self, runner: Runner, exit_task: asyncio.Task[ExitInfo], restart_req: asyncio.Future[str]
+    ) -> _Outcome:
+        assert self._client is not None
+        checks = self.checks.start(self._client, allow_restart=True)
+        try:
+            done, _ = await asyncio.wait(either(exit_task, restart_req), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in checks:
+                t.cancel()
+            await asyncio.gather(*checks, return_exceptions=True)
+        if exit_task not in done:
+            # A dying server fails its probes a moment before its exit is noticed; the exit (and
+            # its classified cause) is the truth, not the check that found the corpse.
+            grace = _EXIT_GRACE if not await runner.is_running() else _DYING_GRACE
+            await asyncio.wait([exit_task], timeout=grace)
+        if exit_task.done():
+            return await self._crash_outcome(exit_task)
+        reason = restart_req.result()
+        detail = "restart requested" if reason == "manual" else f"check {reason} failed"
+        return await self._deliberate_stop(runner, reason, detail)
