@@ -72,8 +72,9 @@ _DENSE_ON_DSA_SM120: Final[dict[str, Backend]] = {
     "torch_native": Backend(6.0),
     "flex_attention": Backend(4.0),
 }
-# MoE runners for the NVFP4 experts on SM120. flashinfer_trtllm: "!!!!" output (sglang issue
-# #30989, GLM-5.2-NVFP4); deep_gemm: DeepGEMM has no SM120 kernels (issue #26087). Speeds other
+# MoE runners for the NVFP4 experts on SM120. flashinfer_trtllm: "!!!!" output
+# (github.com/sgl-project/sglang/issues/30989, GLM-5.2-NVFP4); deep_gemm: DeepGEMM has no SM120
+# kernels (github.com/sgl-project/sglang/issues/26087). Speeds other
 # than 1.0: assumptions; a runner not listed counts as auto.
 _MOE_SM120: Final[dict[str, Backend]] = {
     "auto": Backend(1.0),

@@ -120,7 +120,7 @@ _GLM5 = Profile(
     chunked_prefill_size=8192,
     max_prefill_tokens=16384,
     cuda_graph=False,
-    # The deployment's launch (/work/shared/reference/sglang.md header): trtllm NSA backends,
+    # The seed deployment's launch line (docs/sglang-versions.md): trtllm NSA backends,
     # --mem-fraction-static 0.85, --disable-cuda-graph; KV dtype auto = fp8_e4m3 on SM120.
     attention_backend="nsa",
     dsa_prefill_backend="trtllm",

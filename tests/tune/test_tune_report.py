@@ -1,6 +1,6 @@
 """The tune report, rendered from a tune document alone: complete, escaped, and honest about nulls.
 
-The fixture (tests/tune/fixtures/tune_report_doc.json) follows the `sglang_sentinel.tune/v1` document
+The fixture (tests/tune/fixtures/tune_report_doc.json) follows the `sentinel.tune/v1` document
 (one measured baseline, a winner, an eliminated, a rejected (garbage output), a skipped and a
 failed configuration, a dominated one); the null cases are derived from it.
 """

@@ -494,8 +494,8 @@ def _duration(records: list[RequestRecord], now: float, cancelled: bool) -> floa
     Not the moment the client got round to finishing (bench_serving reads the clock after its
     gather): at saturation a client that falls behind its reads (the chat backend decodes
     every event) would stretch the run by its own backlog and under-read every throughput
-    (issue #20: up to 25.7 % against an overloaded server; here, 512 chat streams at once on
-    the simulator at speed 100: -3.8 % before, -1.2 % after, the rest the simulator's own
+    (bench_serving's way: up to 25.7 % against an overloaded server, as measured here; 512 chat
+    streams at once on the simulator at speed 100: -3.8 % before, -1.2 % after, the rest the simulator's own
     write delay). A run with requests still unfinished
     (cancelled, drain timeout) lasted until now."""
     ends: list[float] = []

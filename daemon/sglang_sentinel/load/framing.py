@@ -58,7 +58,7 @@ class Exchange:
 
     def mark_sent(self) -> None:
         # Called just BEFORE the request's first byte goes to the kernel: a stamp taken after
-        # send() returns can be late by a preemption (issue #20, under CPU contention: TTFT
+        # send() returns can be late by a preemption (measured under CPU contention: TTFT
         # 0.61 ms against the server's 4.08 ms), and every time measured from it would
         # then be short, down to impossible. From before the send, a response time is never
         # earlier than the server could have produced it (bench_serving stamps before

@@ -1,7 +1,8 @@
 """The token budget's spending on disk, written *before* the tokens are spent.
 
 ``runs.jsonl`` records a run when it ends; a daemon SIGKILLed mid-run left nothing, and the next
-life spent the same hour again (10 kills: 34,477 tokens against 15,000/h in issue 15). The ledger
+life spent the same hour again (10 kills: 34,477 tokens against a 15,000/h budget, measured before
+this ledger). The ledger
 ``budget.jsonl`` in the state directory gets one fsync'd line when a reservation is made (before
 the first request is sent) and one when it is settled. At start every reservation that was never
 settled counts in full, as if it ended at the restart: the killed run spent at most its

@@ -1,7 +1,7 @@
 """The HTML report of ``sentinel tune``, rendered from the tune document alone.
 
-The document is ``state.json`` (``sglang_sentinel.tune/v1``, /work/notes/tune_schema.md as agreed with
-the tune driver): the page shows the verdict first (winner and why, the baseline, the budget
+The document is ``state.json`` (``sentinel.tune/v1``, written by the tune driver,
+:mod:`sglang_sentinel.tune.state`): the page shows the verdict first (winner and why, the baseline, the budget
 spent), then one row per configuration (flags, status, throughput with its spread, p99 TTFT,
 TPOT, knee, SLO capacity, ready and trial time), the throughput per configuration with its
 spread, the Pareto front of throughput against p99 TTFT, the configurations that were rejected,

@@ -1,6 +1,6 @@
 """The tune's document on disk: ``<state_dir>/tune/<id>/state.json``, replaced atomically.
 
-The document is the ``sglang_sentinel.tune/v1`` result (docs/tune.md, the report renders it) plus two
+The document is the ``sentinel.tune/v1`` result (docs/tune.md, the report renders it) plus two
 keys of the tune's own: ``fingerprint`` (what the tune measures: base argv, space and the
 settings that shape the figures; the same config finds its unfinished tune by it) and
 ``progress`` (the stage, the round, the trials still queued for it). It is written after every
@@ -31,7 +31,7 @@ __all__ = [
     "tune_root",
 ]
 
-SCHEMA = "sglang_sentinel.tune/v1"
+SCHEMA = "sentinel.tune/v1"
 STATE_FILE = "state.json"
 
 
