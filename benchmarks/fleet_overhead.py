@@ -114,7 +114,7 @@ def main() -> int:
                     [
                         sys.executable,
                         "-m",
-                        "sentinel",
+                        "sglang_sentinel",
                         "fleet",
                         "--config",
                         str(cfg),

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 DAEMON = Path(__file__).resolve().parent.parent / "daemon"
-PACKAGES = ("sentinel", "sglang_sentinel_sim")
+PACKAGES = ("sglang_sentinel", "sglang_sentinel_sim")
 LEVELS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "fatal", "msg"})
 SNAKE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
 

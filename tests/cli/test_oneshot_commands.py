@@ -54,7 +54,7 @@ def test_bench_ignores_sighup_and_reads_sentinel_api_key(sim_factory: Any, tmp_p
         [
             sys.executable,
             "-m",
-            "sentinel",
+            "sglang_sentinel",
             "bench",
             "--base-url",
             sim.base_url,
