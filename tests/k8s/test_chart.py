@@ -60,6 +60,14 @@ def _pods(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+def _env(container: dict[str, Any], name: str) -> str | None:
+    for env in container.get("env", []):
+        if env["name"] == name:
+            value: str | None = env.get("value")
+            return value
+    return None
+
+
 def _container(spec: dict[str, Any], name: str) -> dict[str, Any] | None:
     for c in [*spec.get("initContainers", []), *spec.get("containers", [])]:
         if c["name"] == name:
@@ -82,8 +90,16 @@ def test_chart_lints_strict() -> None:
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"mode": "daemonset"}, "mode must be sidecar or fleet"),
-        ({"sidecar": {"workload": "StatefulSet"}}, "sidecar.workload must be"),
+        # values.schema.json: unknown keys (a typo) and wrong types fail, naming the key.
+        ({"mode": "daemonset"}, "/mode': value must be one of"),
+        ({"sidecar": {"workload": "StatefulSet"}}, "/sidecar/workload': value must be one of"),
+        ({"podmonitor": {"enabled": True}}, "additional properties 'podmonitor' not allowed"),
+        ({"podMonitor": {"enable": True}}, "additional properties 'enable' not allowed"),
+        ({"sglang": {"service": {"typ": "LoadBalancer"}}}, "additional properties 'typ' not allowed"),
+        ({"sidecar": {"replicas": "2"}}, "/sidecar/replicas': got string, want integer"),
+        ({"exporter": {"port": 0}}, "/exporter/port'"),
+        ({"networkPolicy": {"enabled": "yes"}}, "/networkPolicy/enabled': got string, want boolean"),
+        ({"fleet": {"targets": [{"name": "Bad_Name", "url": "http://a:1"}]}}, "/fleet/targets/0/name'"),
         ({"mode": "fleet"}, "mode fleet needs fleet.targets"),
         ({"mode": "fleet", "fleet": {"targets": [{"name": "a", "url": "https://a:443"}]}}, "must be http://"),
         ({"exporter": {"basicAuth": True}}, "exporter.basicAuth needs existingSecret"),
@@ -218,16 +234,27 @@ def test_pods_are_locked_down_and_probed(case: str, rendered: dict[str, list[dic
         # A native sidecar: an init container that keeps running.
         assert sentinel in [dict(c) for c in spec["initContainers"]]
         assert sentinel["restartPolicy"] == "Always"
-        assert "--host=127.0.0.1" in sglang["args"]
+        # SGLang beyond loopback (the API Service reaches it), exactly once and after the user's
+        # args (the last --host wins); sentinel on loopback.
+        user_args = values.get("sglang", {}).get("args", chart.DEFAULTS["sglang"]["args"])
+        assert sglang["args"][: len(user_args)] == user_args
+        assert [a for a in sglang["args"] if a.startswith("--host")] == ["--host=0.0.0.0"]
+        assert sglang["args"].index("--host=0.0.0.0") >= len(user_args)
+        assert _env(sentinel, "SENTINEL_SERVER__HOST") == "127.0.0.1"
         assert "--enable-metrics" in sglang["args"]
         live, start, ready = sglang["livenessProbe"], sglang["startupProbe"], sglang["readinessProbe"]
-        assert live["httpGet"]["path"] == "/verdict"
-        assert start["httpGet"]["path"] == ready["httpGet"]["path"] == "/verdict?ready"
-        # By number: a named port would be looked up in the SGLang container, which has none.
-        assert {live["httpGet"]["port"], start["httpGet"]["port"], ready["httpGet"]["port"]} == {port}
+        scheme = "https" if values.get("exporter", {}).get("tls") else "http"
+        for probe, mode in ((live, "live"), (start, "ready"), (ready, "ready")):
+            command = probe["exec"]["command"]
+            assert command[:3] == ["python3", "/etc/sentinel-probe/probe.py", mode]
+            assert command[3:6] == [scheme, str(port), "30000"]
+            # The script's budget is the probe's timeout: it answers before the kubelet gives up.
+            assert command[6] == str(probe["timeoutSeconds"])
+            assert probe["timeoutSeconds"] >= 25  # SGLang's /health may take its 20 s
+        mounts = {m["name"]: m for m in sglang["volumeMounts"]}
+        assert mounts["sentinel-probe"]["mountPath"] == "/etc/sentinel-probe"
         assert start["periodSeconds"] * start["failureThreshold"] >= 3600  # an hour of model load
-        scheme = "HTTPS" if values.get("exporter", {}).get("tls") else "HTTP"
-        assert {live["httpGet"]["scheme"], sentinel["livenessProbe"]["httpGet"]["scheme"]} == {scheme}
+        assert sentinel["livenessProbe"]["httpGet"]["scheme"] == scheme.upper()
         for env in sglang.get("env", []):
             assert "value" not in env or not env["name"].endswith("API_KEY")
     for o in objects:
@@ -243,7 +270,8 @@ def test_monitors_set_the_labels_the_rules_and_prometheus_select(
     job = values.get("jobLabel", "sentinel")
     monitors = [o for o in rendered[case] if o["kind"] in ("PodMonitor", "ServiceMonitor")]
     fleet = values.get("mode") == "fleet"
-    if values.get("podMonitor", {}).get("enabled") is False or (fleet and values["fleet"].get("fileSd")):
+    enabled = values.get("serviceMonitor" if fleet else "podMonitor", {}).get("enabled", False)
+    if not enabled or (fleet and values["fleet"].get("fileSd")):
         assert not monitors
         return
     expected = len(values["fleet"]["targets"]) if fleet else 1
