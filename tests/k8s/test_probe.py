@@ -8,7 +8,9 @@ process that accepts and never answers) must not fail SGLang's liveness while SG
 
 from __future__ import annotations
 
+import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -28,7 +30,7 @@ from k8s import chart
 class Stub:
     """An HTTP server on 127.0.0.1 answering every GET with ``status`` and ``body``."""
 
-    def __init__(self, status: int, body: str) -> None:
+    def __init__(self, status: int, body: str, tls: tuple[Path, Path] | None = None) -> None:
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -46,6 +48,10 @@ class Stub:
         self.status, self.body = status, body
         self.paths: list[str] = []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         self.port = int(self.server.server_address[1])
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -70,9 +76,14 @@ def stubs() -> Iterator[list[Stub]]:
         stub.close()
 
 
-def rendered_probes(sentinel_port: int, sglang_port: int, tmp_path: Path) -> dict[str, list[str]]:
+def rendered_probes(
+    sentinel_port: int, sglang_port: int, tmp_path: Path, *, tls: bool = False
+) -> dict[str, list[str]]:
     """probe name -> command, with the script written where the command expects it (re-rooted)."""
-    values = {"exporter": {"port": sentinel_port}, "sglang": {"port": sglang_port}}
+    exporter: dict[str, Any] = {"port": sentinel_port}
+    if tls:
+        exporter["tls"] = {"secretName": "sentinel-tls"}
+    values = {"exporter": exporter, "sglang": {"port": sglang_port}}
     objects = chart.render(values)
     (config,) = [o for o in objects if o["kind"] == "ConfigMap" and "probe.py" in o["data"]]
     script = tmp_path / "probe.py"
@@ -157,6 +168,22 @@ def test_a_hung_sidecar_falls_back_within_the_probe_timeout(tmp_path: Path, stub
         assert took < timeout
     finally:
         hung.close()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl not installed")
+def test_an_https_sidecar_is_asked_over_https(tmp_path: Path, stubs: list[Stub]) -> None:
+    """exporter.tls: the probe speaks HTTPS to a certificate that names the Service, not 127.0.0.1."""
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+         "/CN=sentinel-sglang-sentinel.sentinel.svc", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    sentinel = Stub(503, "failed: stall stalled (3 in a row)", tls=(cert, key))
+    stubs.append(sentinel)
+    probes = rendered_probes(sentinel.port, closed_port(), tmp_path, tls=True)
+    assert probes["livenessProbe"][3] == "https"
+    assert run(probes["livenessProbe"], 60)[:2] == (1, "sentinel 503: failed: stall stalled (3 in a row)")
 
 
 def test_bad_arguments_exit_2_with_usage(tmp_path: Path) -> None:
