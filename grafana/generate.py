@@ -18,8 +18,23 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 DS = {"type": "prometheus", "uid": "${datasource}"}
-INST = 'instance=~"$instance"'
-PROF = 'instance=~"$instance", profile=~"$profile"'
+# The oldest Grafana these dashboards are written for (schemaVersion 39; stated in __requires).
+MIN_GRAFANA = "10.4.0"
+# Every query carries the fleet-wide matchers: `cluster` (opt-in: a hidden variable whose All value
+# `.*` also matches series without the label, so single-cluster setups need nothing) and `job`
+# (the scrape job, e.g. the chart's jobLabel), then the dashboard's own variables.
+FLEET = 'cluster=~"$cluster", job=~"$job"'
+
+
+def match(*labels: str) -> str:
+    """The label matchers of a query: the fleet-wide ones and one per named variable."""
+    return ", ".join([FLEET, *(f'{label}=~"${label}"' for label in labels)])
+
+
+INST = match("instance")
+PROF = match("instance", "profile")
+# SGLang's own series (re-exposed by sentinel) carry model_name (--served-model-name).
+SGL = match("instance", "model_name")
 SGLANG_TTFT = "sglang:time_to_first_token_seconds_bucket"
 # SGLang writes one scheduler figure over several series, depending on its launch flags
 # (sglang_sentinel.sglang.series does the same in Python, docs/sglang-versions.md):
@@ -38,7 +53,29 @@ def sched_total(metric: str, sel: str) -> str:
     return f'sum by (instance) (max without ({SCHED_RANKS}) ({metric}{{{sel}, priority=""}}))'
 
 
-def _variables(with_profile: bool) -> list[dict[str, Any]]:
+def _query_variable(
+    name: str, label: str, query: str, *, hide: int = 0, all_value: str = ".+"
+) -> dict[str, Any]:
+    """A multi-value query variable (All = ``all_value``) over ``label_values(query, label)``."""
+    definition = f"label_values({query}, {label})"
+    return {
+        "name": name,
+        "label": name.replace("_", " ").capitalize(),
+        "type": "query",
+        "datasource": DS,
+        "query": {"query": definition, "refId": name},
+        "definition": definition,
+        "refresh": 2,
+        "multi": True,
+        "includeAll": True,
+        "allValue": all_value,
+        "current": {},
+        "sort": 1,
+        "hide": hide,
+    }
+
+
+def _variables(with_profile: bool, extra: tuple[dict[str, Any], ...] = ()) -> list[dict[str, Any]]:
     variables: list[dict[str, Any]] = [
         {
             "name": "datasource",
@@ -49,37 +86,17 @@ def _variables(with_profile: bool) -> list[dict[str, Any]]:
             "hide": 0,
             "refresh": 1,
         },
-        {
-            "name": "instance",
-            "label": "Instance",
-            "type": "query",
-            "datasource": DS,
-            "query": {"query": "label_values(sentinel_server_up, instance)", "refId": "instance"},
-            "definition": "label_values(sentinel_server_up, instance)",
-            "refresh": 2,
-            "multi": True,
-            "includeAll": True,
-            "allValue": ".+",
-            "current": {},
-            "sort": 1,
-        },
+        # Hidden (opt-in): show it in the dashboard settings where Prometheus adds a cluster
+        # label (external_labels, Thanos, Mimir); its All (.*) matches series without one.
+        _query_variable("cluster", "cluster", "sentinel_server_up", hide=2, all_value=".*"),
+        _query_variable("job", "job", 'sentinel_server_up{cluster=~"$cluster"}'),
+        _query_variable("instance", "instance", f"sentinel_server_up{{{FLEET}}}"),
+        *extra,
     ]
     if with_profile:
         variables += [
-            {
-                "name": "profile",
-                "label": "Load profile",
-                "type": "query",
-                "datasource": DS,
-                "query": {"query": "label_values(sentinel_load_runs_total, profile)", "refId": "profile"},
-                "definition": "label_values(sentinel_load_runs_total, profile)",
-                "refresh": 2,
-                "multi": True,
-                "includeAll": True,
-                "allValue": ".+",
-                "current": {},
-                "sort": 1,
-            },
+            _query_variable("profile", "profile", f"sentinel_load_runs_total{{{INST}}}")
+            | {"label": "Load profile"},
             {
                 # Reference runs are minutes apart: latency quantiles and outcome counts need a window
                 # that spans several runs, not Grafana's scrape-sized $__rate_interval.
@@ -516,8 +533,8 @@ def overview() -> dict[str, Any]:
         "per data-parallel replica, the priority total, whatever the launch flags).",
         "short",
         [
-            (sched_total("sglang:num_running_reqs", INST), "{{instance}} running"),
-            (sched_total("sglang:num_queue_reqs", INST), "{{instance}} queued"),
+            (sched_total("sglang:num_running_reqs", SGL), "{{instance}} running"),
+            (sched_total("sglang:num_queue_reqs", SGL), "{{instance}} queued"),
         ],
         w=8,
     )
@@ -526,7 +543,7 @@ def overview() -> dict[str, Any]:
         "KV-cache usage",
         "Fraction of the KV-cache token pool in use (sglang:token_usage); near 1 requests get retracted.",
         "percentunit",
-        [(f"max by (instance) (sglang:token_usage{{{INST}}})", "{{instance}}")],
+        [(f"max by (instance) (sglang:token_usage{{{SGL}}})", "{{instance}}")],
         w=8,
         defaults={"min": 0, "max": 1},
     )
@@ -535,7 +552,7 @@ def overview() -> dict[str, Any]:
         "Generation throughput",
         "SGLang's decode throughput gauge (from its last decode log interval).",
         "short",
-        [(sched_total("sglang:gen_throughput", INST), "{{instance}}")],
+        [(sched_total("sglang:gen_throughput", SGL), "{{instance}}")],
         w=8,
     )
     b.panel(
@@ -545,11 +562,11 @@ def overview() -> dict[str, Any]:
         "s",
         [
             (
-                f"histogram_quantile(0.5, sum by (le, instance) (rate({SGLANG_TTFT}{{{INST}}}[$__rate_interval])))",
+                f"histogram_quantile(0.5, sum by (le, instance) (rate({SGLANG_TTFT}{{{SGL}}}[$__rate_interval])))",
                 "{{instance}} p50",
             ),
             (
-                f"histogram_quantile(0.99, sum by (le, instance) (rate({SGLANG_TTFT}{{{INST}}}[$__rate_interval])))",
+                f"histogram_quantile(0.99, sum by (le, instance) (rate({SGLANG_TTFT}{{{SGL}}}[$__rate_interval])))",
                 "{{instance}} p99",
             ),
         ],
@@ -561,11 +578,11 @@ def overview() -> dict[str, Any]:
         "short",
         [
             (
-                f"sum by (instance) (rate(sglang:prompt_tokens_total{{{INST}}}[$__rate_interval]))",
+                f"sum by (instance) (rate(sglang:prompt_tokens_total{{{SGL}}}[$__rate_interval]))",
                 "{{instance}} prompt",
             ),
             (
-                f"sum by (instance) (rate(sglang:generation_tokens_total{{{INST}}}[$__rate_interval]))",
+                f"sum by (instance) (rate(sglang:generation_tokens_total{{{SGL}}}[$__rate_interval]))",
                 "{{instance}} generated",
             ),
         ],
@@ -606,12 +623,19 @@ def overview() -> dict[str, Any]:
             ),
         ],
     )
-    return _dashboard("sentinel-overview", "sglang-sentinel: server, load and capacity", b, with_profile=True)
+    model = _query_variable("model_name", "model_name", f"sglang:num_running_reqs{{{INST}}}")
+    return _dashboard(
+        "sentinel-overview",
+        "sglang-sentinel: server, load and capacity",
+        b,
+        with_profile=True,
+        extra=(model,),
+    )
 
 
 def gpu() -> dict[str, Any]:
     b = Board()
-    gsel = 'instance=~"$instance"'
+    gsel = match("instance", "gpu")
     legend = "{{instance}} GPU {{gpu}}"
     b.row("Load")
     gpu_panels: tuple[tuple[str, str, str, str, dict[str, Any]], ...] = (
@@ -681,7 +705,7 @@ def gpu() -> dict[str, Any]:
         [
             (
                 f"increase(sentinel_gpu_xid_errors_total{{{gsel}}}[$__rate_interval])"
-                f" or on (instance) (0 * sentinel_gpu_visible_devices{{{gsel}}})",
+                f" or on (instance) (0 * sentinel_gpu_visible_devices{{{INST}}})",
                 "{{instance}} GPU {{gpu}} XID {{xid}}",
             )
         ],
@@ -694,8 +718,8 @@ def gpu() -> dict[str, Any]:
         "GPUs NVML reports now against the launch profile's count.",
         "none",
         [
-            (f"sentinel_gpu_visible_devices{{{gsel}}}", "{{instance}} visible"),
-            (f"sentinel_gpu_expected_devices{{{gsel}}}", "{{instance}} expected"),
+            (f"sentinel_gpu_visible_devices{{{INST}}}", "{{instance}} visible"),
+            (f"sentinel_gpu_expected_devices{{{INST}}}", "{{instance}} expected"),
         ],
         w=12,
     )
@@ -707,7 +731,112 @@ def gpu() -> dict[str, Any]:
         [(f"sentinel_gpu_read_duration_seconds{{{gsel}}}", legend)],
         w=12,
     )
-    return _dashboard("sentinel-gpu", "sglang-sentinel: GPUs", b, with_profile=False)
+    gpus = _query_variable("gpu", "gpu", f"sentinel_gpu_temperature_celsius{{{INST}}}") | {"label": "GPU"}
+    return _dashboard(
+        "sentinel-gpu", "sglang-sentinel: GPUs (sentinel's NVML)", b, with_profile=False, extra=(gpus,)
+    )
+
+
+# dcgm-exporter's series joined to the SGLang pods sentinel watches (Kubernetes, where sentinel's
+# NVML collector is off because the GPUs belong to SGLang's container). dcgm-exporter labels each
+# GPU's series with the pod using it (namespace, pod, container); scraped with honorLabels: false
+# (its chart's default) they arrive as exported_namespace / exported_pod, which win here when set.
+# The PodMonitor gives sentinel's series the same namespace and pod: sentinel's instance label is
+# copied onto the GPU series, so $job/$instance select GPUs as they select servers.
+DCGM_SEL = 'cluster=~"$cluster", gpu=~"$gpu"'
+
+
+def _d(metric: str) -> str:
+    """A dcgm-exporter series with the dashboard's GPU matchers."""
+    return f"{metric}{{{DCGM_SEL}}}"
+
+
+def dcgm_series(inner: str) -> str:
+    """``inner`` (over dcgm-exporter series, see :func:`_d`) for the GPUs of the selected SGLang
+    pods, with sentinel's ``instance`` label."""
+    own = (
+        f'label_replace(label_replace({inner}, "pod", "$1", "exported_pod", "(.+)"),'
+        ' "namespace", "$1", "exported_namespace", "(.+)")'
+    )
+    pods = f"max by (cluster, namespace, pod, instance) (sentinel_server_up{{{INST}}})"
+    return f"({own} * on (cluster, namespace, pod) group_left (instance) ({pods} ^ 0))"
+
+
+def dcgm() -> dict[str, Any]:
+    b = Board()
+    legend = "{{instance}} GPU {{gpu}}"
+    b.row("Load (dcgm-exporter, GPUs of the SGLang pods)")
+    used, free = _d("DCGM_FI_DEV_FB_USED"), _d("DCGM_FI_DEV_FB_FREE")
+    energy = f"rate({_d('DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION')}[$__rate_interval])"
+    panels: tuple[tuple[str, str, str, str], ...] = (
+        ("Utilization", "Fraction of time a kernel was running (DCGM_FI_DEV_GPU_UTIL).", "percentunit",
+         f"{dcgm_series(_d('DCGM_FI_DEV_GPU_UTIL'))} / 100"),
+        ("Memory used", "Framebuffer memory in use (DCGM_FI_DEV_FB_USED, MiB).", "bytes",
+         f"{dcgm_series(used)} * 1048576"),
+        ("Memory used (fraction)", "Used over used + free framebuffer: SGLang reserves most of it at start "
+         "(--mem-fraction-static), so a drop means a restarted server.", "percentunit",
+         dcgm_series(f"{used} / ({used} + {free})")),
+        ("Power", "Power draw (DCGM_FI_DEV_POWER_USAGE).", "watt", dcgm_series(_d("DCGM_FI_DEV_POWER_USAGE"))),
+        ("Energy-derived power", "Mean power over the window from the energy counter "
+         "(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, mJ): no sample gaps, unlike the instantaneous reading.",
+         "watt", f"{dcgm_series(energy)} / 1000"),
+        ("SM clock", "Current SM clock (DCGM_FI_DEV_SM_CLOCK, MHz).", "hertz",
+         f"{dcgm_series(_d('DCGM_FI_DEV_SM_CLOCK'))} * 1000000"),
+        ("GPU temperature", "GPU core temperature (DCGM_FI_DEV_GPU_TEMP).", "celsius",
+         dcgm_series(_d("DCGM_FI_DEV_GPU_TEMP"))),
+        ("Memory temperature", "HBM temperature (DCGM_FI_DEV_MEMORY_TEMP).", "celsius",
+         dcgm_series(_d("DCGM_FI_DEV_MEMORY_TEMP"))),
+    )  # fmt: skip
+    for title, desc, unit, expr in panels:
+        b.panel("timeseries", title, desc, unit, [(expr, legend)], w=8)
+    b.row("Errors")
+    b.panel(
+        "timeseries",
+        "Last XID",
+        "The last XID error of each GPU (DCGM_FI_DEV_XID_ERRORS, a gauge: 0 = none since the driver "
+        "loaded). 48/63/64/74/79/94/95 mean a GPU that needs attention (README, GPU alerts).",
+        "none",
+        [(dcgm_series(_d("DCGM_FI_DEV_XID_ERRORS")), legend)],
+        w=8,
+    )
+    b.panel(
+        "timeseries",
+        "PCIe replays",
+        "Link-level retransmissions per window (DCGM_FI_DEV_PCIE_REPLAY_COUNTER); a sustained rate is "
+        "a signal-integrity problem, and TP over PCIe crosses the link on every all-reduce.",
+        "none",
+        [(dcgm_series(f"increase({_d('DCGM_FI_DEV_PCIE_REPLAY_COUNTER')}[$__rate_interval])"), legend)],
+        w=8,
+    )
+    b.panel(
+        "timeseries",
+        "Row remapping",
+        "Uncorrectable-error rows remapped per window, and 1 when remapping failed (the GPU needs a reset "
+        "or replacement).",
+        "none",
+        [
+            (
+                dcgm_series(f"increase({_d('DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS')}[$__rate_interval])"),
+                "{{instance}} GPU {{gpu}} remapped",
+            ),
+            (dcgm_series(_d("DCGM_FI_DEV_ROW_REMAP_FAILURE")), "{{instance}} GPU {{gpu}} remap failed"),
+        ],
+        w=8,
+    )
+    b.row("Mapping")
+    b.panel(
+        "stat",
+        "GPUs per SGLang pod",
+        "GPUs dcgm-exporter attributes to each watched pod. None: dcgm-exporter is not scraped, its pod "
+        "mapping is off, or the pod labels differ (README, Kubernetes).",
+        "none",
+        [(f"count by (instance) ({dcgm_series(_d('DCGM_FI_DEV_GPU_TEMP'))})", "{{instance}}")],
+        w=24,
+    )
+    gpus = _query_variable("gpu", "gpu", 'DCGM_FI_DEV_GPU_TEMP{cluster=~"$cluster"}') | {"label": "GPU"}
+    return _dashboard(
+        "sentinel-dcgm", "sglang-sentinel: GPUs (dcgm-exporter)", b, with_profile=False, extra=(gpus,)
+    )
 
 
 def _annotations() -> list[dict[str, Any]]:
@@ -727,8 +856,11 @@ def _annotations() -> list[dict[str, Any]]:
     ]
 
 
-def _dashboard(uid: str, title: str, board: Board, *, with_profile: bool) -> dict[str, Any]:
+def _dashboard(
+    uid: str, title: str, board: Board, *, with_profile: bool, extra: tuple[dict[str, Any], ...] = ()
+) -> dict[str, Any]:
     return {
+        "__requires": [{"type": "grafana", "id": "grafana", "name": "Grafana", "version": MIN_GRAFANA}],
         "id": None,
         "uid": uid,
         "title": title,
@@ -749,12 +881,12 @@ def _dashboard(uid: str, title: str, board: Board, *, with_profile: bool) -> dic
             }
         ],
         "annotations": {"list": _annotations()},
-        "templating": {"list": _variables(with_profile)},
+        "templating": {"list": _variables(with_profile, extra)},
         "panels": board.panels,
     }
 
 
-DASHBOARDS = {"sentinel-overview.json": overview, "sentinel-gpu.json": gpu}
+DASHBOARDS = {"sentinel-overview.json": overview, "sentinel-gpu.json": gpu, "sentinel-dcgm.json": dcgm}
 
 
 def render() -> dict[str, str]:

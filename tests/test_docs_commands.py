@@ -133,7 +133,10 @@ SKIP: dict[str, str] = {
     "kubectl create namespace llm": "a cluster",
     "kubectl -n llm create secret generic sentinel-secrets --from-literal=api-key=... "
     "--from-file=web-users=./web-users": "a cluster",
+    "helm install sentinel deploy/helm/sglang-sentinel -n llm "
+    "--set existingSecret=sentinel-secrets": "a cluster",
     "helm install sentinel deploy/helm/sglang-sentinel -n llm --set existingSecret=sentinel-secrets "
+    "--set podMonitor.enabled=true --set prometheusRule.enabled=true "
     "--set podMonitor.labels.release=<your kube-prometheus-stack release> "
     "--set prometheusRule.labels.release=<your kube-prometheus-stack release>": "a cluster",
 }

@@ -44,6 +44,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from support.daemon_proc import DaemonProcess, free_port
+from support.dashboard_vars import at_all
 from support.live_prometheus import PROMETHEUS, Box, Prometheus
 
 pytestmark = pytest.mark.slow
@@ -209,7 +210,7 @@ def _panel_exprs() -> list[str]:
     doc = json.loads(OVERVIEW.read_text())
     panels = [p for p in doc["panels"] if p.get("title") == "Running and queued requests"]
     assert len(panels) == 1, "the overview dashboard's running/queued panel"
-    return [str(t["expr"]).replace("$instance", ".*") for t in panels[0]["targets"]]
+    return [at_all(str(t["expr"])) for t in panels[0]["targets"]]
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=[v.name for v in VARIANTS])

@@ -10,17 +10,22 @@ import asyncio
 import os
 import re
 import shutil
+import time
 from asyncio.subprocess import PIPE, STDOUT
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from sglang_sentinel.collect import CollectorSet
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "metrics.txt"
-VOLATILE_NAME = re.compile(r"^(sentinel_\w*(_timestamp_seconds|_duration_seconds))(\{.*\})? (.*)$")
+VOLATILE_NAME = re.compile(
+    r"^(sentinel_\w*(_timestamp_seconds|_duration_seconds)|process_\w+)(\{.*\})? (.*)$"
+)
+PROC = Path("/proc/self/stat").exists()  # prometheus_client's ProcessCollector needs it
 # Labels whose values depend on the machine running the test, not on sentinel.
 VOLATILE_LABELS = re.compile(
     r'(python_version|prometheus_client_version|nvidia_ml_py_version|version)="[^"]*"'
@@ -61,6 +66,30 @@ async def test_golden_metrics(collectors: CollectorSet, exporter_factory: Any) -
         GOLDEN.parent.mkdir(exist_ok=True)
         GOLDEN.write_text(got)
     assert got == GOLDEN.read_text()
+
+
+@pytest.mark.skipif(not PROC, reason="ProcessCollector reads /proc (Linux)")
+async def test_the_daemons_own_process_series(collectors: CollectorSet, exporter_factory: Any) -> None:
+    """prometheus_client's ProcessCollector on Linux: what node-exporter-style alerts read
+    (resident memory, CPU, fds against their limit, restarts by start time)."""
+    text = await scrape(collectors, exporter_factory)
+    values = {
+        s.name: s.value
+        for f in text_string_to_metric_families(text)
+        if f.name.startswith("process_")
+        for s in f.samples
+    }
+    assert set(values) == {
+        "process_virtual_memory_bytes",
+        "process_resident_memory_bytes",
+        "process_start_time_seconds",
+        "process_cpu_seconds_total",
+        "process_open_fds",
+        "process_max_fds",
+    }
+    assert 10e6 < values["process_resident_memory_bytes"] < values["process_virtual_memory_bytes"]
+    assert 0 < values["process_open_fds"] <= values["process_max_fds"]
+    assert time.time() - 86400 < values["process_start_time_seconds"] <= time.time()  # a timestamp
 
 
 async def test_promtool_check_metrics(collectors: CollectorSet, exporter_factory: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -12,6 +13,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sglang_sentinel.config import load_settings
+
+DCGM_SAMPLE = Path(__file__).resolve().parents[1] / "support" / "samples" / "dcgm-exporter-h200.txt"
 
 
 def _names(text: str) -> set[str]:
@@ -108,7 +111,11 @@ def _router_names() -> set[str]:
 
 @pytest.fixture(scope="session")
 def known_metrics() -> set[str]:
+    # dcgm-exporter's series (the sentinel-dcgm dashboard), as a real dcgm-exporter writes them.
+    dcgm = (
+        Path(__file__).resolve().parents[1] / "support" / "samples" / "dcgm-exporter-h200.txt"
+    ).read_text()
     # The router collector reads with asyncio.run of its own: outside _gather's loop.
-    names = asyncio.run(_gather()) | _router_names()
+    names = asyncio.run(_gather()) | _router_names() | _names(dcgm)
     assert "sentinel_gpu_temperature_celsius" in names, "fake GPU readings did not arrive"
     return names

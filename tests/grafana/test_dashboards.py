@@ -21,6 +21,7 @@ PROMTOOL = shutil.which("promtool")
 _NOT_METRICS = {
     "sum", "max", "min", "avg", "by", "rate", "increase", "irate", "time", "histogram_quantile",
     "quantile_over_time", "and", "unless", "on", "le", "count", "without", "offset", "bool", "or",
+    "label_replace", "group_left",
 }  # fmt: skip
 
 
@@ -61,6 +62,10 @@ def _substitute(expr: str) -> str:
         .replace("$window", "1h")
         .replace("$instance", ".+")
         .replace("$profile", ".+")
+        .replace("$cluster", ".*")
+        .replace("$job", ".+")
+        .replace("$model_name", ".+")
+        .replace("$gpu", ".+")
     )
 
 
@@ -129,7 +134,7 @@ def _metric_names(expr: str) -> set[str]:
     expr = re.sub(r"\{[^}]*\}", "{}", expr)  # label matchers
     expr = re.sub(r"\[[^\]]*\]", "[]", expr)  # ranges
     expr = re.sub(r"\boffset\s+\d+[smhdwy]", "", expr)  # offsets
-    expr = re.sub(r"\b(?:by|without|on|ignoring)\s*\([^)]*\)", "", expr)  # grouping labels
+    expr = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", expr)  # label lists
     # An identifier followed by "(" is a function or an aggregation, not a series.
     names = set(re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*(?![a-zA-Z0-9_:]|\s*\()", expr))
     return {n for n in names if n not in _NOT_METRICS and not re.fullmatch(r"[0-9e]+", n)}
@@ -191,3 +196,27 @@ def test_every_series_is_one_line_per_instance() -> None:
                 for grouping in re.findall(r"\b(?:sum|max|min|avg) by \(([^)]*)\)", target["expr"]):
                     assert "instance" in grouping, where
                 assert not re.search(r"\b(?:sum|max|min|avg)\s*\(", target["expr"]), where
+
+
+def test_every_query_has_the_fleet_matchers() -> None:
+    """job and (opt-in) cluster in every query; model_name on SGLang's series; gpu on GPU panels."""
+    for name, d in _dashboards().items():
+        variables = {v["name"]: v for v in d["templating"]["list"]}
+        assert variables["cluster"]["hide"] == 2, name  # opt-in
+        assert variables["cluster"]["allValue"] == ".*", name  # All matches series without it
+        assert {"job", "instance"} <= set(variables), name
+        assert d["__requires"] == [
+            {"type": "grafana", "id": "grafana", "name": "Grafana", "version": "10.4.0"}
+        ]
+        for panel in _panels(d):
+            for target in panel["targets"]:
+                where = f"{name}: {panel['title']}: {target['expr']}"
+                assert 'job=~"$job"' in target["expr"], where
+                assert 'cluster=~"$cluster"' in target["expr"], where
+                if "sglang:" in target["expr"]:
+                    assert 'model_name=~"$model_name"' in target["expr"], where
+                if "gpu" in name or "dcgm" in name:
+                    metrics = _metric_names(target["expr"])
+                    if any(m.startswith(("DCGM_", "sentinel_gpu_")) and "devices" not in m for m in metrics):
+                        assert 'gpu=~"$gpu"' in target["expr"], where
+    assert "model_name" in {v["name"] for v in _dashboards()["sentinel-overview.json"]["templating"]["list"]}

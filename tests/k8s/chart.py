@@ -5,7 +5,8 @@ Generated, and kept equal by tests/k8s/test_chart.py:
 - the chart's ``files/alerts.yml`` and ``files/dashboards/*.json``: copies of deploy/alerts.yml
   and grafana/dashboards (a chart can only read files inside itself);
 - ``deploy/k8s/<variant>/sentinel.yaml``: plain manifests for kustomize users, the chart rendered
-  with each variant's values, Helm's own labels removed.
+  with each variant's values, Helm's own labels removed;
+- the values table of the chart's README.md, from the ``# --`` comments of values.yaml.
 
 After changing the chart, the alerts or the dashboards::
 
@@ -15,6 +16,8 @@ After changing the chart, the alerts or the dashboards::
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,20 +33,41 @@ _FLEET_TARGETS = [
     {"name": "glm5-b", "url": "http://glm5-b.inference.svc:30000", "servedModelName": "glm-5"},
 ]
 
-# deploy/k8s/<variant>: what a kustomize user starts from.
+# deploy/k8s/<variant>: what a kustomize user starts from. With the Operator objects: a kustomize
+# user copies the manifests and keeps what their cluster has (README, "Kubernetes").
+_OPERATOR = {"podMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}
 VARIANTS: dict[str, dict[str, Any]] = {
-    "sidecar": {},
-    "lws": {"sidecar": {"workload": "LeaderWorkerSet", "lws": {"size": 2}}},
-    "fleet": {"mode": "fleet", "fleet": {"targets": _FLEET_TARGETS}},
+    "sidecar": _OPERATOR,
+    "lws": {**_OPERATOR, "sidecar": {"workload": "LeaderWorkerSet", "lws": {"size": 2}}},
+    "fleet": {
+        "mode": "fleet",
+        "fleet": {"targets": _FLEET_TARGETS},
+        "serviceMonitor": {"enabled": True},
+        "prometheusRule": {"enabled": True},
+    },
 }
+
+
+def ci_values() -> dict[str, dict[str, Any]]:
+    """The chart's ci/*-values.yaml (chart-testing's convention), by file stem."""
+    return {
+        f"ci-{p.name.removesuffix('-values.yaml')}": yaml.safe_load(p.read_text(encoding="utf-8"))
+        for p in sorted((CHART / "ci").glob("*-values.yaml"))
+    }
+
 
 # The values matrix CI renders and validates (every object of every case).
 MATRIX: dict[str, dict[str, Any]] = {
     **VARIANTS,
+    # The chart's defaults: what `helm install` gives on a bare cluster (no Operator CRDs).
+    "defaults": {},
+    "fleet-defaults": {"mode": "fleet", "fleet": {"targets": _FLEET_TARGETS}},
+    **ci_values(),
     "sidecar-secured": {
+        **_OPERATOR,
         "existingSecret": "sentinel-secrets",
         "exporter": {"basicAuth": True, "tls": {"secretName": "sentinel-tls"}},
-        "networkPolicy": {"apiFrom": [{"podSelector": {"matchLabels": {"app": "gateway"}}}]},
+        "networkPolicy": {"enabled": True, "apiFrom": [{"podSelector": {"matchLabels": {"app": "gateway"}}}]},
         "sglang": {
             "env": [{"name": "HF_HOME", "value": "/models/.cache"}],
             "volumes": [{"name": "models", "persistentVolumeClaim": {"claimName": "models"}}],
@@ -60,6 +84,7 @@ MATRIX: dict[str, dict[str, Any]] = {
         "podAnnotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "9480"},
     },
     "lws-secured": {
+        **_OPERATOR,
         "sidecar": {
             "workload": "LeaderWorkerSet",
             "replicas": 2,
@@ -70,10 +95,13 @@ MATRIX: dict[str, dict[str, Any]] = {
     "fleet-file-sd": {
         "mode": "fleet",
         "fleet": {"targets": _FLEET_TARGETS, "fileSd": True},
-        "prometheusRule": {"labels": {}},
+        "serviceMonitor": {"enabled": True},
+        "prometheusRule": {"enabled": True, "labels": {}},
         "jobLabel": "sglang-sentinel",
     },
 }
+
+DEFAULTS: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
 
 HEADER = (
     "# Generated from deploy/helm/sglang-sentinel by tests/k8s/chart.py --write (values: {variant});\n"
@@ -86,16 +114,30 @@ def render(
     values: dict[str, Any], *, name: str = "sentinel", namespace: str = "sentinel"
 ) -> list[dict[str, Any]]:
     """Every object the chart renders with ``values``, in template order."""
-    import helm_python
 
-    chart = helm_python.Chart.load(str(CHART))
-    manifests = chart.render(values, name=name, namespace=namespace, is_install=True)
+    manifests = _render(values, name=name, namespace=namespace)
     objects: list[dict[str, Any]] = []
     for path in sorted(manifests):
+        if path.endswith("NOTES.txt"):
+            continue
         for doc in yaml.safe_load_all(manifests[path]):
             if doc:
                 objects.append(doc)
     return objects
+
+
+def _render(values: dict[str, Any], *, name: str, namespace: str) -> dict[str, str]:
+    import helm_python
+
+    chart = helm_python.Chart.load(str(CHART))
+    manifests: dict[str, str] = chart.render(values, name=name, namespace=namespace, is_install=True)
+    return manifests
+
+
+def notes(values: dict[str, Any], *, name: str = "sentinel", namespace: str = "sentinel") -> str:
+    """The chart's NOTES.txt as `helm install` prints it."""
+    manifests = _render(values, name=name, namespace=namespace)
+    return next(text for path, text in manifests.items() if path.endswith("NOTES.txt"))
 
 
 def _strip_helm(obj: Any) -> Any:
@@ -125,9 +167,77 @@ def plain(variant: str) -> str:
     return HEADER.format(variant=variant) + body
 
 
+_KEY = re.compile(r"^(\s*)([A-Za-z0-9_.\-/]+):(?:\s|$)")
+_DOC = re.compile(r"^(\s*)# -- (.*)$")
+_MORE = re.compile(r"^(\s*)#(?: (.*))?$")
+README_BEGIN = "<!-- values table: generated by tests/k8s/chart.py --write from values.yaml -->"
+README_END = "<!-- end of values table -->"
+
+
+def value_docs(text: str | None = None) -> dict[str, str]:
+    """``dotted.key -> description`` from the ``# --`` comments of values.yaml (helm-docs' style:
+    the comment block right above a key, continued by the ``#`` lines after it)."""
+    text = (CHART / "values.yaml").read_text(encoding="utf-8") if text is None else text
+    docs: dict[str, str] = {}
+    stack: list[tuple[int, str]] = []
+    pending: tuple[int, list[str]] | None = None
+    for line in text.splitlines():
+        doc, more, key = _DOC.match(line), _MORE.match(line), _KEY.match(line)
+        if doc:
+            pending = (len(doc.group(1)), [doc.group(2).strip()])
+        elif more and pending is not None and len(more.group(1)) == pending[0]:
+            pending[1].append((more.group(2) or "").strip())
+        elif key:
+            indent = len(key.group(1))
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+            stack.append((indent, key.group(2)))
+            if pending is not None and pending[0] == indent:
+                docs[".".join(k for _, k in stack)] = " ".join(w for w in pending[1] if w)
+            pending = None
+        else:
+            pending = None
+    return docs
+
+
+def _lookup(values: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        values = values[part]
+    return values
+
+
+def _type(value: Any) -> str:
+    for kind, name in ((bool, "bool"), (int, "int"), (str, "string"), (list, "list"), (dict, "object")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
+_PIPE = "\\|"  # a literal | inside a Markdown table cell
+
+
+def values_table() -> str:
+    values = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
+    rows = ["| Key | Type | Default | Description |", "| --- | --- | --- | --- |"]
+    for key, text in value_docs().items():
+        value = _lookup(values, key)
+        default = json.dumps(value, separators=(", ", ": ")).replace("|", _PIPE)
+        rows.append(f"| `{key}` | {_type(value)} | `{default}` | {text.replace('|', _PIPE)} |")
+    return "\n".join(rows) + "\n"
+
+
+def readme() -> str:
+    """The chart's README.md with its values table regenerated (the prose is edited in place)."""
+    text = (CHART / "README.md").read_text(encoding="utf-8")
+    head, rest = text.split(README_BEGIN + "\n", 1)
+    _, tail = rest.split(README_END, 1)
+    return f"{head}{README_BEGIN}\n{values_table()}{README_END}{tail}"
+
+
 def generated() -> dict[Path, bytes]:
     """Every generated file and its content."""
     out: dict[Path, bytes] = {CHART / "files" / "alerts.yml": (REPO / "deploy" / "alerts.yml").read_bytes()}
+    out[CHART / "README.md"] = readme().encode()
     for board in sorted((REPO / "grafana" / "dashboards").glob("*.json")):
         out[CHART / "files" / "dashboards" / board.name] = board.read_bytes()
     for variant in VARIANTS:

@@ -60,6 +60,14 @@ def _pods(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+def _env(container: dict[str, Any], name: str) -> str | None:
+    for env in container.get("env", []):
+        if env["name"] == name:
+            value: str | None = env.get("value")
+            return value
+    return None
+
+
 def _container(spec: dict[str, Any], name: str) -> dict[str, Any] | None:
     for c in [*spec.get("initContainers", []), *spec.get("containers", [])]:
         if c["name"] == name:
@@ -82,8 +90,16 @@ def test_chart_lints_strict() -> None:
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"mode": "daemonset"}, "mode must be sidecar or fleet"),
-        ({"sidecar": {"workload": "StatefulSet"}}, "sidecar.workload must be"),
+        # values.schema.json: unknown keys (a typo) and wrong types fail, naming the key.
+        ({"mode": "daemonset"}, "/mode': value must be one of"),
+        ({"sidecar": {"workload": "StatefulSet"}}, "/sidecar/workload': value must be one of"),
+        ({"podmonitor": {"enabled": True}}, "additional properties 'podmonitor' not allowed"),
+        ({"podMonitor": {"enable": True}}, "additional properties 'enable' not allowed"),
+        ({"sglang": {"service": {"typ": "LoadBalancer"}}}, "additional properties 'typ' not allowed"),
+        ({"sidecar": {"replicas": "2"}}, "/sidecar/replicas': got string, want integer"),
+        ({"exporter": {"port": 0}}, "/exporter/port'"),
+        ({"networkPolicy": {"enabled": "yes"}}, "/networkPolicy/enabled': got string, want boolean"),
+        ({"fleet": {"targets": [{"name": "Bad_Name", "url": "http://a:1"}]}}, "/fleet/targets/0/name'"),
         ({"mode": "fleet"}, "mode fleet needs fleet.targets"),
         ({"mode": "fleet", "fleet": {"targets": [{"name": "a", "url": "https://a:443"}]}}, "must be http://"),
         ({"exporter": {"basicAuth": True}}, "exporter.basicAuth needs existingSecret"),
@@ -218,16 +234,27 @@ def test_pods_are_locked_down_and_probed(case: str, rendered: dict[str, list[dic
         # A native sidecar: an init container that keeps running.
         assert sentinel in [dict(c) for c in spec["initContainers"]]
         assert sentinel["restartPolicy"] == "Always"
-        assert "--host=127.0.0.1" in sglang["args"]
+        # SGLang beyond loopback (the API Service reaches it), exactly once and after the user's
+        # args (the last --host wins); sentinel on loopback.
+        user_args = values.get("sglang", {}).get("args", chart.DEFAULTS["sglang"]["args"])
+        assert sglang["args"][: len(user_args)] == user_args
+        assert [a for a in sglang["args"] if a.startswith("--host")] == ["--host=0.0.0.0"]
+        assert sglang["args"].index("--host=0.0.0.0") >= len(user_args)
+        assert _env(sentinel, "SENTINEL_SERVER__HOST") == "127.0.0.1"
         assert "--enable-metrics" in sglang["args"]
         live, start, ready = sglang["livenessProbe"], sglang["startupProbe"], sglang["readinessProbe"]
-        assert live["httpGet"]["path"] == "/verdict"
-        assert start["httpGet"]["path"] == ready["httpGet"]["path"] == "/verdict?ready"
-        # By number: a named port would be looked up in the SGLang container, which has none.
-        assert {live["httpGet"]["port"], start["httpGet"]["port"], ready["httpGet"]["port"]} == {port}
+        scheme = "https" if values.get("exporter", {}).get("tls") else "http"
+        for probe, mode in ((live, "live"), (start, "ready"), (ready, "ready")):
+            command = probe["exec"]["command"]
+            assert command[:3] == ["python3", "/etc/sentinel-probe/probe.py", mode]
+            assert command[3:6] == [scheme, str(port), "30000"]
+            # The script's budget is the probe's timeout: it answers before the kubelet gives up.
+            assert command[6] == str(probe["timeoutSeconds"])
+            assert probe["timeoutSeconds"] >= 25  # SGLang's /health may take its 20 s
+        mounts = {m["name"]: m for m in sglang["volumeMounts"]}
+        assert mounts["sentinel-probe"]["mountPath"] == "/etc/sentinel-probe"
         assert start["periodSeconds"] * start["failureThreshold"] >= 3600  # an hour of model load
-        scheme = "HTTPS" if values.get("exporter", {}).get("tls") else "HTTP"
-        assert {live["httpGet"]["scheme"], sentinel["livenessProbe"]["httpGet"]["scheme"]} == {scheme}
+        assert sentinel["livenessProbe"]["httpGet"]["scheme"] == scheme.upper()
         for env in sglang.get("env", []):
             assert "value" not in env or not env["name"].endswith("API_KEY")
     for o in objects:
@@ -243,7 +270,8 @@ def test_monitors_set_the_labels_the_rules_and_prometheus_select(
     job = values.get("jobLabel", "sentinel")
     monitors = [o for o in rendered[case] if o["kind"] in ("PodMonitor", "ServiceMonitor")]
     fleet = values.get("mode") == "fleet"
-    if values.get("podMonitor", {}).get("enabled") is False or (fleet and values["fleet"].get("fileSd")):
+    enabled = values.get("serviceMonitor" if fleet else "podMonitor", {}).get("enabled", False)
+    if not enabled or (fleet and values["fleet"].get("fileSd")):
         assert not monitors
         return
     expected = len(values["fleet"]["targets"]) if fleet else 1
@@ -348,3 +376,237 @@ def test_kustomize_renders_deploy_k8s(variant: str) -> None:
     )
     assert {o["metadata"].get("namespace") for o in objects} == {"sentinel"}
     assert not [o for o in objects if "helm.sh/chart" in o["metadata"].get("labels", {})]
+
+
+def _sidecar_cases() -> list[str]:
+    return [c for c, v in chart.MATRIX.items() if v.get("mode", "sidecar") == "sidecar"]
+
+
+def _leader_template(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    for o in objects:
+        if o["kind"] == "Deployment":
+            template: dict[str, Any] = o["spec"]["template"]
+            return template
+        if o["kind"] == "LeaderWorkerSet":
+            template = o["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
+            return template
+    raise AssertionError("no SGLang workload")
+
+
+@pytest.mark.parametrize("case", _sidecar_cases())
+def test_the_api_service_selects_the_sglang_pod(case: str, rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = rendered[case]
+    services = [o for o in objects if o["kind"] == "Service"]
+    assert len(services) == 1, case
+    svc = services[0]
+    leader = _leader_template(objects)
+    labels = leader["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= labels.items()
+    sglang = _container(leader["spec"], "sglang")
+    assert sglang is not None
+    named = {p["name"]: p["containerPort"] for p in sglang["ports"]}
+    (port,) = svc["spec"]["ports"]
+    assert named[port["targetPort"]] == 30000
+    want = chart.MATRIX[case].get("sglang", {}).get("service", {})
+    assert svc["spec"]["type"] == want.get("type", "ClusterIP")
+    assert svc["metadata"].get("annotations", {}) == want.get("annotations", {})
+    for o in objects:
+        if o["kind"] == "LeaderWorkerSet":
+            # Workers run no HTTP server: the Service must not select them.
+            worker = o["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"]["labels"]
+            assert not svc["spec"]["selector"].items() <= worker.items()
+
+
+def test_the_api_service_can_be_turned_off() -> None:
+    objects = chart.render({"sglang": {"service": {"enabled": False}}})
+    assert not [o for o in objects if o["kind"] == "Service"]
+    assert not [o for o in chart.render(chart.MATRIX["fleet"]) if o["metadata"]["name"].endswith("-sglang")]
+
+
+@pytest.mark.parametrize("case", _sidecar_cases())
+def test_gpu_pods_roll_out_without_surge_and_stop_gracefully(
+    case: str, rendered: dict[str, list[dict[str, Any]]]
+) -> None:
+    for o in rendered[case]:
+        if o["kind"] == "Deployment":
+            assert o["spec"]["strategy"] == {"type": "Recreate"}
+            specs = [o["spec"]["template"]["spec"]]
+        elif o["kind"] == "LeaderWorkerSet":
+            rollout = o["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"]
+            assert rollout["maxSurge"] == 0
+            lwt = o["spec"]["leaderWorkerTemplate"]
+            specs = [lwt["leaderTemplate"]["spec"], lwt["workerTemplate"]["spec"]]
+        else:
+            continue
+        for spec in specs:
+            # SGLang drains without a limit of its own: minutes, not the default 30 s.
+            assert spec["terminationGracePeriodSeconds"] >= 300
+
+
+def test_pod_knobs_reach_the_pods(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    values = chart.MATRIX["ci-sidecar"]
+    objects = rendered["ci-sidecar"]
+    spec = _leader_template(objects)["spec"]
+    assert spec["runtimeClassName"] == values["runtimeClassName"]
+    assert spec["priorityClassName"] == values["priorityClassName"]
+    assert spec["securityContext"] == values["podSecurityContext"]
+    assert spec["serviceAccountName"] == "inference"
+    assert not [o for o in objects if o["kind"] == "ServiceAccount"]  # create: false
+    sentinel = _container(spec, "sentinel")
+    assert sentinel is not None
+    assert _env(sentinel, "SENTINEL_LOG__LEVEL") == "debug"
+    assert values["extraVolumeMounts"][0] in sentinel["volumeMounts"]
+    assert values["extraVolumes"][0] in spec["volumes"]
+    # Defaults: the chart's own ServiceAccount, no runtime or priority class.
+    default = _leader_template(rendered["defaults"])["spec"]
+    assert "runtimeClassName" not in default
+    assert "priorityClassName" not in default
+    (sa,) = [o for o in rendered["defaults"] if o["kind"] == "ServiceAccount"]
+    assert default["serviceAccountName"] == sa["metadata"]["name"]
+
+
+@pytest.mark.parametrize("case", ["defaults", "fleet-defaults"])
+def test_a_bare_cluster_needs_no_crds(case: str, rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """The defaults render only core kinds (validated above for 1.29 and 1.32): `helm install`
+    works on a cluster without the Prometheus Operator or LWS."""
+    apis = {o["apiVersion"] for o in rendered[case]}
+    assert apis <= CORE_API, apis
+    assert not [o for o in rendered[case] if o["kind"] == "NetworkPolicy"]
+
+
+@pytest.mark.parametrize("case", ["sidecar-secured", "ci-sidecar", "ci-fleet"])
+def test_secured_monitors_authenticate(case: str, rendered: dict[str, list[dict[str, Any]]]) -> None:
+    values = chart.MATRIX[case]
+    monitors = [o for o in rendered[case] if o["kind"] in ("PodMonitor", "ServiceMonitor")]
+    assert monitors
+    tls = values["exporter"].get("tls", {}).get("secretName")
+    for m in monitors:
+        endpoints = m["spec"].get("podMetricsEndpoints") or m["spec"]["endpoints"]
+        for ep in endpoints:
+            auth = ep["basicAuth"]
+            assert auth["username"] == {"name": values["existingSecret"], "key": "scrape-username"}
+            assert auth["password"] == {"name": values["existingSecret"], "key": "scrape-password"}
+            if tls:
+                assert ep["scheme"] == "https"
+                assert ep["tlsConfig"]["ca"]["secret"] == {"name": tls, "key": "ca.crt"}
+                assert ep["tlsConfig"]["serverName"]
+                assert "insecureSkipVerify" not in ep["tlsConfig"]
+            else:
+                assert ep["scheme"] == "http"
+                assert "tlsConfig" not in ep
+            want = values.get("podMonitor" if m["kind"] == "PodMonitor" else "serviceMonitor", {})
+            if want.get("metricRelabelings"):
+                assert ep["metricRelabelings"] == want["metricRelabelings"]
+            for extra in want.get("relabelings", []):
+                assert ep["relabelings"][-1] == extra  # after the chart's job/instance ones
+    plain = [o for o in rendered["ci-lws"] if o["kind"] == "PodMonitor"]
+    assert plain
+    assert "basicAuth" not in plain[0]["spec"]["podMetricsEndpoints"][0]
+
+
+def test_monitor_auth_values_replace_the_derived_ones() -> None:
+    token = {"name": "proxy-token", "key": "token"}
+    objects = chart.render(
+        {
+            "existingSecret": "s",
+            "exporter": {"basicAuth": True, "tls": {"secretName": "t", "caKey": ""}},
+            "podMonitor": {"enabled": True, "bearerTokenSecret": token, "basicAuth": {"username": token}},
+        }
+    )
+    (monitor,) = [o for o in objects if o["kind"] == "PodMonitor"]
+    ep = monitor["spec"]["podMetricsEndpoints"][0]
+    assert ep["bearerTokenSecret"] == token
+    assert ep["basicAuth"] == {"username": token}
+    assert ep["tlsConfig"] == {"insecureSkipVerify": True}  # no CA key: encrypted, unverified
+    _validate_operator([monitor], "auth overrides")
+
+
+@pytest.mark.parametrize("case", _sidecar_cases())
+def test_the_network_policy_covers_both_ports(case: str, rendered: dict[str, list[dict[str, Any]]]) -> None:
+    values = chart.MATRIX[case]
+    policies = [o for o in rendered[case] if o["kind"] == "NetworkPolicy"]
+    if not values.get("networkPolicy", {}).get("enabled"):
+        assert not policies
+        return
+    (policy,) = policies
+    rules = {r["ports"][0]["port"]: r for r in policy["spec"]["ingress"] if "ports" in r}
+    assert set(rules) == {9480, 30000}
+    np = values["networkPolicy"]
+    for port, key in ((9480, "metricsFrom"), (30000, "apiFrom")):
+        # An empty peer list admits anyone on that port (no `from`), never nobody.
+        assert rules[port].get("from", []) == np.get(key, [])
+
+
+def test_ci_values_cover_every_mode() -> None:
+    cases = chart.ci_values()
+    assert set(cases) == {"ci-sidecar", "ci-lws", "ci-fleet"}
+    assert cases["ci-lws"]["sidecar"]["workload"] == "LeaderWorkerSet"
+    assert cases["ci-fleet"]["mode"] == "fleet"
+
+
+def test_every_value_is_documented() -> None:
+    """README's values table comes from the `# --` comments: every leaf key has one (or sits
+    under a documented key, like resources.requests.cpu)."""
+    docs = chart.value_docs()
+
+    def leaves(node: Any, prefix: str) -> list[str]:
+        if isinstance(node, dict) and node:
+            return [leaf for k, v in node.items() for leaf in leaves(v, f"{prefix}{k}.")]
+        return [prefix.rstrip(".")]
+
+    undocumented = [
+        leaf
+        for leaf in leaves(chart.DEFAULTS, "")
+        if not any(leaf == d or leaf.startswith(d + ".") for d in docs)
+    ]
+    assert not undocumented, undocumented
+    assert all(text and not text.startswith("#") for text in docs.values())
+    table = chart.values_table()
+    assert '| `sglang.service.type` | string | `"ClusterIP"` |' in table
+    assert "| `podMonitor.enabled` | bool | `false` |" in table
+
+
+def test_the_schema_knows_every_default_key() -> None:
+    """values.schema.json rejects unknown keys, so it must list every key values.yaml has."""
+    schema = json.loads((chart.CHART / "values.schema.json").read_text(encoding="utf-8"))
+
+    def check(node: Any, sub: dict[str, Any], where: str) -> None:
+        if not isinstance(node, dict) or "properties" not in sub:
+            return
+        assert sub.get("additionalProperties") is False, where
+        for key, value in node.items():
+            assert key in sub["properties"], f"{where}.{key}"
+            check(value, sub["properties"][key], f"{where}.{key}")
+
+    check(chart.DEFAULTS, schema, "values")
+
+
+@pytest.mark.parametrize("case", list(chart.MATRIX))
+def test_notes_say_how_to_reach_it_and_check_the_monitors(case: str) -> None:
+    values = chart.MATRIX[case]
+    text = chart.notes(values)
+    assert "kubectl -n sentinel port-forward" in text
+    assert "{{" not in text
+    assert "<no value>" not in text
+    fleet = values.get("mode") == "fleet"
+    kind = "servicemonitor" if fleet else "podmonitor"
+    enabled = values.get("serviceMonitor" if fleet else "podMonitor", {}).get("enabled", False)
+    if fleet and values["fleet"].get("fileSd"):
+        return
+    if enabled:
+        assert f"kubectl -n sentinel get {kind} -l app.kubernetes.io/instance=sentinel" in text
+        assert f'up{{job="{values.get("jobLabel", "sentinel")}"}}' in text
+    else:
+        assert f"{'serviceMonitor' if fleet else 'podMonitor'}.enabled=true" in text
+
+
+def test_chart_metadata() -> None:
+    meta = yaml.safe_load((chart.CHART / "Chart.yaml").read_text(encoding="utf-8"))
+    for key in ("home", "sources", "maintainers", "icon", "kubeVersion"):
+        assert meta.get(key), key
+    major, minor, _patch = (int(x) for x in meta["version"].split("."))
+    assert (major, minor) >= (0, 2)
+    readme = (chart.CHART / "README.md").read_text(encoding="utf-8")
+    for section in ("## Install", "## Upgrade", "## Uninstall", "## Versioning", "## Values"):
+        assert section in readme
+    assert f"{meta['version']}:" in readme  # the versioning section names the current version

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import http.server
 import json
-import re
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
@@ -22,6 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sglang_sentinel.sglang.series import server_total
+from support.dashboard_vars import at_all
 from support.live_prometheus import PROMTOOL, Prometheus, requires_prometheus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,9 +72,8 @@ def _panel_targets(title: str) -> list[dict[str, Any]]:
 
 
 def _for_instance(expr: str, instance: str) -> str:
-    # The query as Grafana sends it with one instance picked.
-    # A regex inside a PromQL string: its backslashes doubled, as Grafana escapes them.
-    return expr.replace("$instance", re.escape(instance).replace("\\", "\\\\"))
+    """The query as Grafana sends it with one instance picked and the other variables at All."""
+    return at_all(expr, instance=instance)
 
 
 @pytest.fixture

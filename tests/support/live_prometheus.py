@@ -64,8 +64,8 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=10)
 
 
-def _static(name: str, address: str) -> dict[str, Any]:
-    labels = {"instance": name}
+def _static(name: str, address: str, extra: dict[str, str] | None = None) -> dict[str, Any]:
+    labels = {"instance": name, **(extra or {})}
     if "/" in address:
         address, path = address.split("/", 1)
         labels["__metrics_path__"] = "/" + path
@@ -76,7 +76,8 @@ class Prometheus:
     """``prometheus`` scraping ``targets`` every ``interval``.
 
     ``targets``: ``{"instance label": "host:port"}``, or ``"host:port/path"`` for a target with a
-    metrics path of its own.
+    metrics path of its own; ``target_labels`` are added to each (e.g. the ``namespace``/``pod``
+    the Operator's PodMonitor would set). ``extra_scrape_configs`` are more jobs, verbatim.
     """
 
     def __init__(
@@ -87,6 +88,8 @@ class Prometheus:
         interval: str = "1s",
         rule_files: Iterable[Path] = (),
         metrics_path: str = "/metrics",
+        target_labels: dict[str, str] | None = None,
+        extra_scrape_configs: Iterable[dict[str, Any]] = (),
     ) -> None:
         assert PROMETHEUS is not None
         workdir.mkdir(parents=True, exist_ok=True)
@@ -101,8 +104,11 @@ class Prometheus:
                     "job_name": "sentinel",
                     "scrape_timeout": interval,
                     "metrics_path": metrics_path,
-                    "static_configs": [_static(name, address) for name, address in targets.items()],
-                }
+                    "static_configs": [
+                        _static(name, address, target_labels) for name, address in targets.items()
+                    ],
+                },
+                *extra_scrape_configs,
             ],
         }
         (workdir / "prometheus.yml").write_text(json.dumps(config, indent=1))

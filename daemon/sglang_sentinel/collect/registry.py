@@ -5,7 +5,9 @@ needs (``@register("gpu", section=lambda s: s.collectors.gpu)``: the factory see
 never the whole configuration); ``[collectors] enabled`` picks which run; :class:`CollectorSet`
 is the one prometheus_client Collector that wraps them all and adds, on every scrape,
 ``sentinel_collector_success{collector}`` and ``sentinel_collector_duration_seconds{collector}``
-(and, for sources that know it, ``sentinel_collector_last_success_timestamp_seconds{collector}``).
+(and, for sources that know it, ``sentinel_collector_last_success_timestamp_seconds{collector}``),
+and the daemon's own ``process_*`` series (prometheus_client's ProcessCollector: resident memory,
+CPU seconds, open and max fds, start time), which the usual exporter alerts and dashboards read.
 
 A source that fails raises :class:`~sglang_sentinel.collect.source.CollectionFailed` (or anything else:
 a bug in one collector must not take the whole scrape down). What it yielded before failing is
@@ -20,7 +22,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
@@ -134,6 +136,9 @@ class CollectorSet:
         # flags are current (nobody may scrape the embedded default: it has no Prometheus).
         self._last_collect: float | None = None
         self._build_info = BuildInfoCollector()
+        # registry=None: not the global default registry; served through this set only. Reads
+        # /proc/self (Linux); elsewhere it yields nothing.
+        self._process = ProcessCollector(registry=None)
         self._started = False
         for name, source in sources:
             self.add(name, source)
@@ -175,7 +180,8 @@ class CollectorSet:
         return self._sources.get(name)
 
     def registry(self) -> CollectorRegistry:
-        """A fresh private registry holding only this set (no process/platform collectors)."""
+        """A fresh private registry holding only this set (its own process_* series included, no
+        platform/GC collectors)."""
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self)
         return registry
@@ -206,6 +212,7 @@ class CollectorSet:
     def collect(self) -> Iterator[Metric]:
         self._last_collect = time.monotonic()
         yield from self._build_info.collect()
+        yield from self._process.collect()
         success = GaugeMetricFamily(
             "sentinel_collector_success",
             "1 when this collector's latest collection succeeded.",

@@ -70,7 +70,8 @@ class Exporter:
     """Serves ``registry`` over HTTP(S). Async ``start()``/``stop()``; usable on its own.
 
     ``registry`` is anything with ``collect()``: a ``CollectorRegistry``, or a ``CollectorSet``
-    directly (no ``process_``/``python_`` default collectors either way).
+    directly (no ``python_``/platform default collectors either way; the set serves the daemon's
+    ``process_*`` series itself).
 
     ``index`` replaces the default landing page at ``/`` (the daemon's status page);
     ``routes`` adds more (e.g. a JSON status endpoint). With ``port = 0`` the OS picks a free

@@ -68,6 +68,9 @@ env:
     valueFrom:
       secretKeyRef: {name: {{ $v.existingSecret }}, key: api-key, optional: true}
   {{- end }}
+  {{- with $v.extraEnv }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
 ports:
   - {name: sentinel-http, containerPort: {{ $v.exporter.port }}, protocol: TCP}
 startupProbe:
@@ -94,6 +97,9 @@ volumeMounts:
   {{- if $v.exporter.tls.secretName }}
   - {name: sentinel-tls, mountPath: /etc/sentinel/tls, readOnly: true}
   {{- end }}
+  {{- with $v.extraVolumeMounts }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
 {{- end -}}
 
 {{- define "sentinel.volumes" -}}
@@ -112,6 +118,9 @@ volumeMounts:
 - name: sentinel-tls
   secret: {secretName: {{ $v.exporter.tls.secretName }}}
 {{- end }}
+{{- with $v.extraVolumes }}
+{{- toYaml . | nindent 0 }}
+{{- end }}
 {{- end -}}
 
 {{- /* The job/instance labels the rules expect (values.yaml "jobLabel"). Argument: instance source. */ -}}
@@ -126,4 +135,90 @@ volumeMounts:
   replacement: {{ .instance }}
   {{- end }}
   targetLabel: instance
+{{- end -}}
+
+
+{{- define "sentinel.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "sentinel.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* Pod-spec fields every pod of the chart shares (indented by the caller). Argument: $. */ -}}
+{{- define "sentinel.podCommon" -}}
+{{- $v := .Values -}}
+serviceAccountName: {{ include "sentinel.serviceAccountName" . }}
+# sentinel never talks to the Kubernetes API.
+automountServiceAccountToken: false
+{{- with $v.runtimeClassName }}
+runtimeClassName: {{ . }}
+{{- end }}
+{{- with $v.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with $v.podSecurityContext }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{- define "sentinel.podPlacement" -}}
+{{- $v := .Values -}}
+{{- with $v.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{- /* A monitor endpoint's authentication: what secures the exporter secures its scrapes too.
+       Arguments: dict "root" $ "monitor" <podMonitor or serviceMonitor values> "serverName" <default>.
+       Explicit values in the monitor win over the ones derived from exporter.* / existingSecret. */ -}}
+{{- define "sentinel.monitorAuth" -}}
+{{- $v := .root.Values -}}
+{{- $m := .monitor -}}
+{{- if $m.basicAuth }}
+basicAuth:
+  {{- toYaml $m.basicAuth | nindent 2 }}
+{{- else if $v.exporter.basicAuth }}
+basicAuth:
+  username: {name: {{ required "exporter.basicAuth needs existingSecret" $v.existingSecret }}, key: scrape-username}
+  password: {name: {{ $v.existingSecret }}, key: scrape-password}
+{{- end }}
+{{- if $m.tlsConfig }}
+tlsConfig:
+  {{- toYaml $m.tlsConfig | nindent 2 }}
+{{- else if $v.exporter.tls.secretName }}
+tlsConfig:
+  {{- if $v.exporter.tls.caKey }}
+  ca:
+    secret: {name: {{ $v.exporter.tls.secretName }}, key: {{ $v.exporter.tls.caKey }}}
+  {{- with ($v.exporter.tls.serverName | default .serverName) }}
+  serverName: {{ . }}
+  {{- end }}
+  {{- else }}
+  insecureSkipVerify: true
+  {{- end }}
+{{- end }}
+{{- with $m.bearerTokenSecret }}
+bearerTokenSecret:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $m.metricRelabelings }}
+metricRelabelings:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}

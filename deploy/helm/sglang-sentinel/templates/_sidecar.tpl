@@ -8,9 +8,10 @@ imagePullPolicy: {{ $s.image.pullPolicy }}
 command: ["python3", "-m", "sglang.launch_server"]
 args:
   {{- toYaml $s.args | nindent 2 }}
-  # Loopback: SGLang's inference API has no auth of its own unless --api-key is given; sentinel
-  # re-exposes its /metrics and answers the kubelet's probes for it.
-  - --host=127.0.0.1
+  # Beyond loopback for the API Service (sglang.host); sentinel uses 127.0.0.1. The API has no
+  # auth of its own unless --api-key is given (existingSecret): networkPolicy.apiFrom limits who
+  # reaches it.
+  - --host={{ $s.host }}
   - --port={{ $s.port }}
   - --enable-metrics
   - --served-model-name={{ $s.servedModelName }}
@@ -37,29 +38,42 @@ env:
 {{- if .leader }}
 ports:
   - {name: sglang-http, containerPort: {{ $s.port }}, protocol: TCP}
-# SGLang listens on loopback, out of the kubelet's reach: its probes ask sentinel (same pod,
-# so the same address; by number: a named port is looked up in the probed container only).
+# An exec probe (files/probe.py, from the chart's ConfigMap): sentinel's verdict while sentinel
+# answers, SGLang's own /health while it does not. A crash-looping sidecar must never get a
+# healthy SGLang restarted (a model reload of minutes), and a hung SGLang must still be restarted
+# while the sidecar is down.
+{{- $probe := list "python3" "/etc/sentinel-probe/probe.py" }}
+{{- $args := list (include "sentinel.scheme" .root | lower) ($v.exporter.port | toString) ($s.port | toString) }}
 startupProbe:
-  # 200 once the server is ready: liveness waits for the model load, up to
+  # Passes once the server is ready: liveness waits for the model load, up to
   # periodSeconds x failureThreshold.
-  httpGet: {path: "/verdict?ready", port: {{ $v.exporter.port }}, scheme: {{ include "sentinel.scheme" .root }}}
+  exec:
+    command: {{ concat $probe (list "ready") $args (list ($v.sidecar.readinessProbe.timeoutSeconds | toString)) | toJson }}
   periodSeconds: {{ $v.sidecar.startupProbe.periodSeconds }}
+  timeoutSeconds: {{ $v.sidecar.readinessProbe.timeoutSeconds }}
   failureThreshold: {{ $v.sidecar.startupProbe.failureThreshold }}
 livenessProbe:
-  # 503 only on a confirmed canary (wrong/garbage answers) or stall failure; 200 while unsure.
-  httpGet: {path: "/verdict", port: {{ $v.exporter.port }}, scheme: {{ include "sentinel.scheme" .root }}}
+  # Fails only on sentinel's 503 (a confirmed canary or stall failure) or, sentinel down, on
+  # SGLang's /health failing.
+  exec:
+    command: {{ concat $probe (list "live") $args (list ($v.sidecar.livenessProbe.timeoutSeconds | toString)) | toJson }}
   periodSeconds: {{ $v.sidecar.livenessProbe.periodSeconds }}
   timeoutSeconds: {{ $v.sidecar.livenessProbe.timeoutSeconds }}
   failureThreshold: {{ $v.sidecar.livenessProbe.failureThreshold }}
 readinessProbe:
-  httpGet: {path: "/verdict?ready", port: {{ $v.exporter.port }}, scheme: {{ include "sentinel.scheme" .root }}}
-  periodSeconds: 10
-  timeoutSeconds: 5
+  exec:
+    command: {{ concat $probe (list "ready") $args (list ($v.sidecar.readinessProbe.timeoutSeconds | toString)) | toJson }}
+  periodSeconds: {{ $v.sidecar.readinessProbe.periodSeconds }}
+  timeoutSeconds: {{ $v.sidecar.readinessProbe.timeoutSeconds }}
+  failureThreshold: {{ $v.sidecar.readinessProbe.failureThreshold }}
 {{- end }}
 resources:
   {{- toYaml $s.resources | nindent 2 }}
 volumeMounts:
   - {name: dshm, mountPath: /dev/shm}
+  {{- if .leader }}
+  - {name: sentinel-probe, mountPath: /etc/sentinel-probe, readOnly: true}
+  {{- end }}
   {{- with $s.volumeMounts }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
@@ -85,14 +99,8 @@ metadata:
     {{- end }}
   {{- end }}
 spec:
-  {{- if .leader }}
-  serviceAccountName: {{ include "sentinel.fullname" .root }}
-  {{- end }}
-  automountServiceAccountToken: false
-  {{- with $v.imagePullSecrets }}
-  imagePullSecrets:
-    {{- toYaml . | nindent 4 }}
-  {{- end }}
+  {{- include "sentinel.podCommon" .root | nindent 2 }}
+  terminationGracePeriodSeconds: {{ $v.sidecar.terminationGracePeriodSeconds }}
   {{- if .leader }}
   initContainers:
     - {{- include "sentinel.container" (dict "root" .root "sidecar" true "host" "127.0.0.1" "port" $v.sglang.port "model" $v.sglang.servedModelName) | nindent 6 }}
@@ -103,21 +111,12 @@ spec:
     - name: dshm
       emptyDir: {medium: Memory}
     {{- if .leader }}
+    - name: sentinel-probe
+      configMap: {name: {{ include "sentinel.fullname" .root }}, items: [{key: probe.py, path: probe.py}]}
     {{- include "sentinel.volumes" (dict "root" .root) | nindent 4 }}
     {{- end }}
     {{- with $v.sglang.volumes }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
-  {{- with $v.nodeSelector }}
-  nodeSelector:
-    {{- toYaml . | nindent 4 }}
-  {{- end }}
-  {{- with $v.tolerations }}
-  tolerations:
-    {{- toYaml . | nindent 4 }}
-  {{- end }}
-  {{- with $v.affinity }}
-  affinity:
-    {{- toYaml . | nindent 4 }}
-  {{- end }}
+  {{- include "sentinel.podPlacement" .root | nindent 2 }}
 {{- end -}}
