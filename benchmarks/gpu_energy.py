@@ -68,7 +68,7 @@ class Load:
     """PyTorch matmuls on GPU 0 in a thread: ``duty`` of each 0.5 s period busy (1.0: always)."""
 
     def __init__(self, duty: float = 1.0, size: int = 8192) -> None:
-        import torch
+        import torch  # type: ignore[import-not-found]  # on the GPU machine only
 
         self.torch = torch
         self.duty = duty
@@ -124,9 +124,11 @@ def window(poller: GpuPoller, sampler: PowerSampler, seconds: float, name: str) 
         "reason": delta.reason,
         "energy_read_ms": read_cost * 1e3,
     }
+    joules = delta.joules if delta.joules is not None else float("nan")
+    pct = diff * 100 if diff is not None else float("nan")
     print(
-        f"| {name} | {delta.seconds:.2f} | {delta.joules if delta.joules is not None else float('nan'):.1f} "
-        f"| {power_x_time:.1f} | {mean_w:.1f} | {n} | {diff * 100 if diff is not None else float('nan'):+.2f} % |",
+        f"| {name} | {delta.seconds:.2f} | {joules:.1f} | {power_x_time:.1f} | {mean_w:.1f} | {n} "
+        f"| {pct:+.2f} % |",
         flush=True,
     )
     return row

@@ -19,6 +19,8 @@ NVML handle (:class:`NvmlEnergyMeter`).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +28,7 @@ from typing import Any, Protocol
 
 from sglang_sentinel.collect.gpu.errors import ErrorClass, classify, error_name
 from sglang_sentinel.collect.gpu.reading import Nvml
+from sglang_sentinel.collect.settings import CostSettings, EnergySettings
 
 __all__ = [
     "COUNTER_RESOLUTION_JOULES",
@@ -33,6 +36,7 @@ __all__ = [
     "EnergyMeter",
     "EnergySample",
     "IdleBaseline",
+    "LoadMeter",
     "NvmlEnergyMeter",
     "energy_between",
     "energy_figures",
@@ -140,9 +144,13 @@ def energy_between(start: EnergySample, end: EnergySample) -> EnergyDelta:
     for uuid, before in start.joules.items():
         delta = end.joules[uuid] - before
         if delta < 0:
-            return absent("counter_reset", f"{uuid}: counter went from {before:.3f} J to {end.joules[uuid]:.3f} J")
+            return absent(
+                "counter_reset", f"{uuid}: counter went from {before:.3f} J to {end.joules[uuid]:.3f} J"
+            )
         per_gpu[uuid] = delta
-    return EnergyDelta(start.timestamp, end.timestamp, sum(per_gpu.values()), per_gpu=dict(sorted(per_gpu.items())))
+    return EnergyDelta(
+        start.timestamp, end.timestamp, sum(per_gpu.values()), per_gpu=dict(sorted(per_gpu.items()))
+    )
 
 
 class IdleBaseline:
@@ -224,6 +232,76 @@ def energy_figures(
     return out
 
 
+class LoadMeter:
+    """A meter as loads use it: samples off the event loop, the idle baseline, energy cost.
+
+    One per server, shared by its scheduled runs and calibration steps: every load it sees ends
+    an idle gap (``load_started``) and opens the next (``load_ended``).
+    """
+
+    def __init__(
+        self,
+        meter: EnergyMeter,
+        *,
+        baseline: IdleBaseline | None = None,
+        price_per_kwh: float | None = None,
+        currency: str = "",
+    ) -> None:
+        self.meter = meter
+        self.baseline = baseline if baseline is not None else IdleBaseline()
+        self.price_per_kwh = price_per_kwh
+        self.currency = currency
+
+    @classmethod
+    def configured(
+        cls, meter: EnergyMeter | None, energy: EnergySettings, cost: CostSettings
+    ) -> LoadMeter | None:
+        """The meter ``[energy]`` and ``[cost]`` ask for; None when off or there is no GPU reader."""
+        if meter is None or energy.mode == "off":
+            return None
+        return cls(
+            meter,
+            baseline=IdleBaseline(energy.baseline_min_gap_seconds),
+            price_per_kwh=cost.price_per_kwh,
+            currency=cost.currency,
+        )
+
+    def status(self) -> dict[str, Any]:
+        """The status document's ``energy`` section (the per-run figures are in each run record)."""
+        return {
+            "metered": True,
+            "baseline_power_watts": self.baseline.watts,
+            "baseline_measured_at": self.baseline.measured_at,
+            "baseline_gap_seconds": self.baseline.gap_seconds,
+            "price_per_kwh": self.price_per_kwh,
+            "currency": self.currency if self.price_per_kwh is not None else None,
+        }
+
+    async def sample(self) -> EnergySample:
+        return await asyncio.to_thread(self.meter.sample)
+
+    async def load_started(self) -> EnergySample:
+        sample = await self.sample()
+        self.baseline.load_started(sample)
+        return sample
+
+    async def load_ended(self, start: EnergySample | None, output_tokens: int) -> dict[str, Any]:
+        """The figures of the window from ``start`` to now (``start`` None: the load never began)."""
+        end = await self.sample()
+        self.baseline.load_ended(end)
+        if start is None:
+            delta = EnergyDelta(end.timestamp, end.timestamp, None, reason="not_started")
+        else:
+            delta = energy_between(start, end)
+        return energy_figures(
+            delta,
+            output_tokens,
+            baseline_watts=self.baseline.watts,
+            price_per_kwh=self.price_per_kwh,
+            currency=self.currency,
+        )
+
+
 class NvmlEnergyMeter:
     """An energy meter on its own NVML handle: for commands run beside a server on this host."""
 
@@ -260,7 +338,5 @@ class NvmlEnergyMeter:
         return busy
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self._nvml.nvmlShutdown()
-        except Exception:
-            pass

@@ -35,7 +35,7 @@ from sglang_sentinel.collect.gpu.worker import Worker
 from sglang_sentinel.collect.gpu.xid import XidWatcher
 from sglang_sentinel.log import get_logger
 
-__all__ = ["GpuPoller", "GpuSnapshot", "GpuState"]
+__all__ = ["GpuPoller", "GpuSnapshot", "GpuState", "PollerEnergyMeter"]
 
 _log = get_logger(__name__)
 
@@ -69,6 +69,17 @@ class GpuSnapshot:
     read_failures_total: dict[tuple[str, str], int] = field(default_factory=dict)  # (uuid, reason)
     field_errors_total: dict[tuple[str, str, str], int] = field(default_factory=dict)  # (uuid, field, err)
     identities: dict[str, DeviceIdentity] = field(default_factory=dict)  # every GPU ever seen, by uuid
+
+
+@dataclass(frozen=True, slots=True)
+class PollerEnergyMeter:
+    """``collect.gpu.energy.EnergyMeter`` over a poller's NVML: the server's GPUs, by name."""
+
+    poller: GpuPoller
+    gpus: tuple[str, ...] = ()
+
+    def sample(self) -> EnergySample:
+        return self.poller.read_energy(self.gpus)
 
 
 @dataclass(slots=True)
@@ -206,7 +217,9 @@ class GpuPoller:
         """
         devices = self._devices  # replaced whole on (re-)init, never mutated
         if self._status != "ok" or not self._initialized or not devices:
-            return EnergySample(timestamp=time.time(), status=self._status if self._status != "ok" else "no_devices")
+            return EnergySample(
+                timestamp=time.time(), status=self._status if self._status != "ok" else "no_devices"
+            )
         chosen = select_gpus([(d.identity.index, d.identity.uuid) for d in devices], gpus)
         if chosen is None:
             return EnergySample(timestamp=time.time(), status="gpus_not_found")
@@ -221,6 +234,10 @@ class GpuPoller:
         except FutureTimeout:
             return EnergySample(timestamp=time.time(), missing=dict.fromkeys(handles, "timeout"))
         return sample
+
+    def energy_meter(self, gpus: tuple[str, ...] = ()) -> PollerEnergyMeter:
+        """A meter of ``gpus``' energy counters through this poller (what runs record)."""
+        return PollerEnergyMeter(self, gpus)
 
     def _run_init_job(self, fn: Callable[[], Any], timeout: float) -> Any:
         if self._init_worker is None:
