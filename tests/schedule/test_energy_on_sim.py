@@ -68,18 +68,20 @@ def _scheduler(
 ) -> LoadScheduler:
     reader = ServerLoadReader(base_url, "metrics", 2.0)
     readers.append(reader)
-    settings = ScheduleSettings(
-        warmup_seconds=0,
-        reference_exclusion_seconds=0,
-        profiles={
-            "ref": {
-                "num_prompts": 40,
-                "request_rate": 20,
-                "input_len": 64,
-                "output_len": 64,
-                "run_on_ready": False,
-            }
-        },
+    settings = ScheduleSettings.model_validate(
+        {
+            "warmup_seconds": 0,
+            "reference_exclusion_seconds": 0,
+            "profiles": {
+                "ref": {
+                    "num_prompts": 40,
+                    "request_rate": 20,
+                    "input_len": 64,
+                    "output_len": 64,
+                    "run_on_ready": False,
+                }
+            },
+        }
     )
     return LoadScheduler(
         settings,
