@@ -219,6 +219,82 @@ _STATE_COLOURS = {
 }
 
 
+def _energy_row(b: Board) -> None:
+    """GPU energy per output token (reference runs and calibration): one self-contained row."""
+    b.row("Energy per token (GPU energy counters of the server's GPUs)")
+    b.panel(
+        "timeseries",
+        "Energy per output token",
+        "GPU joules per output token of the last reference run (energy counter deltas over its "
+        "measured phase), and above the idle baseline (marginal). Absent for a run whose counters "
+        "reset or lost a GPU.",
+        "J",
+        [
+            (f"sentinel_load_energy_joules_per_output_token{{{PROF}}}", "{{instance}} {{profile}}"),
+            (
+                f"sentinel_load_marginal_energy_joules_per_output_token{{{PROF}}}",
+                "{{instance}} {{profile}} marginal",
+            ),
+        ],
+        w=8,
+    )
+    b.panel(
+        "timeseries",
+        "GPU power: runs and idle baseline",
+        "Mean GPU power over the last reference run, and the GPUs' draw with no synthetic load "
+        "(measured between runs).",
+        "watt",
+        [
+            (f"sentinel_load_power_watts{{{PROF}}}", "{{instance}} {{profile}}"),
+            (f"sentinel_load_baseline_power_watts{{{INST}}}", "{{instance}} idle baseline"),
+        ],
+        w=8,
+    )
+    b.panel(
+        "timeseries",
+        "Energy cost per million output tokens",
+        "GPU electricity only ([cost] price per kWh): not the host, cooling or hardware.",
+        "short",
+        [
+            (
+                f"sentinel_load_energy_cost_per_million_output_tokens{{{PROF}}}",
+                "{{instance}} {{profile}} {{currency}}",
+            )
+        ],
+        w=8,
+    )
+    b.panel(
+        "stat",
+        "Tokens per joule at the knee",
+        "Output tokens per joule of GPU energy at the knee of the last calibration.",
+        "short",
+        [(f"sentinel_capacity_output_tokens_per_joule{{{INST}}}", "{{instance}}")],
+        w=8,
+    )
+    b.panel(
+        "stat",
+        "Efficient concurrency",
+        "Concurrency with the fewest GPU joules per output token at the last calibration: the "
+        "efficient operating point, not always the knee.",
+        "short",
+        [(f"sentinel_capacity_efficient_concurrency{{{INST}}}", "{{instance}}")],
+        w=8,
+    )
+    b.panel(
+        "stat",
+        "Runs without an energy figure",
+        "Runs in the dashboard's time range whose GPU energy could not be trusted, by reason (counter_reset, gpu_lost, ...).",
+        "short",
+        [
+            (
+                f"sum by (instance, reason) (increase(sentinel_load_energy_unavailable_total{{{PROF}}}[$__range]))",
+                "{{instance}} {{reason}}",
+            )
+        ],
+        w=8,
+    )
+
+
 def overview() -> dict[str, Any]:
     b = Board()
     b.row("Server")
@@ -524,6 +600,8 @@ def overview() -> dict[str, Any]:
         [(f"time() - sentinel_capacity_last_calibration_timestamp_seconds{{{INST}}}", "{{instance}}")],
         w=6,
     )
+
+    _energy_row(b)
 
     b.row("SGLang (re-exposed by sentinel)")
     b.panel(

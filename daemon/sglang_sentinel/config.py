@@ -29,7 +29,7 @@ from pydantic_settings import (
 )
 
 from sglang_sentinel.calibrate.settings import CalibrationSettings
-from sglang_sentinel.collect.settings import CollectorsSettings
+from sglang_sentinel.collect.settings import CollectorsSettings, CostSettings, EnergySettings
 from sglang_sentinel.export.settings import ExporterSettings
 from sglang_sentinel.group.settings import GroupSettings
 from sglang_sentinel.schedule.settings import ScheduleSettings
@@ -92,6 +92,8 @@ class Settings(BaseSettings):
     calibration: CalibrationSettings = Field(default_factory=CalibrationSettings)
     group: GroupSettings = Field(default_factory=GroupSettings)
     tune: TuneSettings = Field(default_factory=TuneSettings)
+    energy: EnergySettings = Field(default_factory=EnergySettings)
+    cost: CostSettings = Field(default_factory=CostSettings)
     state_dir: Path = Path("/var/lib/sentinel")
 
     @model_validator(mode="after")

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 import sglang_sentinel
+from sglang_sentinel.collect.gpu.energy import LoadMeter
 from sglang_sentinel.config import ConfigError, Settings, load_settings, resolve_state_dir
 from sglang_sentinel.log import configure_logging, get_logger
 from sglang_sentinel.netloc import url_host
@@ -133,6 +134,7 @@ class Daemon:
         self._version_reader: ServerVersionReader | None = None
         self.collectors: CollectorSet | None = None
         self.scheduler: LoadScheduler | None = None
+        self.energy: LoadMeter | None = None
         self.exporter: Any = None
         self._reader: ServerLoadReader | None = None
         self.started_at = time.time()
@@ -283,10 +285,18 @@ class Daemon:
             # A router: foreign traffic over all its workers (/get_loads, /engine_metrics).
             kind="router" if s.server.kind == "router" else "server",
         )
+        gpu_meter = (
+            gpu_source.poller.energy_meter(s.energy.gpus) if isinstance(gpu_source, GpuCollector) else None
+        )
+        self.energy = energy = LoadMeter.configured(gpu_meter, s.energy, s.cost)
+        if energy is not None:
+            self.metrics.energy_metered = True
+            self.metrics.energy_alert_ratio.set(s.energy.alert_ratio)
+        self.calibration.energy = energy
         self.scheduler = LoadScheduler(
             s.schedule,
             server=_ServerView(supervisor),
-            executor=LoadEngineExecutor(self.server_url, s.server.api_key),
+            executor=LoadEngineExecutor(self.server_url, s.server.api_key, energy),
             metrics=self.metrics,
             state=self.state,
             load_reader=self._reader,
@@ -531,6 +541,7 @@ class Daemon:
             "schedule": self.scheduler.snapshot() if self.scheduler is not None else {},
             "calibrating": self.calibration.calibrating,
             "capacity": capacity.as_status() if capacity is not None else {},
+            "energy": self.energy.status() if self.energy is not None else {"metered": False},
             "calibration_report_url": "/calibration/report" if report.is_file() else None,
             "collectors": collectors,
             **({"group": self.group.snapshot().as_status()} if self.group is not None else {}),

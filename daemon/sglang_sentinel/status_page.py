@@ -275,6 +275,7 @@ def _runs(recent: Sequence[Mapping[str, Any]], current: Mapping[str, Any] | None
                 _td(_e(_ms(summary.get("ttft_p99"))), num=True),
                 _td(_e(_ms(summary.get("tpot_p50"))), num=True),
                 _td(_e(_num(summary.get("concurrency_mean"))), num=True),
+                _td(energy_cell(r.get("energy")), num=True),
             ]
         )
     table = _table(
@@ -291,6 +292,7 @@ def _runs(recent: Sequence[Mapping[str, Any]], current: Mapping[str, Any] | None
             "TTFT p99",
             "TPOT p50",
             "Conc.",
+            "GPU J/tok",
         ],
         rows,
         "No load run yet.",
@@ -342,6 +344,44 @@ def capacity_text(capacity: Mapping[str, Any]) -> str:
     return figure
 
 
+def energy_text(energy: Any) -> str:
+    """A run's GPU energy per output token, or why it has none ("" when the run was not metered)."""
+    if not isinstance(energy, Mapping):
+        return ""
+    per_token = energy.get("joules_per_output_token")
+    if isinstance(per_token, int | float):
+        return f"{per_token:.3g} J/tok"
+    return f"no energy ({energy.get('reason') or 'unknown'})"
+
+
+def energy_cell(energy: Any) -> str:
+    if not isinstance(energy, Mapping):
+        return ""
+    text = energy_text(energy).removesuffix(" J/tok")
+    watts = energy.get("mean_power_watts")
+    title = f"{_num(watts)} W mean over {_num(energy.get('seconds'))} s" if watts is not None else ""
+    if energy.get("detail"):
+        title = str(energy["detail"])
+    return f'<span title="{_e(title)}">{_e(text)}</span>'
+
+
+def _energy(energy: Mapping[str, Any], now: float) -> str:
+    if not energy.get("metered"):
+        return ""
+    rows = [
+        ("Idle baseline", _num(energy.get("baseline_power_watts")) + " W"),
+        ("Baseline measured", _ts(energy.get("baseline_measured_at"), now)),
+    ]
+    if energy.get("price_per_kwh") is not None:
+        rows.append(("Energy price", f"{energy['price_per_kwh']:g} {energy.get('currency') or ''}/kWh"))
+    body = "<table>" + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows) + "</table>"
+    note = (
+        "<p class=\"muted\">GPU energy of the server's GPUs from their energy counters; each run's "
+        "joules per token are in the runs table. Costs are energy cost only.</p>"
+    )
+    return f"<section><h2>GPU energy</h2>{body}{note}</section>"
+
+
 def _capacity(capacity: Mapping[str, Any], report_url: str | None, calibrating: bool, now: float) -> str:
     if not capacity:
         now_text = " (calibrating now)." if calibrating else "."
@@ -354,6 +394,12 @@ def _capacity(capacity: Mapping[str, Any], report_url: str | None, calibrating: 
         ]
         if capacity.get("slo_concurrency") is not None:
             rows.append(("Max concurrency within SLO", _num(capacity.get("slo_concurrency"), 0)))
+        if capacity.get("knee_tokens_per_joule") is not None:
+            rows.append(("Tokens per joule at the knee", _num(capacity.get("knee_tokens_per_joule"), 3)))
+        if capacity.get("efficient_concurrency") is not None:
+            rows.append(
+                ("Efficient concurrency (fewest J/tok)", _num(capacity.get("efficient_concurrency"), 0))
+            )
         rows.append(("Calibrated", _ts(capacity.get("finished_at"), now)))
         body = "<table>" + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows) + "</table>"
     link = f'<p><a href="{_e(report_url)}">Latest calibration report</a></p>' if report_url else ""
@@ -397,6 +443,7 @@ def render_status_page(snapshot: Mapping[str, Any]) -> str:
         + _runs(sched.get("recent") or [], sched.get("current"), now)
         + _budget(sched.get("budget") or {}, sched.get("next_runs") or {}, now, state == "ready")
         + _capacity(snapshot.get("capacity") or {}, report_url, bool(snapshot.get("calibrating")), now)
+        + _energy(snapshot.get("energy") or {}, now)
         + _restarts(sched.get("restarts") or [], now)
         + _collectors(snapshot.get("collectors") or [], state)
         + "</main></body></html>"

@@ -130,3 +130,45 @@ def test_report_without_data_leaves_empty_plots_out(tmp_path: Path) -> None:
     text = page.read_text()
     assert "data:image/png" not in text
     assert "Not plotted, no data" in text
+
+
+async def test_energy_per_token_plot_and_the_efficient_point(tmp_path: Path, synthetic: Any) -> None:
+    from sglang_sentinel.calibrate import CalibrationResult
+    from sglang_sentinel.calibrate.model import StepEnergy
+
+    result: CalibrationResult = await run_search(synthetic(), CalibrationSettings(), WORKLOAD)
+
+    def energy(c: int) -> StepEnergy:
+        # U-shaped: idle power amortised by batching, then queueing costs again.
+        per_token = 1.0 + (c - 24) ** 2 / 400
+        return StepEnergy(
+            joules=per_token * 1000,
+            seconds=10.0,
+            gpus=8,
+            mean_power_watts=4800.0,
+            joules_per_output_token=per_token,
+            output_tokens_per_joule=1 / per_token,
+            energy_cost_per_million_output_tokens=per_token * 1e6 / 3.6e6 * 0.25,
+            currency="EUR",
+        )
+
+    steps = tuple(
+        s.model_copy(
+            update={"measurement": s.measurement.model_copy(update={"energy": energy(s.concurrency)})}
+        )
+        for s in result.steps
+    )
+    metered = result.model_copy(update={"steps": steps})
+    best = metered.efficient_step
+    assert best is not None
+    trusted = [s.concurrency for s in steps if s.trusted]
+    assert best.concurrency == min(trusted, key=lambda c: abs(c - 24))
+    page = write_report(metered, tmp_path / "report")
+    assert (page.parent / "energy.png").is_file()
+    text = page.read_text()
+    assert f"Efficient operating point: concurrency {best.concurrency}" in text
+    assert "EUR per million output tokens there (GPU electricity only)" in text
+    # Not metered: no energy plot, no energy sentence.
+    plain = write_report(result, tmp_path / "plain")
+    assert not (plain.parent / "energy.png").exists()
+    assert "Efficient operating point" not in plain.read_text()

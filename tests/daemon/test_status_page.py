@@ -287,3 +287,50 @@ def test_next_firings_say_load_jobs_skip_while_the_server_is_not_ready() -> None
     failed["schedule"] = dict(failed["schedule"], next_runs={"ready:reference": time.time() + 5})
     assert "ready:reference" in render_status_page(failed)
     assert "skips unless the server is ready" in render_status_page(failed)
+
+
+def test_page_and_summary_show_energy_per_token_and_why_a_run_has_none() -> None:
+    metered = {
+        "joules": 4800.0,
+        "seconds": 8.0,
+        "mean_power_watts": 600.0,
+        "joules_per_output_token": 2.4,
+        "output_tokens_per_joule": 0.4167,
+        "reason": None,
+    }
+    reset = {
+        "joules": None,
+        "joules_per_output_token": None,
+        "reason": "counter_reset",
+        "detail": "GPU-1 reset",
+    }
+    base = snapshot()
+    recent = base["schedule"]["recent"]
+    runs = [{**recent[0], "energy": metered}, {**recent[0], "started_at": time.time() - 5, "energy": reset}]
+    snap = snapshot(
+        schedule={**base["schedule"], "recent": runs},
+        capacity={**base["capacity"], "knee_tokens_per_joule": 0.52, "efficient_concurrency": 48.0},
+        energy={
+            "metered": True,
+            "baseline_power_watts": 640.5,
+            "baseline_measured_at": time.time() - 60,
+            "price_per_kwh": 0.25,
+            "currency": "EUR",
+        },
+    )
+    page = render_status_page(snap)
+    assert "GPU J/tok" in page
+    assert ">2.4<" in page
+    assert "no energy (counter_reset)" in page
+    assert "Tokens per joule at the knee" in page
+    assert "0.520" in page
+    assert "Efficient concurrency (fewest J/tok)" in page
+    assert "640.5 W" in page
+    assert "0.25 EUR/kWh" in page
+    text = summarize(snap)
+    assert "2.4 J/tok" in text
+    assert "no energy (counter_reset)" in text
+    assert "energy      idle baseline 640.5 W, energy price 0.25 EUR/kWh, 0.520 tok/J at the knee" in text
+    # Not metered: no energy section, no energy line.
+    assert "GPU energy" not in render_status_page(snapshot())
+    assert "energy " not in summarize(snapshot())

@@ -61,7 +61,23 @@ async def _gather() -> set[str]:
         metrics.declare_profiles(["reference"])
         metrics.set_figures("reference", RunFigures(1.0, 2.0, 3.0, 4.0, False, time.time()))
         metrics.observe("reference", [RequestTimings(0.1, 0.01, 1.0, [0.01])])
-        metrics.set_capacity(1.0, 2.0, 3.0, time.time())
+        metrics.set_capacity(1.0, 2.0, 3.0, time.time(), knee_tokens_per_joule=0.4, efficient_concurrency=8)
+        metrics.energy_metered = True
+        metrics.energy_alert_ratio.set(1.15)
+        metrics.set_energy(
+            "reference",
+            {
+                "joules": 9.0,
+                "joules_per_output_token": 2.5,
+                "output_tokens_per_joule": 0.4,
+                "mean_power_watts": 700.0,
+                "marginal_joules_per_output_token": 2.0,
+                "baseline_power_watts": 80.0,
+                "energy_cost_per_million_output_tokens": 0.2,
+                "currency": "USD",
+            },
+        )
+        metrics.energy_unavailable.labels("reference", "counter_reset").inc()
         for name in ("skipped", "shrunk", "aborts", "excluded"):
             getattr(metrics, name).labels("reference", "x").inc()
         metrics.coalesced.labels("load:reference", "running").inc()

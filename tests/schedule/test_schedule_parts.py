@@ -311,6 +311,43 @@ def test_schedule_settings_validation(tmp_path: Path) -> None:
     assert json.dumps(load_settings(None, environ={}).schedule.model_dump(mode="json"))
 
 
+# One reference run's energy figures (collect.gpu.energy.energy_figures): 8 GPUs at ~600 W.
+ENERGY = {
+    "joules": 96000.0,
+    "joules_per_output_token": 2.5,
+    "output_tokens_per_joule": 0.4,
+    "mean_power_watts": 4800.0,
+    "marginal_joules_per_output_token": 1.9,
+    "baseline_power_watts": 1200.0,
+    "energy_cost_per_million_output_tokens": 0.17,
+    "currency": "EUR",
+}
+
+
+def test_energy_figures_go_absent_with_the_run_that_had_them() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from sglang_sentinel.schedule.metrics import ScheduleMetrics
+
+    m = ScheduleMetrics()
+    m.set_energy("reference", ENERGY)
+    m.set_energy("reference", {**ENERGY, "energy_cost_per_million_output_tokens": None, "joules": None})
+    registry = CollectorRegistry()
+    registry.register(m)
+    text = generate_latest(registry)
+    assert b'sentinel_load_energy_joules{profile="reference"}' not in text
+    assert b"sentinel_load_energy_cost_per_million_output_tokens{" not in text
+    assert b'sentinel_load_power_watts{profile="reference"} 4800.0' in text
+    m.clear_figures("reference")
+    assert b'sentinel_load_power_watts{profile="reference"}' not in generate_latest(registry)
+    # Not metered: no energy reason is declared.
+    plain = ScheduleMetrics()
+    plain.declare_profiles(["reference"])
+    registry = CollectorRegistry()
+    registry.register(plain)
+    assert b"sentinel_load_energy_unavailable_total{" not in generate_latest(registry)
+
+
 def test_exposition_passes_promtool_lint() -> None:
     import shutil
     import subprocess
@@ -324,10 +361,13 @@ def test_exposition_passes_promtool_lint() -> None:
     if promtool is None:
         pytest.skip("promtool missing (Debian package prometheus)")
     m = ScheduleMetrics()
+    m.energy_metered = True
     m.declare_profiles(["reference"])
     m.set_figures("reference", RunFigures(196.0, 451.0, 31.0, 64.0, False, time.time()))
     m.observe("reference", [RequestTimings(0.2, 0.08, 20.0, [0.08, 0.07])])
-    m.set_capacity(208.0, 16.0, None, time.time())
+    m.set_capacity(208.0, 16.0, None, time.time(), knee_tokens_per_joule=0.4, efficient_concurrency=32)
+    m.set_energy("reference", ENERGY)
+    m.energy_alert_ratio.set(1.15)
     m.skipped.labels("reference", "budget").inc()
     registry = CollectorRegistry()
     registry.register(m)
@@ -335,6 +375,10 @@ def test_exposition_passes_promtool_lint() -> None:
     # Unknown capacity figures are absent, not 0.
     assert b"sentinel_capacity_slo_concurrency" not in text
     assert b'sentinel_capacity_knee_concurrency{bound="measured"} 16.0' in text
+    assert b'sentinel_load_energy_joules_per_output_token{profile="reference"} 2.5' in text
+    assert b'sentinel_load_energy_cost_per_million_output_tokens{currency="EUR",profile="reference"}' in text
+    assert b'sentinel_load_energy_unavailable_total{profile="reference",reason="counter_reset"} 0.0' in text
+    assert b"sentinel_capacity_output_tokens_per_joule 0.4" in text
     result = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=30)
     assert result.returncode == 0, (result.stdout + result.stderr).decode()
 

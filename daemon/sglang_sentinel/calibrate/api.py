@@ -12,6 +12,7 @@ from sglang_sentinel.calibrate.runner import LoadStepRunner
 from sglang_sentinel.calibrate.search import PlanCallback, StepCallback, StepRunner, run_search
 from sglang_sentinel.calibrate.settings import CalibrationSettings
 from sglang_sentinel.calibrate.store import ResultStore, StoreError, compare
+from sglang_sentinel.collect.gpu.energy import LoadMeter
 from sglang_sentinel.load import Backend, LoadSpec, RandomDataset
 from sglang_sentinel.log import get_logger
 
@@ -57,6 +58,7 @@ async def calibrate(
     on_plan: PlanCallback | None = None,
     runner: StepRunner | None = None,
     cancel: asyncio.Event | None = None,
+    energy: LoadMeter | None = None,
 ) -> CalibrationResult:
     """Calibrate the server at ``base_url``: a full sweep, or incremental when ``previous`` is given.
 
@@ -66,7 +68,7 @@ async def calibrate(
     spec = base_spec(settings, base_url, backend, api_key)
     if runner is None:
         headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else None
-        runner = LoadStepRunner(spec, settings, metrics_headers=headers)
+        runner = LoadStepRunner(spec, settings, metrics_headers=headers, energy=energy)
     workload = Workload(
         base_url=spec.base_url,
         backend=str(spec.backend),
@@ -95,6 +97,7 @@ async def recalibrate(
     on_plan: PlanCallback | None = None,
     cancel: asyncio.Event | None = None,
     runner: StepRunner | None = None,
+    energy: LoadMeter | None = None,
 ) -> CalibrationResult:
     """The daemon's periodic job: incremental from the stored latest result (full without one, or
     with ``full``), compared with that baseline, saved. A result that cannot be saved is still
@@ -111,6 +114,7 @@ async def recalibrate(
         on_plan=on_plan,
         cancel=cancel,
         runner=runner,
+        energy=energy,
     )
     baseline = previous if previous is not None else store.latest(conclusive=True)
     if baseline is not None:

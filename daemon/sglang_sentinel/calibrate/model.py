@@ -21,6 +21,7 @@ __all__ = [
     "Phase",
     "ServerSignals",
     "Step",
+    "StepEnergy",
     "StepMeasurement",
     "StepPlan",
     "StopReason",
@@ -89,6 +90,32 @@ class ServerSignals(_Frozen):
     retractions: float | None = None
 
 
+class StepEnergy(_Frozen):
+    """The GPU energy of one step (the server's GPUs' energy counters over the step).
+
+    ``joules`` None with ``reason``: the counters could not be trusted (counter_reset, gpu_lost...).
+    """
+
+    joules: float | None = None
+    seconds: float = Field(default=0.0, ge=0)
+    gpus: int = Field(default=0, ge=0)
+    mean_power_watts: float | None = None
+    joules_per_output_token: float | None = None
+    output_tokens_per_joule: float | None = None
+    baseline_power_watts: float | None = None
+    marginal_joules_per_output_token: float | None = None
+    energy_cost_per_million_output_tokens: float | None = None
+    currency: str = ""
+    reason: str | None = None
+
+    @classmethod
+    def of(cls, figures: dict[str, object]) -> StepEnergy:
+        """From ``collect.gpu.energy.energy_figures``' dict (per-GPU detail left out)."""
+        gpus = figures.get("gpus")
+        data = {k: v for k, v in figures.items() if k in cls.model_fields and k != "gpus"}
+        return cls.model_validate({**data, "gpus": len(gpus) if isinstance(gpus, list) else 0})
+
+
 class StepMeasurement(_Frozen):
     """What one step measured, client side (bench_serving definitions) plus the server's view."""
 
@@ -121,6 +148,7 @@ class StepMeasurement(_Frozen):
     schedule_lag_p99: float | None = None
     loop_lag_p99: float | None = None
     server: ServerSignals | None = None
+    energy: StepEnergy | None = None
 
     @property
     def error_ratio(self) -> float:
@@ -260,6 +288,27 @@ class CalibrationResult(_Frozen):
     def highest_concurrency(self) -> int | None:
         """The highest concurrency a step ran at (the "up to N" of a lower bound)."""
         return max((s.concurrency for s in self.steps), default=None)
+
+    def _energy_steps(self) -> list[tuple[Step, StepEnergy]]:
+        return [
+            (s, s.measurement.energy)
+            for s in self.steps
+            if s.trusted and s.measurement.energy is not None and s.measurement.energy.joules_per_output_token
+        ]
+
+    @property
+    def efficient_step(self) -> Step | None:
+        """The trusted step with the fewest GPU joules per output token: the efficient operating
+        point, which is not always the knee (past it, batching can still amortise idle power)."""
+        steps = self._energy_steps()
+        return min(steps, key=lambda se: se[1].joules_per_output_token or 0.0)[0] if steps else None
+
+    @property
+    def knee_tokens_per_joule(self) -> float | None:
+        """Output tokens per joule of the trusted step at the knee's concurrency (the last one run)."""
+        knee = self.knee_concurrency.value
+        at = [e for s, e in self._energy_steps() if knee is not None and s.concurrency == int(knee)]
+        return at[-1].output_tokens_per_joule if at else None
 
     @property
     def slo_configured(self) -> bool:

@@ -75,6 +75,53 @@ def _plot_throughput(plt: Any, result: CalibrationResult) -> bytes:
     return png(plt, fig)
 
 
+def _plot_energy(plt: Any, result: CalibrationResult) -> bytes:
+    """GPU joules per output token beside throughput: the efficient point is not always the knee."""
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    steps = [
+        s
+        for s in _sorted_trusted(result)
+        if s.measurement.energy and s.measurement.energy.joules_per_output_token
+    ]
+    xs = [s.concurrency for s in steps]
+    per_token = [
+        s.measurement.energy.joules_per_output_token if s.measurement.energy else None for s in steps
+    ]
+    ax.plot(xs, per_token, "o-", color="#2ca02c", label="GPU J / output token")
+    marginal = [
+        s.measurement.energy.marginal_joules_per_output_token if s.measurement.energy else None for s in steps
+    ]
+    if any(v is not None for v in marginal):
+        ax.plot(xs, marginal, "o--", color="#98df8a", label="above idle baseline")
+    best = result.efficient_step
+    if best is not None and best.measurement.energy is not None:
+        value = best.measurement.energy.joules_per_output_token
+        ax.scatter(
+            [best.concurrency],
+            [value],
+            s=120,
+            facecolors="none",
+            edgecolors="#d62728",
+            zorder=4,
+            label=f"efficient: c={best.concurrency}",
+        )
+    _mark_figures(ax, result)
+    _log2_axis(ax, bool(xs))
+    ax.set_xlabel("concurrency (requests in flight)")
+    ax.set_ylabel("joules per output token")
+    twin = ax.twinx()
+    twin.plot(
+        xs, [s.measurement.throughput for s in steps], "-", color="#1f77b4", alpha=0.5, label="output tok/s"
+    )
+    twin.set_ylabel("output tokens/s")
+    ax.set_title("GPU energy per token vs concurrency (server's GPUs, energy counters)")
+    ax.grid(True, alpha=0.3)
+    lines, labels = ax.get_legend_handles_labels()
+    more, more_labels = twin.get_legend_handles_labels()
+    ax.legend(lines + more, labels + more_labels, fontsize=8)
+    return png(plt, fig)
+
+
 def _plot_latency(plt: Any, result: CalibrationResult) -> bytes:
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
     steps = _sorted_trusted(result)
@@ -242,6 +289,28 @@ def _slo_text(slo: dict[str, float | int | None]) -> str:
     return ", ".join(parts) or "none"
 
 
+def _energy_text(result: CalibrationResult) -> str:
+    best = result.efficient_step
+    if best is None or best.measurement.energy is None:
+        return ""
+    e = best.measurement.energy
+    knee = result.knee_tokens_per_joule
+    cost = ""
+    if e.energy_cost_per_million_output_tokens is not None:
+        cost = (
+            f"; energy cost {e.energy_cost_per_million_output_tokens:.3g} {html.escape(e.currency)} "
+            "per million output tokens there (GPU electricity only)"
+        )
+    return (
+        f"<p>Efficient operating point: concurrency {best.concurrency}, "
+        f"{e.joules_per_output_token or 0:.3g} J per output token "
+        f"({e.output_tokens_per_joule or 0:.3g} tokens/J, "
+        f"{e.mean_power_watts or 0:,.0f} W over {e.gpus} GPUs)"
+        + (f"; at the knee {knee:.3g} tokens/J" if knee is not None else "")
+        + f"{cost}.</p>"
+    )
+
+
 def render_html(result: CalibrationResult, images: dict[str, bytes]) -> str:
     w = result.workload
     blocks = []
@@ -283,6 +352,7 @@ Workload: {html.escape(w.backend)}, input ≤ {w.input_len}, output ≤ {w.outpu
 {"".join(blocks)}
 {_headline(result)}
 {"".join(imgs)}
+{_energy_text(result)}
 <h2>Steps</h2>
 {_step_table(result)}
 <p class=sub>Throughputs are steady-state (in-flight held at the step's concurrency) where the step
@@ -309,6 +379,7 @@ def write_report(result: CalibrationResult, directory: Path) -> Path:
             "latency.png": when(_plot_latency, trusted),
             "latency_vs_throughput.png": when(_plot_latency_throughput, trusted),
             "server.png": when(_plot_server, has_server),
+            "energy.png": when(_plot_energy, result.efficient_step is not None),
         },
     )
     try:

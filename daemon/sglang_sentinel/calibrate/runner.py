@@ -13,9 +13,10 @@ from datetime import UTC, datetime
 
 import httpx
 
-from sglang_sentinel.calibrate.model import Latency, ServerSignals, StepMeasurement, StepPlan
+from sglang_sentinel.calibrate.model import Latency, ServerSignals, StepEnergy, StepMeasurement, StepPlan
 from sglang_sentinel.calibrate.settings import CalibrationSettings, SloSettings
 from sglang_sentinel.calibrate.signals import ServerSampler
+from sglang_sentinel.collect.gpu.energy import LoadMeter
 from sglang_sentinel.load import ArrivalProcess, LoadCounters, LoadSpec, RequestRecord, RunResult, Summary
 
 __all__ = ["LoadStepRunner", "measurement_from_run"]
@@ -94,8 +95,11 @@ class LoadStepRunner:
         *,
         metrics_url: str | None = None,
         metrics_headers: dict[str, str] | None = None,
+        energy: LoadMeter | None = None,
     ) -> None:
         self.base = base
+        # The server's GPUs' energy per step (None: not metered).
+        self.energy = energy
         self.settings = settings
         self.metrics_url = metrics_url if metrics_url is not None else base.base_url + "/metrics"
         self.metrics_headers = metrics_headers or {}
@@ -125,8 +129,15 @@ class LoadStepRunner:
                 timeout=httpx.Timeout(5.0), headers=self.metrics_headers, trust_env=False
             ) as client:
                 sampler = ServerSampler(client, self.metrics_url, self.settings.metrics_interval)
+                # A step has no warm-up: the window is the whole run.
+                opened = await self.energy.load_started() if self.energy is not None else None
                 async with sampler:
                     result = await run_load(spec, counters=counters)
+                energy = (
+                    StepEnergy.of(await self.energy.load_ended(opened, result.metrics.total_output_tokens))
+                    if self.energy is not None
+                    else None
+                )
                 if sampler.disabled_reason is not None:
                     self.metrics_note = sampler.disabled_reason
                 steady = result.metrics.steady_state
@@ -136,4 +147,5 @@ class LoadStepRunner:
                 server = sampler.summary(window)
         finally:
             self.counters = None
-        return measurement_from_run(result, plan.concurrency, self.settings.slo, server)
+        measurement = measurement_from_run(result, plan.concurrency, self.settings.slo, server)
+        return measurement.model_copy(update={"energy": energy}) if energy is not None else measurement

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sglang_sentinel.cli.common import CliError, add_common_options
-from sglang_sentinel.status_page import capacity_text, relative
+from sglang_sentinel.status_page import capacity_text, energy_text, relative
 
 __all__ = ["exporter_url", "health_code", "positive_seconds", "register", "summarize"]
 
@@ -163,7 +163,9 @@ def summarize(status: dict[str, Any], now: float | None = None) -> str:
             f"run         {record.get('profile')} {record.get('outcome')}{reason} "
             f"{_ago(record.get('started_at'), now)}: "
             f"{_num(summary.get('output_throughput'))} out tok/s, TTFT p99 "
-            f"{_num((summary.get('ttft_p99') or float('nan')) * 1000, 0)} ms{ref}"
+            f"{_num((summary.get('ttft_p99') or float('nan')) * 1000, 0)} ms"
+            + (f", {energy_text(record.get('energy'))}" if record.get("energy") else "")
+            + ref
         )
     if not runs:
         lines.append("run         none yet")
@@ -187,6 +189,19 @@ def summarize(status: dict[str, Any], now: float | None = None) -> str:
         lines.append(
             "capacity    no conclusive calibration yet"
             + (" (calibrating now)" if status.get("calibrating") else "")
+        )
+    energy = status.get("energy") or {}
+    if energy.get("metered"):
+        price = energy.get("price_per_kwh")
+        lines.append(
+            f"energy      idle baseline {_num(energy.get('baseline_power_watts'))} W"
+            + (f", energy price {price:g} {energy.get('currency') or ''}/kWh" if price is not None else "")
+            + (
+                f", {_num(capacity.get('knee_tokens_per_joule'), 3)} tok/J at the knee, most efficient at "
+                f"concurrency {_num(capacity.get('efficient_concurrency'), 0)}"
+                if capacity.get("efficient_concurrency") is not None
+                else ""
+            )
         )
     failing = [c for c in status.get("collectors") or [] if c.get("success") is False]
     for c in failing:

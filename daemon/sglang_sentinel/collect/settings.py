@@ -14,6 +14,8 @@ __all__ = [
     "BUILTIN_COLLECTORS",
     "DEFAULT_COLLECTORS",
     "CollectorsSettings",
+    "CostSettings",
+    "EnergySettings",
     "GpuSettings",
     "SGLangMetricsSettings",
 ]
@@ -89,6 +91,39 @@ class GpuSettings(Section):
         if self.timeout_seconds > self.interval_seconds:
             raise ValueError("timeout_seconds must not exceed interval_seconds (one read per GPU at a time)")
         return self
+
+
+class EnergySettings(Section):
+    """``[energy]``: GPU energy per run and calibration step, from the gpu collector's NVML."""
+
+    # "auto": meter whenever the gpu collector reads real GPUs (or the fake backend); "off": never.
+    mode: Literal["auto", "off"] = "auto"
+    # The server's GPUs, as NVML indices ("0") or UUIDs; empty: every GPU this sentinel sees.
+    # A GPU named here that is missing makes every figure absent (gpus_not_found), never partial.
+    gpus: tuple[str, ...] = ()
+    # The shortest gap between two loads that measures the idle baseline.
+    baseline_min_gap_seconds: float = Field(default=10.0, gt=0, le=86400)
+    # SentinelEnergyPerTokenRise fires when a reference profile's J/token exceeds this multiple of
+    # its own trailing baseline while its throughput holds (exported as sentinel_load_energy_alert_ratio).
+    alert_ratio: float = Field(default=1.15, gt=1.0, le=10.0)
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpu_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for gpu in value:
+            if not (gpu.isdigit() or gpu.upper().startswith(("GPU-", "MIG-"))):
+                raise ValueError(f"{gpu!r} is neither an NVML index (0, 1, ...) nor a GPU UUID (GPU-...)")
+        return value
+
+
+class CostSettings(Section):
+    """``[cost]``: turns GPU energy into an energy cost per million output tokens.
+
+    Energy cost only: the GPUs' electricity at this price, not the host, cooling or hardware.
+    """
+
+    price_per_kwh: float | None = Field(default=None, gt=0)
+    currency: str = Field(default="USD", min_length=1, max_length=8, pattern=r"^[A-Za-z]+$")
 
 
 class CollectorsSettings(Section):

@@ -22,6 +22,7 @@ from sglang_sentinel.log import get_logger
 if TYPE_CHECKING:
     from sglang_sentinel.calibrate import CalibrationResult, Progress, Step, StepPlan, Target
     from sglang_sentinel.calibrate.settings import CalibrationSettings
+    from sglang_sentinel.collect.gpu.energy import LoadMeter
     from sglang_sentinel.schedule.metrics import ScheduleMetrics
     from sglang_sentinel.schedule.scheduler import ExclusiveRun, LoadScheduler
 
@@ -55,10 +56,17 @@ class Capacity:
     finished_at: float  # wall clock
     bound: str = "measured"  # "measured" | "lower"
     max_concurrency: int | None = None  # the highest concurrency a step ran at
+    # GPU energy (metered sweeps only): tokens per joule at the knee, and the efficient operating
+    # point (the concurrency with the fewest joules per output token) with its tokens per joule.
+    knee_tokens_per_joule: float | None = None
+    efficient_concurrency: float | None = None
+    efficient_tokens_per_joule: float | None = None
 
     @classmethod
     def from_result(cls, result: CalibrationResult) -> Capacity:
         finished = result.finished_at.replace(tzinfo=result.finished_at.tzinfo or UTC)
+        efficient = result.efficient_step
+        energy = efficient.measurement.energy if efficient is not None else None
         return cls(
             result.saturation_output_throughput.value,
             result.knee_concurrency.value,
@@ -66,6 +74,9 @@ class Capacity:
             finished.timestamp(),
             "lower" if result.lower_bound else "measured",
             result.highest_concurrency,
+            result.knee_tokens_per_joule,
+            float(efficient.concurrency) if efficient is not None else None,
+            energy.output_tokens_per_joule if energy is not None else None,
         )
 
     def as_status(self) -> dict[str, float | str | None]:
@@ -76,6 +87,9 @@ class Capacity:
             "finished_at": self.finished_at,
             "bound": self.bound,
             "max_concurrency": self.max_concurrency,
+            "knee_tokens_per_joule": self.knee_tokens_per_joule,
+            "efficient_concurrency": self.efficient_concurrency,
+            "efficient_tokens_per_joule": self.efficient_tokens_per_joule,
         }
 
     def describe(self) -> str:
@@ -111,6 +125,8 @@ class CalibrationJob:
         self._target: Target | None = None
         self._missing_checked = False
         self.calibrating = False
+        # The server's GPUs' energy meter, set by the daemon once the gpu collector exists.
+        self.energy: LoadMeter | None = None
 
     @property
     def capacity(self) -> Capacity | None:
@@ -169,6 +185,8 @@ class CalibrationJob:
             capacity.slo_concurrency,
             capacity.finished_at,
             capacity.bound,
+            knee_tokens_per_joule=capacity.knee_tokens_per_joule,
+            efficient_concurrency=capacity.efficient_concurrency,
         )
 
     @property
@@ -253,6 +271,7 @@ class CalibrationJob:
                     on_step=on_step,
                     on_plan=on_plan,
                     cancel=run.cancel,
+                    energy=self.energy,
                 )
             finally:
                 self.calibrating = False

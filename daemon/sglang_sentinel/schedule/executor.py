@@ -7,6 +7,7 @@ import math
 import time
 from typing import Any
 
+from sglang_sentinel.collect.gpu.energy import EnergySample, LoadMeter
 from sglang_sentinel.load import (
     ArrivalProcess,
     Backend,
@@ -113,12 +114,31 @@ def report_from_result(result: RunResult) -> RunReport:
 
 
 class LoadEngineExecutor:
-    """Runs a plan against the server at ``base_url``."""
+    """Runs a plan against the server at ``base_url``; with ``energy``, meters its GPUs too."""
 
-    def __init__(self, base_url: str, api_key: str = "") -> None:
+    def __init__(self, base_url: str, api_key: str = "", energy: LoadMeter | None = None) -> None:
         self.base_url = base_url
         self.api_key = api_key
+        self.energy = energy
 
     async def __call__(self, plan: RunPlan, counters: LoadCounters, cancel: asyncio.Event) -> RunReport:
-        result = await run_load(spec_for(plan, self.base_url, self.api_key), counters=counters, cancel=cancel)
-        return report_from_result(result)
+        spec = spec_for(plan, self.base_url, self.api_key)
+        meter = self.energy
+        if meter is None:
+            return report_from_result(await run_load(spec, counters=counters, cancel=cancel))
+        # The warm-up is load too: the idle gap ends before it, the measured window opens after it,
+        # so that the energy and the output tokens it is divided by cover the same requests.
+        await meter.load_started()
+        opened: list[EnergySample] = []
+
+        async def open_window() -> None:
+            opened.append(await meter.sample())
+
+        # A run that raises leaves the baseline without an open gap (load_started closed it), so
+        # no later baseline spans it.
+        result = await run_load(spec, counters=counters, cancel=cancel, before_measured=open_window)
+        report = report_from_result(result)
+        report.energy = await meter.load_ended(
+            opened[0] if opened else None, result.metrics.total_output_tokens
+        )
+        return report

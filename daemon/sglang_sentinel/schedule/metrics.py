@@ -14,7 +14,8 @@ shrunk run or a cold server must not move them. The counters see every synthetic
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -24,6 +25,7 @@ from prometheus_client.registry import Collector
 
 __all__ = [
     "ABORT_REASONS",
+    "ENERGY_REASONS",
     "EXCLUDE_REASONS",
     "SHRINK_REASONS",
     "SKIP_REASONS",
@@ -53,6 +55,8 @@ ABORT_REASONS = (
     "server_restart",
     "shutdown",
 )
+# Why a run's GPU energy is unknown (collect.gpu.energy), at 0 per profile once runs are metered.
+ENERGY_REASONS = ("counter_reset", "gpu_lost", "read_failed", "gpus_changed")
 # canary_failed: counted when a run already in the series is taken back out (schedule/revoke.py).
 EXCLUDE_REASONS = ("restart_window", "shrunk", "canary_failed")
 
@@ -68,6 +72,11 @@ _CAPACITY_HELP = {
     # sentinel_capacity_slo_concurrency exists only when a latency SLO is configured.
     "sentinel_capacity_slo_concurrency": "Highest concurrency that met the latency SLO (last calibration).",
     "sentinel_capacity_last_calibration_timestamp_seconds": "When the last calibration finished.",
+    # Metered sweeps only (the server's GPUs' energy counters per step).
+    "sentinel_capacity_output_tokens_per_joule": "Output tokens per joule of GPU energy at the knee "
+    "(last calibration).",
+    "sentinel_capacity_efficient_concurrency": "Concurrency with the fewest GPU joules per output token "
+    "(last calibration): the efficient operating point.",
 }
 # The figures a sweep that did not saturate only bounds from below: labelled bound="lower"|"measured".
 _BOUND_LABELLED = frozenset(
@@ -252,6 +261,66 @@ class ScheduleMetrics(Collector):
             buckets=_E2E_BUCKETS,
             registry=None,
         )
+        # GPU energy of the last reference run's measured phase (the server's GPUs, from NVML's
+        # energy counters). Absent, never 0, when the run had no trustworthy figure.
+        self.energy = Gauge(
+            "sentinel_load_energy_joules",
+            "GPU energy of the server's GPUs over the last reference run's measured phase "
+            "(energy counter deltas).",
+            ["profile"],
+            registry=None,
+        )
+        self.energy_per_token = Gauge(
+            "sentinel_load_energy_joules_per_output_token",
+            "GPU energy per output token of the last reference run.",
+            ["profile"],
+            registry=None,
+        )
+        self.tokens_per_joule = Gauge(
+            "sentinel_load_output_tokens_per_joule",
+            "Output tokens per joule of GPU energy in the last reference run.",
+            ["profile"],
+            registry=None,
+        )
+        self.power = Gauge(
+            "sentinel_load_power_watts",
+            "Mean GPU power of the server's GPUs over the last reference run's measured phase.",
+            ["profile"],
+            registry=None,
+        )
+        self.marginal_energy_per_token = Gauge(
+            "sentinel_load_marginal_energy_joules_per_output_token",
+            "GPU energy per output token of the last reference run above the idle baseline.",
+            ["profile"],
+            registry=None,
+        )
+        self.energy_cost = Gauge(
+            "sentinel_load_energy_cost_per_million_output_tokens",
+            "GPU electricity cost per million output tokens of the last reference run (energy cost "
+            "only: [cost] price per kWh; not the host, cooling or hardware).",
+            ["profile", "currency"],
+            registry=None,
+        )
+        self.energy_unavailable = Counter(
+            "sentinel_load_energy_unavailable",
+            "Runs whose GPU energy could not be trusted, by reason (counter_reset, gpu_lost, "
+            "read_failed, gpus_changed, ...).",
+            ["profile", "reason"],
+            registry=None,
+        )
+        self.baseline_power = Gauge(
+            "sentinel_load_baseline_power_watts",
+            "GPU power of the server's GPUs with no synthetic load, measured between runs.",
+            registry=None,
+        )
+        self.energy_alert_ratio = Gauge(
+            "sentinel_load_energy_alert_ratio",
+            "The configured rise of energy per token over its trailing baseline that alerts ([energy] "
+            "alert_ratio).",
+            registry=None,
+        )
+        # Set by the daemon when runs are metered: only then are the energy reasons declared at 0.
+        self.energy_metered = False
         # name -> value; an unknown figure is absent, not 0 (a 0 capacity would page someone).
         self._capacity: dict[str, float] = {}
         self._capacity_bound = "measured"
@@ -296,6 +365,9 @@ class ScheduleMetrics(Collector):
                 self.aborts.labels(profile, reason)
             for reason in EXCLUDE_REASONS:
                 self.excluded.labels(profile, reason)
+            if self.energy_metered:
+                for reason in ENERGY_REASONS:
+                    self.energy_unavailable.labels(profile, reason)
             self.output_tokens.labels(profile)
             self.input_tokens.labels(profile)
             self.running.labels(profile).set(0)
@@ -320,6 +392,40 @@ class ScheduleMetrics(Collector):
         ):
             with contextlib.suppress(KeyError):
                 gauge.remove(profile)
+        self.clear_energy(profile)
+
+    def set_energy(self, profile: str, energy: Mapping[str, Any]) -> None:
+        """A reference run's energy figures; each one it lacks goes absent."""
+        self.clear_energy(profile)
+        for gauge, key in (
+            (self.energy, "joules"),
+            (self.energy_per_token, "joules_per_output_token"),
+            (self.tokens_per_joule, "output_tokens_per_joule"),
+            (self.power, "mean_power_watts"),
+            (self.marginal_energy_per_token, "marginal_joules_per_output_token"),
+        ):
+            if energy.get(key) is not None:
+                gauge.labels(profile).set(energy[key])
+        if energy.get("energy_cost_per_million_output_tokens") is not None:
+            self.energy_cost.labels(profile, str(energy.get("currency", ""))).set(
+                energy["energy_cost_per_million_output_tokens"]
+            )
+        if energy.get("baseline_power_watts") is not None:
+            self.baseline_power.set(energy["baseline_power_watts"])
+
+    def clear_energy(self, profile: str) -> None:
+        for gauge in (
+            self.energy,
+            self.energy_per_token,
+            self.tokens_per_joule,
+            self.power,
+            self.marginal_energy_per_token,
+        ):
+            with contextlib.suppress(KeyError):
+                gauge.remove(profile)
+        for labels in list(self.energy_cost._metrics):
+            if labels[0] == profile:
+                self.energy_cost.remove(*labels)
 
     def observe(self, profile: str, timings: Iterable[RequestTimings]) -> None:
         ttft, itl, tpot, e2e = (h.labels(profile) for h in (self.ttft, self.itl, self.tpot, self.e2e))
@@ -340,6 +446,9 @@ class ScheduleMetrics(Collector):
         slo_concurrency: float | None,
         finished_at: float | None,
         bound: str = "measured",
+        *,
+        knee_tokens_per_joule: float | None = None,
+        efficient_concurrency: float | None = None,
     ) -> None:
         """``bound``: "measured" (the sweep saturated the server, or stopped at its SLO) or "lower"
         (it reached max_concurrency first: the real figures are higher)."""
@@ -347,7 +456,14 @@ class ScheduleMetrics(Collector):
         values = dict(
             zip(
                 _CAPACITY_HELP,
-                (output_throughput, knee_concurrency, slo_concurrency, finished_at),
+                (
+                    output_throughput,
+                    knee_concurrency,
+                    slo_concurrency,
+                    finished_at,
+                    knee_tokens_per_joule,
+                    efficient_concurrency,
+                ),
                 strict=True,
             )
         )

@@ -77,6 +77,8 @@ class RunReport:
     # the engine's own notes: a failed run must say why it failed.
     failures: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # GPU energy of the measured phase (collect.gpu.energy.energy_figures); None: no meter.
+    energy: dict[str, Any] | None = None
 
 
 # (plan, live counters, cancel) -> report. Setting `cancel` must make the executor stop sending,

@@ -62,9 +62,14 @@ def account_run(
     )
     if outcome == "completed" and not is_reference:
         m.excluded.labels(profile, "shrunk" if not plan.full_size else "restart_window").inc()
+    energy = report.energy if report is not None else None
+    if energy is not None and energy.get("joules_per_output_token") is None and energy.get("reason"):
+        m.energy_unavailable.labels(profile, str(energy["reason"])).inc()
     if is_reference and report is not None and report.figures is not None:
         m.set_figures(profile, report.figures)
         m.observe(profile, report.timings)
+        if energy is not None:
+            m.set_energy(profile, energy)
     record: dict[str, Any] = {
         "kind": "run",
         "profile": profile,
@@ -91,6 +96,8 @@ def account_run(
             output_tokens=report.output_tokens,
             summary=report.summary,
         )
+    if energy is not None:
+        record["energy"] = energy
     if failures or notes:
         record.update(failure_reasons=failures, notes=notes)
     # A run that failed or was aborted is something an operator must see, with its cause.
@@ -103,6 +110,7 @@ def account_run(
         reference=is_reference,
         seconds=round(ctx.finished - ctx.started, 3),
         output_throughput=(report.summary.get("output_throughput") if report else None),
+        joules_per_output_token=(energy or {}).get("joules_per_output_token"),
         # The load generator, not the server, limited the run: its figures stay off the
         # throughput-drop alert (sentinel_load_client_bound), and the reasons say why.
         client_bound=bool(report.summary.get("client_bound")) if report else False,

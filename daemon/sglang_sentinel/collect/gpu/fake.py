@@ -9,6 +9,7 @@ code under test classifies errors exactly as it would on a GPU. Faults are injec
 
 from __future__ import annotations
 
+import collections
 import json
 import threading
 import time
@@ -84,6 +85,15 @@ class FakeNvml:
         self._event_cond = threading.Condition(self._lock)
         self.calls: dict[str, int] = {}
         self.energy_step_mj = 0
+        # Energy counters that behave like the real ones: each GPU's offset over the sample's
+        # value (step_energy, reset_energy), plus, with energy_watts set, the energy of that draw
+        # since the fake was made (a counter running at a steady power, in real time).
+        self.energy_watts: float | None = None
+        self._energy_offset_mj: dict[int, int] = {}
+        self._energy_t0 = time.monotonic()
+        # (thread name, GPU index, value in mJ) of the energy reads that answered, in order; bounded,
+        # since the fake also backs the daemon's demo mode for as long as it runs.
+        self.energy_reads: collections.deque[tuple[str, int, int]] = collections.deque(maxlen=10_000)
 
     # ---- fault injection -------------------------------------------------------------------
     def fail(self, call: str, code: int, *, device: int | None = None, times: int | None = None) -> None:
@@ -107,6 +117,25 @@ class FakeNvml:
         """Every call on this GPU raises GPU_IS_LOST from now on (until clear_faults)."""
         with self._lock:
             self._lost.add(index)
+
+    def step_energy(self, index: int | None, millijoules: int) -> None:
+        """Move one GPU's energy counter (all GPUs with None) forward by ``millijoules``."""
+        with self._lock:
+            for i in range(self.devices) if index is None else (index,):
+                self._energy_offset_mj[i] = self._energy_offset_mj.get(i, 0) + millijoules
+
+    def reset_energy(self, index: int) -> None:
+        """The counter restarts at 0, as after a driver reload or a GPU reset."""
+        with self._lock:
+            self._energy_offset_mj[index] = 0
+            self._energy_offset_mj[index] = -self._energy_value_locked(index)
+
+    def _energy_value_locked(self, index: int) -> int:
+        value = int(self._device["total_energy_mj"]["value"]) + self._energy_offset_mj.get(index, 0)
+        value += self.energy_step_mj * self.calls.get("nvmlDeviceGetTotalEnergyConsumption", 0)
+        if self.energy_watts is not None:
+            value += int(self.energy_watts * (time.monotonic() - self._energy_t0) * 1000.0)
+        return value
 
     def emit_xid(self, index: int, xid: int) -> None:
         with self._event_cond:
@@ -233,10 +262,11 @@ class FakeNvml:
         return int(self._read("nvmlDeviceGetEnforcedPowerLimit", handle, "power_limit_mw"))
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: _Handle) -> int:
-        value = int(self._read("nvmlDeviceGetTotalEnergyConsumption", handle, "total_energy_mj"))
+        self._read("nvmlDeviceGetTotalEnergyConsumption", handle, "total_energy_mj")
         with self._lock:
-            # A counter that moves when asked to (tests of counter semantics); 0 by default.
-            value += self.energy_step_mj * self.calls["nvmlDeviceGetTotalEnergyConsumption"]
+            # A counter that moves when asked to (tests of counter semantics); still by default.
+            value = self._energy_value_locked(handle.index)
+            self.energy_reads.append((threading.current_thread().name, handle.index, value))
         return value
 
     def nvmlDeviceGetTemperature(self, handle: _Handle, sensor: int) -> int:

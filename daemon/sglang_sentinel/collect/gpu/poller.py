@@ -22,6 +22,7 @@ from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any
 
+from sglang_sentinel.collect.gpu.energy import EnergySample, read_energy, select_gpus
 from sglang_sentinel.collect.gpu.errors import ErrorClass, NvmlLifecycleError, classify, error_name
 from sglang_sentinel.collect.gpu.reading import (
     DeviceIdentity,
@@ -34,7 +35,7 @@ from sglang_sentinel.collect.gpu.worker import Worker
 from sglang_sentinel.collect.gpu.xid import XidWatcher
 from sglang_sentinel.log import get_logger
 
-__all__ = ["GpuPoller", "GpuSnapshot", "GpuState"]
+__all__ = ["GpuPoller", "GpuSnapshot", "GpuState", "PollerEnergyMeter"]
 
 _log = get_logger(__name__)
 
@@ -70,6 +71,17 @@ class GpuSnapshot:
     identities: dict[str, DeviceIdentity] = field(default_factory=dict)  # every GPU ever seen, by uuid
 
 
+@dataclass(frozen=True, slots=True)
+class PollerEnergyMeter:
+    """``collect.gpu.energy.EnergyMeter`` over a poller's NVML: the server's GPUs, by name."""
+
+    poller: GpuPoller
+    gpus: tuple[str, ...] = ()
+
+    def sample(self) -> EnergySample:
+        return self.poller.read_energy(self.gpus)
+
+
 @dataclass(slots=True)
 class _Device:
     handle: object
@@ -101,6 +113,7 @@ class GpuPoller:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._init_worker: Worker | None = None
+        self._energy_worker: Worker | None = None
         self._workers: dict[int, Worker] = {}
         self._devices: list[_Device] = []
         self._initialized = False
@@ -155,6 +168,9 @@ class GpuPoller:
         if self._init_worker is not None:
             self._init_worker.stop(0.0)
             self._init_worker = None
+        if self._energy_worker is not None:
+            self._energy_worker.stop(0.0)
+            self._energy_worker = None
 
     def wait_for_first_cycle(self, timeout: float) -> bool:
         """Block until a first cycle has published a snapshot (True) or ``timeout`` passed."""
@@ -191,6 +207,37 @@ class GpuPoller:
             except Exception:
                 _log.exception("gpu_publish_hook_failed")
         return self.snapshot
+
+    # ---- energy counters on demand (a run's two ends) ------------------------------------------
+    def read_energy(self, gpus: tuple[str, ...] = (), timeout: float | None = None) -> EnergySample:
+        """The energy counters of ``gpus`` (indices or UUIDs; all when empty), read now.
+
+        On a worker of its own: a cycle's full read (tens of ms) must not delay a run's edge, and
+        a wedged driver costs this one thread and a figure marked ``timeout``, never the caller.
+        """
+        devices = self._devices  # replaced whole on (re-)init, never mutated
+        if self._status != "ok" or not self._initialized or not devices:
+            return EnergySample(
+                timestamp=time.time(), status=self._status if self._status != "ok" else "no_devices"
+            )
+        chosen = select_gpus([(d.identity.index, d.identity.uuid) for d in devices], gpus)
+        if chosen is None:
+            return EnergySample(timestamp=time.time(), status="gpus_not_found")
+        handles = {d.identity.uuid: d.handle for d in devices if d.identity.uuid in chosen}
+        if self._energy_worker is None:
+            self._energy_worker = Worker("sentinel-gpu-energy")
+        future = self._energy_worker.submit(functools.partial(read_energy, self._nvml, handles))
+        if future is None:
+            return EnergySample(timestamp=time.time(), missing=dict.fromkeys(handles, "stuck"))
+        try:
+            sample: EnergySample = future.result(self.timeout if timeout is None else timeout)
+        except FutureTimeout:
+            return EnergySample(timestamp=time.time(), missing=dict.fromkeys(handles, "timeout"))
+        return sample
+
+    def energy_meter(self, gpus: tuple[str, ...] = ()) -> PollerEnergyMeter:
+        """A meter of ``gpus``' energy counters through this poller (what runs record)."""
+        return PollerEnergyMeter(self, gpus)
 
     def _run_init_job(self, fn: Callable[[], Any], timeout: float) -> Any:
         if self._init_worker is None:

@@ -1,0 +1,234 @@
+"""GPU energy per output token of scheduled runs: the load engine against the simulator, the GPUs
+a fake NVML whose counters run at the real H200's busy power (651.508 W), step, reset and vanish."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from sglang_sentinel.collect.gpu import FakeNvml, GpuPoller
+from sglang_sentinel.collect.gpu.energy import COUNTER_RESOLUTION_JOULES, IdleBaseline, LoadMeter
+from sglang_sentinel.schedule.executor import LoadEngineExecutor
+from sglang_sentinel.schedule.metrics import ScheduleMetrics
+from sglang_sentinel.schedule.polite import ServerLoadReader
+from sglang_sentinel.schedule.scheduler import LoadScheduler
+from sglang_sentinel.schedule.settings import ScheduleSettings
+from sglang_sentinel.statedir import StateDir
+
+BUSY_WATTS = 651.508
+UUIDS = ("GPU-00000000-1111-2222-3333-444444444400", "GPU-00000000-1111-2222-3333-444444444401")
+
+
+class ReadyServer:
+    def __init__(self) -> None:
+        self.epoch = time.time() - 600
+
+    def ready_epoch(self) -> float | None:
+        return self.epoch
+
+    def launch_hash(self) -> str | None:
+        return "sim"
+
+    def started_warm(self) -> bool:
+        return False
+
+
+@pytest.fixture
+def fake() -> FakeNvml:
+    nvml = FakeNvml(devices=2, sample="busy")
+    nvml.energy_watts = BUSY_WATTS
+    return nvml
+
+
+@pytest.fixture
+def poller(fake: FakeNvml) -> Iterator[GpuPoller]:
+    # No background thread: the runs' own reads are the only energy reads besides this first cycle.
+    p = GpuPoller(lambda: fake, interval=1.0, timeout=2.0, init_timeout=2.0, xid_events=False)
+    p.run_cycle()
+    yield p
+    p.stop(1.0)
+
+
+@pytest.fixture
+async def readers() -> AsyncIterator[list[ServerLoadReader]]:
+    made: list[ServerLoadReader] = []
+    yield made
+    for reader in made:
+        await reader.aclose()
+
+
+def _scheduler(
+    tmp_path: Path, base_url: str, meter: LoadMeter, readers: list[ServerLoadReader]
+) -> LoadScheduler:
+    reader = ServerLoadReader(base_url, "metrics", 2.0)
+    readers.append(reader)
+    settings = ScheduleSettings.model_validate(
+        {
+            "warmup_seconds": 0,
+            "reference_exclusion_seconds": 0,
+            "profiles": {
+                "ref": {
+                    "num_prompts": 40,
+                    "request_rate": 20,
+                    "input_len": 64,
+                    "output_len": 64,
+                    "run_on_ready": False,
+                }
+            },
+        }
+    )
+    return LoadScheduler(
+        settings,
+        server=ReadyServer(),
+        executor=LoadEngineExecutor(base_url, energy=meter),
+        metrics=ScheduleMetrics(),
+        state=StateDir(tmp_path),
+        load_reader=reader,
+    )
+
+
+def _value(sched: LoadScheduler, name: str, **labels: str) -> float | None:
+    reg = CollectorRegistry()
+    reg.register(sched.metrics)
+    return reg.get_sample_value(name, labels)
+
+
+def _last_record(tmp_path: Path) -> dict[str, Any]:
+    record: dict[str, Any] = StateDir(tmp_path).history("runs.jsonl")[-1]
+    return record
+
+
+async def test_joules_per_token_is_the_counter_delta_over_output_tokens(
+    tmp_path: Path,
+    sim_factory: Callable[..., Any],
+    fake: FakeNvml,
+    poller: GpuPoller,
+    readers: list[ServerLoadReader],
+) -> None:
+    sim = sim_factory("--enable-metrics", "--speed", "30")
+    sched = _scheduler(tmp_path, sim.base_url, LoadMeter(poller.energy_meter()), readers)
+    assert await asyncio.wait_for(sched.fire("ref"), 60) == "completed"
+    record = _last_record(tmp_path)
+    assert record["reference"] is True
+    energy = record["energy"]
+    # The meter's reads, in order: the idle gap's end (before the warm-up), the measured
+    # window's start, its end; one value per GPU each. The figure is the last two's difference.
+    reads = [(i, v) for name, i, v in fake.energy_reads if name == "sentinel-gpu-energy"]
+    assert len(reads) == 6
+    opened, closed = dict(reads[2:4]), dict(reads[4:6])
+    delta_joules = sum(closed[i] - opened[i] for i in (0, 1)) / 1000.0
+    tokens = record["output_tokens"]
+    assert tokens == energy["output_tokens"] > 0
+    resolution = 2 * COUNTER_RESOLUTION_JOULES  # one mJ per GPU per read
+    assert energy["joules"] == pytest.approx(delta_joules, abs=resolution)
+    assert energy["joules_per_output_token"] == pytest.approx(delta_joules / tokens, abs=resolution / tokens)
+    assert energy["output_tokens_per_joule"] == pytest.approx(tokens / delta_joules)
+    assert energy["gpus"] == list(UUIDS)
+    assert sum(energy["per_gpu_joules"].values()) == pytest.approx(energy["joules"])
+    # Two GPUs at a steady 651.508 W: the counters' mean power is that draw.
+    assert energy["mean_power_watts"] == pytest.approx(2 * BUSY_WATTS, rel=0.01)
+    assert energy["reason"] is None
+    # The reference series carry the same figures.
+    assert _value(sched, "sentinel_load_energy_joules_per_output_token", profile="ref") == pytest.approx(
+        energy["joules_per_output_token"]
+    )
+    assert _value(sched, "sentinel_load_energy_joules", profile="ref") == pytest.approx(energy["joules"])
+    assert _value(sched, "sentinel_load_output_tokens_per_joule", profile="ref") == pytest.approx(
+        energy["output_tokens_per_joule"]
+    )
+    assert _value(sched, "sentinel_load_power_watts", profile="ref") == pytest.approx(
+        energy["mean_power_watts"]
+    )
+
+
+async def test_idle_baseline_between_runs_and_the_marginal_energy(
+    tmp_path: Path,
+    sim_factory: Callable[..., Any],
+    fake: FakeNvml,
+    poller: GpuPoller,
+    readers: list[ServerLoadReader],
+) -> None:
+    sim = sim_factory("--enable-metrics", "--speed", "30")
+    meter = LoadMeter(
+        poller.energy_meter(), baseline=IdleBaseline(min_gap_seconds=0.2), price_per_kwh=0.25, currency="EUR"
+    )
+    sched = _scheduler(tmp_path, sim.base_url, meter, readers)
+    assert await asyncio.wait_for(sched.fire("ref"), 60) == "completed"
+    first = _last_record(tmp_path)["energy"]
+    assert first["baseline_power_watts"] is None  # no gap measured yet
+    assert first["marginal_joules_per_output_token"] is None
+    await asyncio.sleep(0.3)  # the gap between two runs (at least min_gap_seconds)
+    assert await asyncio.wait_for(sched.fire("ref"), 60) == "completed"
+    second = _last_record(tmp_path)["energy"]
+    # The fake's GPUs draw the same with and without load: the baseline is their draw, and the
+    # load added nothing above it.
+    assert second["baseline_power_watts"] == pytest.approx(2 * BUSY_WATTS, rel=0.02)
+    assert second["marginal_joules_per_output_token"] == pytest.approx(
+        0.0, abs=0.05 * second["joules_per_output_token"]
+    )
+    assert _value(sched, "sentinel_load_baseline_power_watts") == pytest.approx(
+        second["baseline_power_watts"]
+    )
+    cost = second["joules_per_output_token"] * 1e6 / 3.6e6 * 0.25
+    assert second["energy_cost_per_million_output_tokens"] == pytest.approx(cost)
+    assert _value(
+        sched, "sentinel_load_energy_cost_per_million_output_tokens", profile="ref", currency="EUR"
+    ) == pytest.approx(cost)
+
+
+async def _fire_and_break(sched: LoadScheduler, fault: Callable[[], None]) -> str:
+    """Start a run, apply ``fault`` once its measured phase is under way, return the outcome."""
+    task = asyncio.ensure_future(sched.fire("ref"))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        current = sched.snapshot()["current"]
+        if current is not None and current["completed"] >= 1:
+            break
+        await asyncio.sleep(0.01)
+    else:
+        raise AssertionError("the run never got under way")
+    fault()
+    return await asyncio.wait_for(task, 60)
+
+
+async def test_a_counter_reset_mid_run_leaves_no_figure_and_says_why(
+    tmp_path: Path,
+    sim_factory: Callable[..., Any],
+    fake: FakeNvml,
+    poller: GpuPoller,
+    readers: list[ServerLoadReader],
+) -> None:
+    sim = sim_factory("--enable-metrics", "--speed", "10")
+    sched = _scheduler(tmp_path, sim.base_url, LoadMeter(poller.energy_meter()), readers)
+    assert await _fire_and_break(sched, lambda: fake.reset_energy(1)) == "completed"
+    energy = _last_record(tmp_path)["energy"]
+    assert energy["joules"] is None
+    assert energy["joules_per_output_token"] is None
+    assert energy["reason"] == "counter_reset"
+    assert UUIDS[1] in energy["detail"]
+    assert _value(sched, "sentinel_load_energy_joules_per_output_token", profile="ref") is None
+    assert _value(sched, "sentinel_load_energy_unavailable_total", profile="ref", reason="counter_reset") == 1
+    # The run's throughput still counts: only its energy is unknown.
+    assert _value(sched, "sentinel_load_output_throughput_tokens_per_second", profile="ref")
+
+
+async def test_a_gpu_lost_mid_run_leaves_no_figure_and_says_why(
+    tmp_path: Path,
+    sim_factory: Callable[..., Any],
+    fake: FakeNvml,
+    poller: GpuPoller,
+    readers: list[ServerLoadReader],
+) -> None:
+    sim = sim_factory("--enable-metrics", "--speed", "10")
+    sched = _scheduler(tmp_path, sim.base_url, LoadMeter(poller.energy_meter()), readers)
+    assert await _fire_and_break(sched, lambda: fake.lose_gpu(0)) == "completed"
+    energy = _last_record(tmp_path)["energy"]
+    assert (energy["joules"], energy["reason"]) == (None, "gpu_lost")
+    assert UUIDS[0] in energy["detail"]
+    assert _value(sched, "sentinel_load_energy_unavailable_total", profile="ref", reason="gpu_lost") == 1
