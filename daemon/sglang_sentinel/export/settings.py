@@ -37,3 +37,8 @@ class ExporterSettings(Section):
     basic_auth_users_file: Path | None = None
     # More scrapes than this at once get an immediate 503 instead of piling up behind a slow one.
     max_concurrent_scrapes: int = Field(default=4, ge=1, le=64)
+    # The longest /metrics waits for its collectors before answering 503 (Prometheus' own
+    # X-Prometheus-Scrape-Timeout-Seconds, when shorter, wins). Collectors bound their own reads
+    # well inside it ([collectors.sglang] timeout_seconds); this is the backstop for one that
+    # does not, so a scrape is never left hanging.
+    scrape_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
