@@ -97,6 +97,8 @@ class HostileServer:
                 await MODES[self.mode](writer)
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, IndexError):
             pass
+        except asyncio.CancelledError:
+            pass  # closing: the reply is abandoned, as its client abandoned it
         finally:
             writer.close()
 

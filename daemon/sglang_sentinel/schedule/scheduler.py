@@ -374,7 +374,12 @@ class LoadScheduler:
         exact = report is not None and report.exact_tokens
         spent = plan.max_tokens
         if exact and report is not None:
-            spent = report.input_tokens + report.output_tokens + report.warmup_tokens
+            # Every request the server spent tokens on, failed and cancelled ones too; the
+            # successful requests' counts only where the executor does not know them per request.
+            if report.spent_tokens is not None:
+                spent = report.spent_tokens
+            else:
+                spent = report.input_tokens + report.output_tokens + report.warmup_tokens
         self.budget.settle(reservation, spent)
         ctx = RunContext(
             started, finished, epoch, launch_hash, reference, decision.foreign, min(spent, plan.max_tokens)
