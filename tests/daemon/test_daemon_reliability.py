@@ -218,6 +218,9 @@ def test_a_port_held_by_another_process_is_diagnosed_and_retried(
     status = d.status()["server"]
     assert status["port_held_by"] is None
     assert status["last_crash"] is None  # waiting for a port is not a crash
+    # A documented retry, not a failure: warnings (server_port_held), never an error line.
+    errors = [line for line in d.text().splitlines() if '"level": "error"' in line]
+    assert not errors, errors[:3]
 
 
 def test_a_run_across_a_sigstop_of_the_daemon_is_no_reference(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from sglang_sentinel.section import Section
 
@@ -37,6 +37,18 @@ class ExporterSettings(Section):
     basic_auth_users_file: Path | None = None
     # More scrapes than this at once get an immediate 503 instead of piling up behind a slow one.
     max_concurrent_scrapes: int = Field(default=4, ge=1, le=64)
+
+    @field_validator("host")
+    @classmethod
+    def _explicit_host(cls, value: str) -> str:
+        # aiohttp binds every interface for an empty host: that must be written, never implied.
+        if not value.strip():
+            raise ValueError(
+                "empty host; write 127.0.0.1 (loopback) or, to listen on every interface,"
+                ' "0.0.0.0" or "::" explicitly'
+            )
+        return value
+
     # The longest /metrics waits for its collectors before answering 503 (Prometheus' own
     # X-Prometheus-Scrape-Timeout-Seconds, when shorter, wins). Collectors bound their own reads
     # well inside it ([collectors.sglang] timeout_seconds); this is the backstop for one that
