@@ -125,7 +125,7 @@ class Exporter:
         s = self.settings
         ssl_context = tls_context(s.tls) if s.tls is not None else None
         if s.basic_auth_users_file is not None:
-            self._auth = BasicAuth(load_users(s.basic_auth_users_file))
+            self._auth = BasicAuth(load_users(s.basic_auth_users_file), scraper_addresses=s.scraper_addresses)
         app = web.Application(middlewares=[self._auth_middleware])
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)

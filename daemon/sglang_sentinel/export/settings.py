@@ -38,6 +38,24 @@ class ExporterSettings(Section):
     # More scrapes than this at once get an immediate 503 instead of piling up behind a slow one.
     max_concurrent_scrapes: int = Field(default=4, ge=1, le=64)
 
+    # Addresses or networks of the scrapers (e.g. ["10.0.0.5", "10.1.0.0/24"]): with basic auth,
+    # their logins skip the per-address failure limit and get a checking lane of their own, so a
+    # password flood from elsewhere cannot lock Prometheus out (even right after a restart, when
+    # no credential is cached yet). Addresses that logged in successfully get the lane anyway.
+    scraper_addresses: tuple[str, ...] = ()
+
+    @field_validator("scraper_addresses")
+    @classmethod
+    def _networks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        import ipaddress
+
+        for item in value:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(f"{item!r} is not an IP address or network") from None
+        return value
+
     @field_validator("host")
     @classmethod
     def _explicit_host(cls, value: str) -> str:
