@@ -10,7 +10,12 @@ Set-up: the exporter (this process) with a users file of one user hashed at bcry
 scrapes sequentially with the right password, 10 times a second (like a Prometheus with a short
 interval, HTTP keep-alive); a flooder process with ``--flooders`` threads that each send bad
 passwords back to back on their own connection. Both clients use http.client so that the client's
-own cost is not what is measured. All on loopback. Prints one table row per phase.
+own cost is not what is measured. All on loopback. Prints one table row per phase: no flood; a
+flood from the scraper's own address (its first login is a first-time one, as right after a
+restart: it is locked out until the flood stops, which no limiter can tell apart; keep scrapers'
+addresses their own); a flood from 24 other
+loopback addresses (127.0.1.x) while every scrape logs in as a user not seen before (users of the
+same password), without and with ``scraper_addresses``. A fresh exporter per phase.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from collections import Counter
 from pathlib import Path
 
 import bcrypt
@@ -34,17 +40,23 @@ from sglang_sentinel.collect.gpu import FakeNvml, GpuCollector, GpuPoller
 from sglang_sentinel.export import Exporter, ExporterSettings
 
 PASSWORD = "prometheus-scrape-password"
+FRESH_USERS = 1000
 
 SCRAPER = textwrap.dedent(
     """
-    import http.client, json, sys, time
+    import base64, http.client, json, sys, time
     port, header, seconds = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+    fresh, password = sys.argv[4] == "fresh", sys.argv[5]
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     out, end = [], time.monotonic() + seconds
     while time.monotonic() < end:
         t0 = time.perf_counter()
+        # fresh: every scrape another user of the same password (the users file has FRESH_USERS),
+        # a credential the checker has not cached: each one a first-time login, as after a restart.
+        user = "prometheus%d" % len(out)
+        sent = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode() if fresh else header
         try:
-            conn.request("GET", "/metrics", headers={"Authorization": header})
+            conn.request("GET", "/metrics", headers={"Authorization": sent})
             r = conn.getresponse(); r.read(); status = r.status
         except Exception as exc:
             status = type(exc).__name__
@@ -59,9 +71,14 @@ FLOODER = textwrap.dedent(
     """
     import base64, http.client, json, sys, threading, time
     port, n, seconds = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+    spread = sys.argv[4] == "spread"
     counts, lock, end = {}, threading.Lock(), time.monotonic() + seconds
+    def connect(k):
+        # spread: each thread from its own loopback address (127.0.1.k...), a flood from many hosts.
+        src = (f"127.0.{1 + k // 250}.{1 + k % 250}", 0) if spread else None
+        return http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=src)
     def run(k):
-        conn, i = http.client.HTTPConnection("127.0.0.1", port, timeout=30), 0
+        conn, i = connect(k), 0
         while time.monotonic() < end:
             i += 1
             header = "Basic " + base64.b64encode(f"prometheus:guess-{k}-{i}".encode()).decode()
@@ -70,7 +87,7 @@ FLOODER = textwrap.dedent(
                 r = conn.getresponse(); r.read(); status = str(r.status)
             except Exception as exc:
                 status = type(exc).__name__
-                conn.close(); conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                conn.close(); conn = connect(k)
             with lock:
                 counts[status] = counts.get(status, 0) + 1
     threads = [threading.Thread(target=run, args=(k,)) for k in range(n)]
@@ -88,13 +105,17 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def _phase(port: int, seconds: float, flooders: int) -> dict[str, object]:
+async def _phase(
+    port: int, seconds: float, flooders: int, *, spread: bool = False, fresh: bool = False
+) -> dict[str, object]:
     header = "Basic " + base64.b64encode(f"prometheus:{PASSWORD}".encode()).decode()
     py = sys.executable
     flood = None
     if flooders:
         flood = await asyncio.create_subprocess_exec(
-            py, "-c", FLOODER, str(port), str(flooders), str(seconds), stdout=subprocess.PIPE
+            *(py, "-c", FLOODER, str(port), str(flooders), str(seconds)),
+            "spread" if spread else "one",
+            stdout=subprocess.PIPE,
         )
         await asyncio.sleep(0.5)  # the flood is under way before the first measured scrape
     scraper = await asyncio.create_subprocess_exec(
@@ -104,6 +125,8 @@ async def _phase(port: int, seconds: float, flooders: int) -> dict[str, object]:
         str(port),
         header,
         str(seconds - 0.5 if flooders else seconds),
+        "fresh" if fresh else "same",
+        PASSWORD,
         stdout=subprocess.PIPE,
     )
     out, _ = await scraper.communicate()
@@ -121,6 +144,7 @@ async def _phase(port: int, seconds: float, flooders: int) -> dict[str, object]:
         "p99_ms": _pct(ok, 0.99) * 1000,
         "max_ms": max(ok) * 1000 if ok else float("nan"),
         "flood": counts,
+        "scraper": dict(Counter(str(status) for _, status in samples)),
     }
 
 
@@ -134,27 +158,42 @@ async def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         users = Path(tmp) / "users"
+        hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(args.cost)).decode()
+        # prometheus, and FRESH_USERS more users of the same password for first-time logins.
         users.write_text(
-            f"prometheus:{bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(args.cost)).decode()}\n"
+            f"prometheus:{hashed}\n" + "".join(f"prometheus{i}:{hashed}\n" for i in range(FRESH_USERS))
         )
         nvml = FakeNvml(2, "busy")
         poller = GpuPoller(lambda: nvml, interval=5.0, timeout=3.0, xid_events=False)
         poller.run_cycle()
         collectors = CollectorSet([("gpu", GpuCollector(poller))])
-        exporter = Exporter(collectors, ExporterSettings(port=0, basic_auth_users_file=users))
-        await exporter.start()
-        try:
-            rows = [await _phase(exporter.port or 0, args.seconds, n) for n in (0, args.flooders)]
-        finally:
-            await exporter.stop()
+        # (label, flooders, flood from many addresses, first-time logins, scraper_addresses)
+        phases = [
+            ("no flood", 0, False, False, ()),
+            ("flood, one address", args.flooders, False, False, ()),
+            ("flood, many addresses, first-time logins", args.flooders, True, True, ()),
+            ("many addresses, first-time, scraper_addresses", args.flooders, True, True, ("127.0.0.1",)),
+        ]
+        rows = []
+        for label, n, spread, fresh, scrapers in phases:
+            settings = ExporterSettings(port=0, basic_auth_users_file=users, scraper_addresses=scrapers)
+            exporter = Exporter(collectors, settings)  # a fresh one per phase: nothing cached
+            await exporter.start()
+            try:
+                row = await _phase(exporter.port or 0, args.seconds, n, spread=spread, fresh=fresh)
+            finally:
+                await exporter.stop()
+            rows.append({"label": label, **row})
     print(f"bcrypt cost {args.cost}, {args.seconds:g} s per phase, {os.cpu_count()} CPUs")
     print(
-        f"{'flooders':>8} {'scrapes':>7} {'ok':>5} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}  flood answers"
+        f"{'phase':<42} {'flooders':>8} {'scrapes':>7} {'ok':>5} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}"
+        "  flood answers"
     )
     for r in rows:
         print(
-            f"{r['flooders']:>8} {r['scrapes']:>7} {r['ok']:>5} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} "
-            f"{r['max_ms']:>8.1f}  {json.dumps(r['flood'], sort_keys=True)}"
+            f"{r['label']!s:<42} {r['flooders']:>8} {r['scrapes']:>7} {r['ok']:>5} {r['p50_ms']:>8.1f} "
+            f"{r['p99_ms']:>8.1f} {r['max_ms']:>8.1f}  {json.dumps(r['flood'], sort_keys=True)}"
+            f"  scraper {json.dumps(r['scraper'], sort_keys=True)}"
         )
 
 

@@ -24,7 +24,8 @@ from sglang_sentinel.httpread import HttpReadError, read
 from sglang_sentinel.schedule.polite import ServerLoadReader
 from sglang_sentinel.supervise.probes import probe_canary, probe_health, read_progress
 from sglang_sentinel.supervise.settings import CanaryCheckSettings, CanarySettings
-from supervise.test_hostile_readers import DEADLINE, MODES, _timed
+from supervise.test_hostile_readers import DEADLINE, _timed
+from support.hostile_http import MODES
 
 
 def _reason(result: Any) -> str:

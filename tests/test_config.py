@@ -192,3 +192,77 @@ def test_sentinel_api_key_is_not_an_unknown_setting() -> None:
     assert settings.server.api_key == ""  # bench/sweep read it (cli/target.py); the daemon's key is its own
     with pytest.raises(ConfigError, match="SENTINEL_APIKEY"):
         load_settings(environ={"SENTINEL_APIKEY": "x"})
+
+
+@pytest.mark.parametrize(
+    ("toml", "env", "field"),
+    [
+        ('[server]\napi_key = "sk-abc\\ndef"\n', {}, "server.api_key"),
+        ("", {"SENTINEL_SERVER__API_KEY": "sk-abc\rdef"}, "server.api_key"),
+    ],
+)
+def test_a_secret_with_control_characters_is_refused_and_not_echoed(
+    tmp_path: Path, toml: str, env: dict[str, str], field: str
+) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(toml)
+    with pytest.raises(ConfigError) as info:
+        load_settings(path, environ=env)
+    text = str(info.value)
+    assert field in text
+    assert "control characters" in text
+    assert "abc" not in text  # the secret itself never in the message
+    assert "got" not in text
+
+
+@pytest.mark.parametrize("host", ["", " "])
+def test_an_empty_exporter_host_is_an_error_naming_the_field(tmp_path: Path, host: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(f'[exporter]\nhost = "{host}"\n')
+    with pytest.raises(ConfigError, match=r"exporter\.host: empty host"):
+        load_settings(path, environ={})
+
+
+def test_all_interfaces_only_when_written() -> None:
+    from sglang_sentinel.cli.run import parse_listen
+
+    assert parse_listen("0.0.0.0:9480") == ("0.0.0.0", 9480)
+    assert parse_listen("[::]:9480") == ("::", 9480)
+    for value in ("[]:9480", ":9480", " :9480"):
+        with pytest.raises(ValueError, match="--listen"):
+            parse_listen(value)
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["bench", "--num-prompts", "-5"], "--num-prompts"),
+        (["bench", "--max-concurrency", "0"], "--max-concurrency"),
+        (["bench", "--request-rate", "-1"], "--request-rate"),
+        (["bench", "--random-input-len", "0"], "--random-input-len"),
+        (["bench", "--random-range-ratio", "1.5"], "--random-range-ratio"),
+        (["bench", "--warmup-requests", "-1"], "--warmup-requests"),
+        (["bench", "--duration", "0"], "--duration"),
+        (["bench", "--request-timeout", "nan"], "--request-timeout"),
+        (["bench", "--request-rate", "0"], "--request-rate"),
+        (["bench", "--gsp-prompts-per-group", "0"], "--gsp-prompts-per-group"),
+        (["bench", "--gsp-range-ratio", "1.5"], "--gsp-range-ratio"),
+        (["bench", "--mooncake-num-rounds", "0"], "--mooncake-num-rounds"),
+        (["bench", "--mooncake-slowdown-factor", "-1"], "--mooncake-slowdown-factor"),
+        (["bench", "--agentic-max-turns", "0"], "--agentic-max-turns"),
+        (["sweep", "--start-concurrency", "0"], "--start-concurrency"),
+        (["sweep", "--max-concurrency", "0"], "--max-concurrency"),
+        (["sweep", "--growth-factor", "1"], "--growth-factor"),
+        (["sweep", "--max-requests", "-3"], "--max-requests"),
+        (["sweep", "--slo-ttft", "-1"], "--slo-ttft"),
+    ],
+)
+def test_bad_numeric_flags_name_the_flag(
+    argv: list[str], flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}:" in err, err
+    assert "Traceback" not in err

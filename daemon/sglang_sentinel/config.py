@@ -208,6 +208,12 @@ def _unknown_env(environ: Mapping[str, str]) -> list[str]:
     return sorted(bad)
 
 
+def _secret_field(loc: tuple[int | str, ...]) -> bool:
+    """A field whose value an error must never echo (it is refused before it can be masked)."""
+    name = str(loc[-1]).lower() if loc else ""
+    return any(word in name for word in ("key", "token", "secret", "password"))
+
+
 def _format_validation(exc: ValidationError, origin: str) -> str:
     lines = [f"invalid configuration ({origin}):"]
     for err in exc.errors(include_url=False):
@@ -215,7 +221,7 @@ def _format_validation(exc: ValidationError, origin: str) -> str:
         msg = str(err["msg"]).removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
-        elif "input" in err and not isinstance(err["input"], dict | list):
+        elif "input" in err and not isinstance(err["input"], dict | list) and not _secret_field(err["loc"]):
             msg = f"{msg} (got {err['input']!r})"
         lines.append(f"  {loc}: {msg}")
     return "\n".join(lines)

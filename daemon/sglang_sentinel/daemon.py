@@ -303,6 +303,7 @@ class Daemon:
             gpu=gpu_source.health if isinstance(gpu_source, GpuCollector) else None,
             target_url=self.server_url,
             served_model=self._served_model(),
+            gaps=supervisor.gaps,
         )
         scheduler = self.scheduler
         # Synthetic load stops before any deliberate stop or restart of the server.

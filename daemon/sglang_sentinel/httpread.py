@@ -12,12 +12,21 @@ injection, server_info) goes through :func:`read`, which
 
 Parsing a big body is the caller's business: do it with ``asyncio.to_thread`` (see
 :func:`read_json`) so that it does not stall the event loop.
+
+Threads without an event loop (the exporter's scrape workers, where the SGLang ``/metrics``
+collector runs) read through :class:`BlockingReader`: the same :func:`read` on one private loop
+thread with one pooled client. httpx's blocking client cannot bound a whole response: its
+timeouts are per socket operation, so headers that drip a byte a second never trip them and a
+scrape worker would wait forever.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import json
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,7 +34,7 @@ from typing import Any, Literal
 
 import httpx
 
-__all__ = ["HttpReadError", "ReadReason", "Reply", "read", "read_json"]
+__all__ = ["BlockingReader", "HttpReadError", "ReadReason", "Reply", "read", "read_json"]
 
 ReadReason = Literal["timeout", "too_large", "http_status", "connect", "disconnected", "error"]
 
@@ -132,3 +141,93 @@ async def read_json(
     if len(reply.content) > _PARSE_INLINE:
         return await asyncio.to_thread(json.loads, reply.content)
     return json.loads(reply.content)
+
+
+# How long past its own deadline a blocking caller waits for the loop thread's answer before it
+# gives up on its own: only a wedged loop thread (a bug) ever uses this margin.
+_BLOCKING_GRACE_S = 0.5
+
+
+class BlockingReader:
+    """:func:`read` for threads that have no event loop, bounded the same way.
+
+    One daemon thread runs a private event loop and one pooled ``httpx.AsyncClient`` (a scrape
+    every few seconds must not pay a TCP connect and a client's set-up each time); callers in
+    any thread submit reads to it and wait at most ``deadline_s`` (plus a short grace). Started
+    on first use; :meth:`close` stops it.
+    """
+
+    def __init__(self, *, transport: httpx.AsyncBaseTransport | None = None, name: str = "httpread") -> None:
+        self._transport = transport
+        self._name = name
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._thread: threading.Thread | None = None
+
+    def _started(self) -> tuple[asyncio.AbstractEventLoop, httpx.AsyncClient]:
+        with self._lock:
+            if self._loop is None or self._client is None:
+                loop = asyncio.new_event_loop()
+                ready = threading.Event()
+
+                def run() -> None:
+                    asyncio.set_event_loop(loop)
+                    loop.call_soon(ready.set)
+                    loop.run_forever()
+
+                thread = threading.Thread(target=run, name=self._name, daemon=True)
+                thread.start()
+                ready.wait()
+
+                async def make() -> httpx.AsyncClient:
+                    return httpx.AsyncClient(
+                        transport=self._transport, follow_redirects=False, trust_env=False
+                    )
+
+                self._client = asyncio.run_coroutine_threadsafe(make(), loop).result()
+                self._loop, self._thread = loop, thread
+            return self._loop, self._client
+
+    def read(
+        self,
+        method: str,
+        url: str,
+        *,
+        deadline_s: float,
+        max_bytes: int,
+        headers: Mapping[str, str] | None = None,
+        expect_ok: bool = False,
+    ) -> Reply:
+        """As :func:`read`, from any thread; returns within about ``deadline_s``."""
+        loop, client = self._started()
+        future = asyncio.run_coroutine_threadsafe(
+            read(
+                client,
+                method,
+                url,
+                deadline_s=deadline_s,
+                max_bytes=max_bytes,
+                headers=headers,
+                expect_ok=expect_ok,
+            ),
+            loop,
+        )
+        try:
+            return future.result(timeout=deadline_s + _BLOCKING_GRACE_S)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise HttpReadError("timeout", f"no complete reply within {deadline_s:g} s") from None
+
+    def close(self) -> None:
+        with self._lock:
+            loop, client, thread = self._loop, self._client, self._thread
+            self._loop = self._client = self._thread = None
+        if loop is None or client is None or thread is None:
+            return
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(client.aclose(), loop).result(timeout=2.0)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=2.0)
+        if not thread.is_alive():
+            loop.close()

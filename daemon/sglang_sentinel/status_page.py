@@ -258,6 +258,11 @@ def _runs(recent: Sequence[Mapping[str, Any]], current: Mapping[str, Any] | None
             why = "; ".join(str(x) for x in summary.get("client_bound_reasons") or [])
             outcome += " " + f'<span class="badge warn" title="{_e(why)}">client-bound</span>'
         ref = "yes" if r.get("reference") else ("no" if r.get("kind") == "run" else "")
+        if r.get("untrusted") == "time_gap":
+            # Sentinel was stopped or frozen during the run: its figures are not the server's.
+            outcome += " " + _badge("time gap", "warn")
+        if ref == "no" and r.get("excluded_reason"):
+            ref = f"no ({str(r.get('excluded_reason')).replace('_', ' ')})"
         requests = r.get("requests") if isinstance(r.get("requests"), Mapping) else {}
         assert isinstance(requests, Mapping)
         failed = sum(v for k, v in requests.items() if k != "success" and isinstance(v, int))

@@ -79,9 +79,10 @@ def test_sweep_unreachable_server(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 
 def test_sweep_bad_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["sweep", "--state-dir", str(tmp_path), "--start-concurrency", "0"])
-    assert code == 2
-    assert "start_concurrency" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", "--state-dir", str(tmp_path), "--start-concurrency", "0"])
+    assert exit_info.value.code == 2
+    assert "argument --start-concurrency: must be >= 1" in capsys.readouterr().err
     code = main(["sweep", "--state-dir", str(tmp_path), "--seed-result", str(tmp_path / "none.json")])
     assert code == 2
     bad = tmp_path / "bad.json"

@@ -218,3 +218,86 @@ def test_a_port_held_by_another_process_is_diagnosed_and_retried(
     status = d.status()["server"]
     assert status["port_held_by"] is None
     assert status["last_crash"] is None  # waiting for a port is not a crash
+    # A documented retry, not a failure: warnings (server_port_held), never an error line.
+    errors = [line for line in d.text().splitlines() if '"level": "error"' in line]
+    assert not errors, errors[:3]
+
+
+def test_a_run_across_a_sigstop_of_the_daemon_is_no_reference(
+    tmp_path: Path, daemons: list[DaemonProcess]
+) -> None:
+    """SIGSTOP of sentinel during a load run: recorded, flagged, kept out of the reference series."""
+    exporter_port = free_port()
+    cfg = tmp_path / "sentinel.toml"
+    cfg.write_text(
+        f"""
+state_dir = "{tmp_path / "state"}"
+
+[log]
+format = "json"
+
+[server]
+profile = "fastsim"
+port = {free_port()}
+stop_timeout = 5
+startup_poll_interval = 0.2
+
+[server.checks.stall]
+stall_after = 8.0
+
+[server.profiles.fastsim]
+kind = "sim"
+sim_speed = 50
+extra_args = ["--lifetime", "300"]
+
+[exporter]
+port = {exporter_port}
+
+[schedule]
+calibrate_when_missing = false
+recalibrate_cron = ""
+warmup_seconds = 0
+reference_exclusion_seconds = 0
+
+[schedule.polite]
+enabled = false
+
+[schedule.profiles.reference]
+num_prompts = 60
+request_rate = 6
+input_len = 32
+output_len = 32
+interval_seconds = 3600
+run_on_ready = true
+"""
+    )
+    d = start_daemon(cfg, exporter_port, tmp_path / "daemon.log")
+    daemons.append(d)
+    d.wait_ready()
+    d.wait(
+        "the run under way", lambda: (d.status()["schedule"]["current"] or {}).get("in_flight") is not None
+    )
+    # The gap threshold is min(5 s, stall_after / 4) = 2 s: a 4 s stop is a gap.
+    os.kill(d.proc.pid, signal.SIGSTOP)
+    time.sleep(4.0)  # the fault itself: a stop of this length, not a wait for a condition
+    os.kill(d.proc.pid, signal.SIGCONT)
+    runs = tmp_path / "state" / "runs.jsonl"
+
+    def recorded() -> list[dict[str, object]]:
+        lines = runs.read_text().splitlines() if runs.exists() else []
+        return [r for r in map(json.loads, lines) if r.get("kind") == "run"]
+
+    d.wait("the run's record", lambda: bool(recorded()), timeout=120)
+    record = recorded()[-1]
+    assert record["outcome"] == "completed", record
+    assert record["reference"] is False
+    assert record["untrusted"] == "time_gap"
+    assert record["excluded_reason"] == "time_gap"
+    assert d.events("daemon_time_gap")
+    metrics = d.metrics()
+    excluded = d.value(metrics, "sentinel_load_runs_excluded_total", profile="reference", reason="time_gap")
+    assert excluded == 1
+    # No reference figure came from it.
+    assert d.value(metrics, "sentinel_load_output_throughput_tokens_per_second", profile="reference") is None
+    page = httpx.get(d.url + "/", timeout=10).text
+    assert "time gap" in page

@@ -22,8 +22,13 @@ from support.daemon_proc import DaemonProcess, clean_env, descendants, free_port
 pytestmark = pytest.mark.slow
 
 
-def test_the_api_key_leaks_through_no_channel(tmp_path: Path, daemons: list[DaemonProcess]) -> None:
+@pytest.mark.parametrize("via", ["config", "env"])
+def test_the_api_key_leaks_through_no_channel(tmp_path: Path, daemons: list[DaemonProcess], via: str) -> None:
+    """``via``: the key inline in the config, or in ``SENTINEL_SERVER__API_KEY`` (then the daemon's
+    own environment holds it, which is how it was given; no child's may)."""
     key = "sk-" + secrets.token_hex(16)
+    key_line = f'api_key = "{key}"' if via == "config" else ""
+    env = {"SENTINEL_SERVER__API_KEY": key} if via == "env" else {}
     state = tmp_path / "state"
     server_port, exporter_port = free_port(), free_port()
     cfg = tmp_path / "sentinel.toml"
@@ -36,7 +41,7 @@ level = "debug"
 [server]
 profile = "fastsim"
 port = {server_port}
-api_key = "{key}"
+{key_line}
 stop_timeout = 5
 startup_poll_interval = 0.2
 [server.checks.health]
@@ -64,14 +69,14 @@ run_on_ready = false
     for argv in (["check", "--json"], ["config"]):
         out = subprocess.run(
             [sys.executable, "-m", "sglang_sentinel", *argv, "--config", str(cfg)],
-            capture_output=True, text=True, timeout=120, env=clean_env(),
+            capture_output=True, text=True, timeout=120, env=clean_env(**env),
         )  # fmt: skip
         assert out.stdout.lstrip().startswith("{"), out.stderr
         cli_outputs.append(out.stdout + out.stderr)
     assert '"api_key": "<set>"' in cli_outputs[1]
 
     url = f"http://127.0.0.1:{exporter_port}"
-    d = DaemonProcess(cfg, exporter_port, log_path, tolerate=(httpx.HTTPError,), poll=0.3)
+    d = DaemonProcess(cfg, exporter_port, log_path, env=env, tolerate=(httpx.HTTPError,), poll=0.3)
     daemons.append(d)
 
     def completed_run() -> bool:
@@ -91,7 +96,10 @@ run_on_ready = false
     for pid in (d.proc.pid, *descendants(d.proc.pid)):
         try:
             channels[f"cmdline {pid}"] = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-            channels[f"environ {pid}"] = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+            if via == "config" or pid != d.proc.pid:
+                channels[f"environ {pid}"] = (
+                    Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+                )
         except OSError:
             continue  # a short-lived helper that is gone already
     assert any("sim" in v for k, v in channels.items() if k.startswith("cmdline"))

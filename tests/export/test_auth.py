@@ -186,3 +186,25 @@ async def test_no_credential_in_any_log_line(capsys: pytest.CaptureFixture[str],
     assert any("handler failed" in json.dumps(line) for line in lines)  # the failure is logged ...
     for needle in (secret_password, header_value, header_value.split()[1], hashed):
         assert needle not in err  # ... without the header, the password or the hash
+
+
+async def test_a_flood_from_many_addresses_cannot_lock_out_a_scraper() -> None:
+    """The shared pending bound is full of bad passwords from many addresses: a configured scraper
+    address, and an address that logged in before, still get a first-time valid login checked."""
+    auth = _auth(max_pending=2, failure_burst=100, scraper_addresses=["10.9.0.0/24"])
+    good = _header("prometheus", PASSWORD)
+    # A first login from 10.0.0.50 (before the flood): it becomes a known-good address.
+    assert await auth.verdict(good, "10.0.0.50") is AuthVerdict.OK
+    flood = [
+        asyncio.ensure_future(auth.verdict(_header("prometheus", f"wrong{i}"), f"10.0.1.{i}"))
+        for i in range(12)
+    ]
+    await asyncio.sleep(0)  # the flood claims the shared lane first
+    # Another valid header (a new credential spelling: not in the cache) from each priority address.
+    fresh = "Basic " + base64.b64encode(f"prometheus:{PASSWORD}".encode()).decode() + " "
+    assert await auth.verdict(fresh, "10.9.0.7") is AuthVerdict.OK
+    assert await auth.verdict(fresh + " ", "10.0.0.50") is AuthVerdict.OK  # known-good address
+    verdicts = await asyncio.gather(*flood)
+    assert verdicts.count(AuthVerdict.LIMITED) >= 10  # the flood itself stays bounded
+    assert await auth.verdict(_header("prometheus", "wrong"), "10.9.0.7") is AuthVerdict.DENIED
+    auth.close()

@@ -98,7 +98,6 @@ def test_rotation_caps_and_skips_as_bench_serving(tmp_path: Path) -> None:
         ([[{"messages": []}]], [], "No usable conversations loaded"),
         ([["turn"]], [], "conversations[0]: expected a list of turn objects"),
         ([[{"messages": "q", "prompt_tokens": -1}]], [], "'prompt_tokens' must be an integer >= 0"),
-        ([_conv("a", 2)], ["--agentic-max-turns", "0"], "--agentic-max-turns must be >= 1"),
         ([_conv("a", 2)], ["--backend", "sglang"], "need the chat backend"),
     ],
 )

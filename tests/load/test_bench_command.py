@@ -116,7 +116,6 @@ async def test_bench_partial_failures_exit_zero_with_reasons(
         (["--extra-request-body", "{oops"], "--extra-request-body is not JSON"),
         (["--header", "novalue"], "--header expects K=V"),
         (["--backend", "tgi"], "unknown backend"),
-        (["--request-rate", "0"], "request_rate"),
         (["--dataset-name", "jsonl"], "needs --dataset-path"),
         (["--dataset-name", "jsonl", "--dataset-path", "/nonexistent.jsonl"], "dataset file not found"),
     ],

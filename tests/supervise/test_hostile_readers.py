@@ -18,67 +18,18 @@ from typing import Any
 import httpx
 import pytest
 
+from sglang_sentinel.collect.sglang_metrics import SGLangMetricsCollector
+from sglang_sentinel.collect.source import CollectionFailed
 from sglang_sentinel.httpread import HttpReadError, read
 from sglang_sentinel.schedule.polite import LoadReadError, ServerLoadReader
 from sglang_sentinel.supervise.probes import probe_canary, probe_health, read_progress
 from sglang_sentinel.supervise.settings import CanaryCheckSettings, CanarySettings
+from support.hostile_http import MODES
 
 DEADLINE = 1.0
 # A busy 2-core box may start the reader late; the bound being checked is "finite and near the
 # deadline", not a speed.
 SLACK = 3.0
-
-Writer = Callable[[asyncio.StreamWriter], Awaitable[None]]
-
-
-async def _endless_headers(w: asyncio.StreamWriter) -> None:
-    w.write(b"HTTP/1.1 200 OK\r\n")
-    for i in range(10**9):
-        w.write(f"X-H{i}: {'v' * 50}\r\n".encode())
-        await w.drain()
-        await asyncio.sleep(0.01)
-
-
-async def _endless_body(w: asyncio.StreamWriter) -> None:
-    w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
-    chunk = b"# HELP x y\n" * 100
-    while True:
-        w.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-        await w.drain()
-        await asyncio.sleep(0.005)
-
-
-async def _huge_body(w: asyncio.StreamWriter) -> None:
-    # 50 MB, chunked, no Content-Length: only counting while reading can stop it.
-    w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
-    chunk = b"a" * (1 << 20)
-    for _ in range(50):
-        w.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-        await w.drain()
-    w.write(b"0\r\n\r\n")
-    await w.drain()
-
-
-async def _declared_huge(w: asyncio.StreamWriter) -> None:
-    w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 52428800\r\n\r\n")
-    await w.drain()
-    await asyncio.sleep(30)
-
-
-async def _trickle(w: asyncio.StreamWriter) -> None:
-    for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b"x" * 1000:
-        w.write(bytes([byte]))
-        await w.drain()
-        await asyncio.sleep(0.05)  # well under any per-read timeout
-
-
-MODES: dict[str, Writer] = {
-    "endless_headers": _endless_headers,
-    "endless_body": _endless_body,
-    "huge_body": _huge_body,
-    "declared_huge": _declared_huge,
-    "trickle": _trickle,
-}
 
 
 @pytest.fixture
@@ -174,4 +125,22 @@ async def test_stall_check_and_polite_reader_are_bounded(hostile: Any, mode: str
     finally:
         await reader.aclose()
     assert isinstance(result, LoadReadError), result
+    assert elapsed < DEADLINE + SLACK
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+async def test_sglang_metrics_collector_is_bounded(hostile: Any, mode: str) -> None:
+    """The scrape-time collector (a blocking caller in the exporter's worker threads)."""
+    base = await hostile(mode)
+    collector = SGLangMetricsCollector(base + "/metrics", timeout=DEADLINE, max_bytes=4 << 20)
+
+    def scrape() -> None:
+        list(collector.collect())
+
+    try:
+        result, elapsed, _ = await _timed(asyncio.to_thread(scrape))
+    finally:
+        collector.close()
+    assert isinstance(result, CollectionFailed), result
+    assert any(reason in str(result) for reason in EXPECTED[mode] | {"over"}), result
     assert elapsed < DEADLINE + SLACK

@@ -26,7 +26,11 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from sglang_sentinel.calibrate.model import ServerSignals
+from sglang_sentinel.httpread import HttpReadError, read
 from sglang_sentinel.sglang.series import server_total
+
+# The collector's cap ([collectors.sglang] max_bytes' default): a TP=8 /metrics is well under it.
+_METRICS_MAX_BYTES = 32 * 2**20
 
 __all__ = ["ServerSampler", "parse_sample"]
 
@@ -75,8 +79,9 @@ class _Samples:
 class ServerSampler:
     """``async with ServerSampler(client, url, interval) as s: ...`` then ``s.summary()``."""
 
-    def __init__(self, client: httpx.AsyncClient, url: str, interval: float) -> None:
+    def __init__(self, client: httpx.AsyncClient, url: str, interval: float, deadline_s: float = 5.0) -> None:
         self._client = client
+        self._deadline = deadline_s
         self._url = url
         self._interval = interval
         self._samples = _Samples()
@@ -110,8 +115,11 @@ class ServerSampler:
             return
         s = self._samples
         try:
-            resp = await self._client.get(self._url)
-        except httpx.HTTPError:
+            # Bounded as a whole (httpread): a server that drips its reply must not hold a step.
+            resp = await read(
+                self._client, "GET", self._url, deadline_s=self._deadline, max_bytes=_METRICS_MAX_BYTES
+            )
+        except HttpReadError:
             s.failures += 1
             return
         if resp.status_code == 404:

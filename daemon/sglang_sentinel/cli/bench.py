@@ -45,7 +45,7 @@ from sglang_sentinel.cli.bench_trace import (
     mooncake_dataset,
     trace_warnings,
 )
-from sglang_sentinel.cli.common import CliError, add_common_options, ignoring_sighup
+from sglang_sentinel.cli.common import CliError, add_common_options, bounded, flag_error, ignoring_sighup
 from sglang_sentinel.cli.target import API_KEY_ENVS, add_target_options, read_api_key, target_base_url
 
 if TYPE_CHECKING:
@@ -75,14 +75,16 @@ def register(sub: Any) -> None:
     )
     g.add_argument(
         "--ready-check-timeout-sec",
-        type=int,
+        type=bounded(int, ge=0),
         default=60,
         help="wait up to this long for the server to answer before the run; 0: do not wait",
     )
     g.add_argument(
         "--extra-request-body", default=None, metavar="JSON", help="merged into every request body"
     )
-    g.add_argument("--request-timeout", type=float, default=900.0, help="per-request limit, seconds")
+    g.add_argument(
+        "--request-timeout", type=bounded(float, gt=0), default=900.0, help="per-request limit, seconds"
+    )
     g.add_argument(
         "--fake-prefill",
         action="store_true",
@@ -111,34 +113,49 @@ def register(sub: Any) -> None:
         "--dataset-path", type=Path, default=None, help="JSONL prompts (prompt|messages|input_ids)"
     )
     d.add_argument(
-        "--num-prompts", type=int, default=None, help="requests (default 1000, or none with --duration)"
+        "--num-prompts",
+        type=bounded(int, ge=0),
+        default=None,
+        help="requests (default 1000, or none with --duration)",
     )
     d.add_argument(
         "--sharegpt-output-len",
-        type=int,
+        type=bounded(int, ge=1),
         default=None,
         help="sharegpt: fixed output length (else the reference's); agentic-trace: per turn (default 220)",
     )
     d.add_argument(
         "--sharegpt-context-len",
-        type=int,
+        type=bounded(int, ge=1),
         default=None,
         help="sharegpt: drop pairs longer than this (prompt + output tokens); needs --tokenizer",
     )
-    d.add_argument("--random-input-len", type=int, default=1024)
-    d.add_argument("--random-output-len", type=int, default=1024)
-    d.add_argument("--random-range-ratio", type=float, default=0.0, help="0: uniform [1, L]; 1: exactly L")
-    d.add_argument("--gsp-num-groups", type=int, default=1, help="shared-prefix groups")
-    d.add_argument("--gsp-system-prompt-len", type=int, default=None, help="shared prefix tokens")
-    d.add_argument("--gsp-question-len", type=int, default=None, help="unique suffix tokens")
-    d.add_argument("--gsp-output-len", type=int, default=None)
+    d.add_argument("--random-input-len", type=bounded(int, ge=1), default=1024)
+    d.add_argument("--random-output-len", type=bounded(int, ge=1), default=1024)
+    d.add_argument(
+        "--random-range-ratio",
+        type=bounded(float, ge=0, le=1),
+        default=0.0,
+        help="0: uniform [1, L]; 1: exactly L",
+    )
+    d.add_argument("--gsp-num-groups", type=bounded(int, ge=1), default=1, help="shared-prefix groups")
+    d.add_argument(
+        "--gsp-system-prompt-len", type=bounded(int, ge=0), default=None, help="shared prefix tokens"
+    )
+    d.add_argument("--gsp-question-len", type=bounded(int, ge=1), default=None, help="unique suffix tokens")
+    d.add_argument("--gsp-output-len", type=bounded(int, ge=1), default=None)
     d.add_argument(
         "--gsp-num-turns",
-        type=int,
+        type=bounded(int, ge=1),
         default=1,
         help="generated-shared-prefix, chat backend: turns per conversation, each after the last reply",
     )
-    d.add_argument("--cache-hit-ratio", type=float, default=0.5, help="shared-prefix target cache hit ratio")
+    d.add_argument(
+        "--cache-hit-ratio",
+        type=bounded(float, ge=0, le=1),
+        default=0.5,
+        help="shared-prefix target cache hit ratio",
+    )
     d.add_argument("--seed", type=int, default=1)
     d.add_argument(
         "--tokenize-prompt",
@@ -156,10 +173,10 @@ def register(sub: Any) -> None:
         "lengths; needs the tokenizers library; no hub download",
     )
     r = p.add_argument_group("request")
-    r.add_argument("--temperature", type=float, default=0.0)
-    r.add_argument("--top-p", type=float, default=1.0, help="sent only when < 1")
+    r.add_argument("--temperature", type=bounded(float, ge=0), default=0.0)
+    r.add_argument("--top-p", type=bounded(float, gt=0, le=1), default=1.0, help="sent only when < 1")
     r.add_argument("--return-logprob", action="store_true", help="native: return_logprob")
-    r.add_argument("--top-logprobs-num", type=int, default=0, help="with --return-logprob")
+    r.add_argument("--top-logprobs-num", type=bounded(int, ge=0), default=0, help="with --return-logprob")
     r.add_argument(
         "--token-ids-logprob", type=int, nargs="+", default=None, help="native, with --return-logprob"
     )
@@ -168,12 +185,12 @@ def register(sub: Any) -> None:
     r.add_argument(
         "--lora-request-distribution", choices=("uniform", "distinct", "skewed"), default="uniform"
     )
-    r.add_argument("--lora-zipf-alpha", type=float, default=1.5, help="Zipf alpha for skewed")
+    r.add_argument("--lora-zipf-alpha", type=bounded(float, gt=0), default=1.5, help="Zipf alpha for skewed")
     r.add_argument("--return-routed-experts", action="store_true", help="native: return_routed_experts")
     a = p.add_argument_group("arrivals")
     a.add_argument(
         "--request-rate",
-        type=float,
+        type=bounded(float, gt=0),
         nargs="+",
         action=StepValues,
         default=math.inf,
@@ -192,14 +209,16 @@ def register(sub: Any) -> None:
     )
     a.add_argument(
         "--max-concurrency",
-        type=int,
+        type=bounded(int, ge=1),
         nargs="+",
         action=StepValues,
         default=None,
         help="requests in flight at most; several values: one run per value (a ramp)",
     )
-    a.add_argument("--duration", type=float, default=None, help="stop sending after this many seconds")
-    a.add_argument("--warmup-requests", type=int, default=1)
+    a.add_argument(
+        "--duration", type=bounded(float, gt=0), default=None, help="stop sending after this many seconds"
+    )
+    a.add_argument("--warmup-requests", type=bounded(int, ge=0), default=1)
     a.add_argument("--disable-stream", action="store_true")
     a.add_argument("--disable-ignore-eos", action="store_true")
     o = p.add_argument_group("output")
@@ -218,7 +237,9 @@ def register(sub: Any) -> None:
     o.add_argument("--tag", default=None)
     o.add_argument("--disable-tqdm", action="store_true", help="no live progress line")
     o.add_argument("--flush-cache", action="store_true", help="POST /flush_cache before the run")
-    o.add_argument("--flush-cache-timeout", type=float, default=30.0, help="seconds to wait for the flush")
+    o.add_argument(
+        "--flush-cache-timeout", type=bounded(float, gt=0), default=30.0, help="seconds to wait for the flush"
+    )
     o.add_argument(
         "--goodput",
         nargs="+",
@@ -370,7 +391,7 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
             tokenizer=tokenizer,
         )
     except SpecError as exc:
-        raise CliError(str(exc), 2) from None
+        raise flag_error(str(exc)) from None
 
 
 def _handle(args: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ import argparse
 import math
 from typing import TYPE_CHECKING
 
-from sglang_sentinel.cli.common import CliError
+from sglang_sentinel.cli.common import CliError, bounded
 
 if TYPE_CHECKING:
     from sglang_sentinel.load.spec import AgenticTraceDataset, SharedPrefixDataset
@@ -33,23 +33,26 @@ __all__ = [
 def add_dataset_options(d: argparse._ArgumentGroup) -> None:
     d.add_argument(
         "--dataset-offset",
-        type=int,
+        type=bounded(int, ge=0),
         default=0,
         help="agentic-trace: rotate the conversation list by this many entries first",
     )
     d.add_argument(
-        "--agentic-max-turns", type=int, default=None, help="agentic-trace: at most this many turns each"
+        "--agentic-max-turns",
+        type=bounded(int, ge=1),
+        default=None,
+        help="agentic-trace: at most this many turns each",
     )
     d.add_argument(
         "--gsp-prompts-per-group",
-        type=int,
+        type=bounded(int, ge=1),
         default=None,
         help="generated-shared-prefix: groups x this many requests, --num-prompts ignored "
         "(default: --num-prompts round-robin over the groups)",
     )
     d.add_argument(
         "--gsp-range-ratio",
-        type=float,
+        type=bounded(float, ge=0, le=1),
         default=1.0,
         help="generated-shared-prefix: lengths uniform in [L x ratio, L]; 1 (default): exactly L",
     )

@@ -13,7 +13,7 @@ import argparse
 import math
 from typing import TYPE_CHECKING
 
-from sglang_sentinel.cli.common import CliError
+from sglang_sentinel.cli.common import CliError, bounded
 
 if TYPE_CHECKING:
     from sglang_sentinel.load.spec import Backend, MooncakeDataset
@@ -33,13 +33,13 @@ def add_trace_options(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--mooncake-slowdown-factor",
-        type=float,
+        type=bounded(float, ge=0),
         default=1.0,
         help="replay time scale: 2 is twice as slow (--request-rate is ignored)",
     )
     g.add_argument(
         "--mooncake-num-rounds",
-        type=int,
+        type=bounded(int, ge=1),
         default=1,
         help="rounds per session, sent together, each with the previous rounds as history",
     )

@@ -41,6 +41,12 @@ def parse_listen(value: str) -> tuple[str, int]:
         raise ValueError(f"--listen {value!r}: expected HOST:PORT")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
+    if not host.strip():
+        # An empty host would bind every interface: that must be written, never implied.
+        raise ValueError(
+            f"--listen {value!r}: empty host; write 127.0.0.1 (loopback) or, to listen on every"
+            " interface, 0.0.0.0 or [::] explicitly"
+        )
     try:
         port = int(port_text)
     except ValueError:

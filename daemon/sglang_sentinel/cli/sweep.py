@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from sglang_sentinel.calibrate.model import CalibrationResult
     from sglang_sentinel.calibrate.settings import CalibrationSettings
 
-from sglang_sentinel.cli.common import CliError, add_common_options, ignoring_sighup
+from sglang_sentinel.cli.common import CliError, add_common_options, bounded, flag_error, ignoring_sighup
 from sglang_sentinel.cli.target import add_target_options, read_api_key, target_base_url
 
 __all__ = ["format_summary", "register"]
@@ -44,17 +44,29 @@ def register(sub: Any) -> None:
     g = p.add_argument_group("target (default: the [server] section)")
     add_target_options(g, key_fallback="[server] api_key")
     w = p.add_argument_group("workload (default: [calibration])")
-    w.add_argument("--random-input-len", type=int, default=None)
-    w.add_argument("--random-output-len", type=int, default=None)
-    w.add_argument("--random-range-ratio", type=float, default=None, help="0: uniform [1, L]; 1: exactly L")
+    w.add_argument("--random-input-len", type=bounded(int, ge=1), default=None)
+    w.add_argument("--random-output-len", type=bounded(int, ge=1), default=None)
+    w.add_argument(
+        "--random-range-ratio",
+        type=bounded(float, ge=0, le=1),
+        default=None,
+        help="0: uniform [1, L]; 1: exactly L",
+    )
     w.add_argument("--seed", type=int, default=None)
     s = p.add_argument_group("search")
-    s.add_argument("--start-concurrency", type=int, default=None)
-    s.add_argument("--max-concurrency", type=int, default=None)
-    s.add_argument("--growth-factor", type=float, default=None)
-    s.add_argument("--max-requests", type=int, default=None, help="request budget of the whole sweep")
-    s.add_argument("--max-duration", type=float, default=None, help="time budget, seconds")
-    s.add_argument("--metrics-interval", type=float, default=None, help="server /metrics sampling period, s")
+    s.add_argument("--start-concurrency", type=bounded(int, ge=1), default=None)
+    s.add_argument("--max-concurrency", type=bounded(int, ge=1), default=None)
+    s.add_argument("--growth-factor", type=bounded(float, gt=1), default=None)
+    s.add_argument(
+        "--max-requests", type=bounded(int, ge=1), default=None, help="request budget of the whole sweep"
+    )
+    s.add_argument("--max-duration", type=bounded(float, gt=0), default=None, help="time budget, seconds")
+    s.add_argument(
+        "--metrics-interval",
+        type=bounded(float, gt=0),
+        default=None,
+        help="server /metrics sampling period, s",
+    )
     s.add_argument(
         "--incremental",
         action="store_true",
@@ -62,13 +74,13 @@ def register(sub: Any) -> None:
     )
     s.add_argument("--seed-result", type=Path, default=None, help="result JSON to seed --incremental from")
     slo = p.add_argument_group("SLO (seconds; unset limits are not checked)")
-    slo.add_argument("--slo-ttft", type=float, default=None)
-    slo.add_argument("--slo-tpot", type=float, default=None)
-    slo.add_argument("--slo-e2e", type=float, default=None)
+    slo.add_argument("--slo-ttft", type=bounded(float, gt=0), default=None)
+    slo.add_argument("--slo-tpot", type=bounded(float, gt=0), default=None)
+    slo.add_argument("--slo-e2e", type=bounded(float, gt=0), default=None)
     slo.add_argument(
         "--slo-percentile", type=int, choices=(50, 90, 95, 99), default=None, help="for all three limits"
     )
-    slo.add_argument("--max-error-ratio", type=float, default=None)
+    slo.add_argument("--max-error-ratio", type=bounded(float, ge=0, le=1), default=None)
     slo.add_argument("--stop-at-slo", action="store_true", help="stop escalating at the first SLO violation")
     o = p.add_argument_group("output")
     o.add_argument("--report", type=Path, default=None, metavar="DIR", help="write an HTML report with plots")
@@ -227,7 +239,7 @@ def _sweep_command(args: argparse.Namespace) -> int:
     try:
         spec = base_spec(cal, base_url, args.backend, api_key)
     except SpecError as exc:
-        raise CliError(str(exc), 2) from None
+        raise flag_error(str(exc)) from None
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     runner = LoadStepRunner(spec, cal, metrics_headers=headers)
     result, interrupted = asyncio.run(_run(cal, base_url, args.backend, api_key, previous, runner))

@@ -34,6 +34,7 @@ from sglang_sentinel.collect.histograms import DEFAULT_COARSE_BUCKETS, Histogram
 from sglang_sentinel.collect.registry import CollectorInputs, register
 from sglang_sentinel.collect.sglang_parse import FamilyParser
 from sglang_sentinel.collect.source import CollectionFailed
+from sglang_sentinel.httpread import BlockingReader, HttpReadError
 from sglang_sentinel.sglang.versions import Resolution, note_version, resolve
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["SGLangMetricsCollector", "default_metrics_url"]
 
 _PREFIXES = ("sglang:", "sglang_")
-_REASONS = ("connect", "timeout", "http_status", "too_large", "parse", "empty")
+_REASONS = ("connect", "disconnected", "timeout", "http_status", "too_large", "parse", "empty")
 
 
 class _FetchError(Exception):
@@ -66,7 +67,7 @@ class SGLangMetricsCollector:
         *,
         timeout: float = 2.0,
         max_bytes: int = 32 * 2**20,
-        transport: httpx.BaseTransport | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
         histograms: HistogramFilter | None = None,
     ) -> None:
         self.url = url
@@ -74,8 +75,7 @@ class SGLangMetricsCollector:
         self._histogram_lines_dropped: int | None = None
         self.timeout = timeout
         self.max_bytes = max_bytes
-        # One pooled client: a scrape every few seconds must not open a new TCP connection each time.
-        self._client = httpx.Client(timeout=timeout, transport=transport, follow_redirects=False)
+        self._reader = BlockingReader(transport=transport, name="sglang-metrics-read")
         self._lock = threading.Lock()
         self._failures = dict.fromkeys(_REASONS, 0)
         self._last_success: float | None = None
@@ -89,38 +89,31 @@ class SGLangMetricsCollector:
             self._version = resolution
 
     def close(self) -> None:
-        self._client.close()
+        self._reader.close()
 
     def last_success_timestamp(self) -> float | None:
         return self._last_success
 
     def _fetch(self) -> str:
-        deadline = time.monotonic() + self.timeout
+        # The one bounded reader: a deadline over the whole exchange (headers that never end, a
+        # body that drips forever) and a byte cap. A scrape worker must never wait longer than
+        # ``timeout``: the exporter has a handful, and each one stuck is a scrape lost.
         try:
-            with self._client.stream("GET", self.url, headers={"Accept": "text/plain"}) as response:
-                if response.status_code != 200:
-                    hint = (
-                        " (is SGLang started with --enable-metrics?)" if response.status_code == 404 else ""
-                    )
-                    raise _FetchError("http_status", f"HTTP {response.status_code}{hint}")
-                chunks: list[bytes] = []
-                size = 0
-                for chunk in response.iter_bytes():
-                    size += len(chunk)
-                    if size > self.max_bytes:
-                        raise _FetchError("too_large", f"response over {self.max_bytes} bytes")
-                    if time.monotonic() > deadline:
-                        raise _FetchError("timeout", f"no complete response within {self.timeout:g} s")
-                    chunks.append(chunk)
-                body = b"".join(chunks)
-        except httpx.TimeoutException as exc:
-            raise _FetchError(
-                "timeout", f"no response within {self.timeout:g} s ({type(exc).__name__})"
-            ) from exc
-        except httpx.HTTPError as exc:
-            raise _FetchError("connect", f"{type(exc).__name__}: {exc}") from exc
+            reply = self._reader.read(
+                "GET",
+                self.url,
+                deadline_s=self.timeout,
+                max_bytes=self.max_bytes,
+                headers={"Accept": "text/plain"},
+            )
+        except HttpReadError as exc:
+            reason = "connect" if exc.reason == "error" else exc.reason
+            raise _FetchError(reason, f"{reason}: {exc.detail}") from None
+        if reply.status_code != 200:
+            hint = " (is SGLang started with --enable-metrics?)" if reply.status_code == 404 else ""
+            raise _FetchError("http_status", f"HTTP {reply.status_code}{hint}")
         try:
-            return body.decode("utf-8")
+            return reply.content.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise _FetchError("parse", f"not UTF-8 text: {exc}") from exc
 

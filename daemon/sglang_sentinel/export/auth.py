@@ -13,13 +13,14 @@ import binascii
 import enum
 import hashlib
 import hmac
+import ipaddress
 import re
 import secrets
 import ssl
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -123,6 +124,9 @@ class _Buckets:
             self._tokens.popitem(last=False)
 
 
+# How long an address that failed a check stays out of the clean lane.
+_DIRTY_SECONDS = 60.0
+
 # The same per-address failure limit for the group's bearer-token peer API (sentinel/group/peerapi.py).
 FailureBuckets = _Buckets
 
@@ -146,6 +150,14 @@ class BasicAuth:
 
     Unknown users still pay one bcrypt check against a dummy hash, so response time does not reveal
     which user names exist.
+
+    A legitimate scraper cannot be locked out by a flood from other addresses: checks from a
+    configured scraper address (``scraper_addresses``, ``[exporter] scraper_addresses``) skip the
+    per-address bucket and the shared pending bound; checks from an address that already logged in
+    successfully in this process, or that failed no check in the last minute, skip the shared
+    bound (their failures are still limited: an attacker may share the address). Each of the two
+    runs in a lane of its own (one bcrypt thread, its own bound of ``max_pending``), so a
+    first-time valid login there never waits behind the flood's queue.
     """
 
     def __init__(
@@ -158,13 +170,22 @@ class BasicAuth:
         max_clients: int = 4096,
         threads: int = 1,
         clock: Callable[[], float] = time.monotonic,
+        scraper_addresses: Iterable[str] = (),
     ) -> None:
         self._users = users
+        self._scrapers = tuple(ipaddress.ip_network(a, strict=False) for a in scraper_addresses)
+        # Addresses that logged in successfully (bounded, most recent kept): the priority lane.
+        self._good_clients: OrderedDict[str, None] = OrderedDict()
+        # Address -> when it last failed a check (bounded): a failing address leaves the clean lane.
+        self._failed: OrderedDict[str, float] = OrderedDict()
+        self._lane_pending = {"scraper": 0, "clean": 0}
+        self._lane_executors: dict[str, ThreadPoolExecutor] = {}
         self._key = secrets.token_bytes(32)
         self._ok: OrderedDict[bytes, None] = OrderedDict()
         self._lock = threading.Lock()
         self._dummy = bcrypt.hashpw(b"sentinel-dummy", bcrypt.gensalt(10))
         self._buckets = _Buckets(failures_per_second, failure_burst, max_clients, clock)
+        self._clock = clock
         self._max_pending = max_pending
         self._pending = 0
         self._threads = threads
@@ -227,6 +248,12 @@ class BasicAuth:
         key = self._cache_key(header)
         if self._cached(key):
             return AuthVerdict.OK
+        lane = self._priority(client)
+        if lane == "scraper" or (lane == "clean" and self._buckets.take(client)):
+            return await self._lane_verdict(lane, header, key, client)
+        if lane == "clean":
+            self.limited += 1
+            return AuthVerdict.LIMITED
         if self._pending >= self._max_pending or not self._buckets.take(client):
             self.limited += 1
             return AuthVerdict.LIMITED
@@ -237,16 +264,77 @@ class BasicAuth:
             ok = await asyncio.get_running_loop().run_in_executor(self._executor, self._verify, header)
         finally:
             self._pending -= 1
+        return self._settle(ok, key, client)
+
+    def _priority(self, client: str) -> str | None:
+        """The lane of a check: ``scraper`` (a configured address: no failure limit), ``clean`` (an
+        address that logged in before, or has not failed a check within the last minute: its
+        failures are still limited, an attacker may share it) or None (the shared lane)."""
+        if self._scrapers:
+            try:
+                address = ipaddress.ip_address(client)
+            except ValueError:
+                address = None
+            if address is not None:
+                mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:10.0.0.5, dual-stack
+                if any(address in n or (mapped is not None and mapped in n) for n in self._scrapers):
+                    return "scraper"
+        now = self._clock()
+        with self._lock:
+            if client in self._good_clients:
+                return "clean"
+            failed = self._failed.get(client)
+        # An address that is not failing is not the flood: its first-time login (a scraper after
+        # sentinel restarted) goes before the addresses that keep failing.
+        return "clean" if failed is None or now - failed > _DIRTY_SECONDS else None
+
+    def _settle(self, ok: bool, key: bytes, client: str) -> AuthVerdict:
+        """After a bcrypt check: remember the outcome (credential cache, address books, bucket)."""
+        self._note(client, ok)
         if ok:
             self._remember(key)
             self._buckets.refund(client)
             return AuthVerdict.OK
         return AuthVerdict.DENIED
 
+    def _note(self, client: str, ok: bool) -> None:
+        """Remember how a check from ``client`` went (both books bounded, oldest dropped)."""
+        with self._lock:
+            if ok:
+                self._failed.pop(client, None)
+                self._good_clients[client] = None
+                self._good_clients.move_to_end(client)
+                while len(self._good_clients) > 256:
+                    self._good_clients.popitem(last=False)
+            else:
+                self._good_clients.pop(client, None)
+                self._failed[client] = self._clock()
+                self._failed.move_to_end(client)
+                while len(self._failed) > 4096:
+                    self._failed.popitem(last=False)
+
+    async def _lane_verdict(self, lane: str, header: str, key: bytes, client: str) -> AuthVerdict:
+        # Each lane bounded as well: an address that misbehaves costs its own lane, nothing more.
+        if self._lane_pending[lane] >= self._max_pending:
+            self.limited += 1
+            return AuthVerdict.LIMITED
+        executor = self._lane_executors.get(lane)
+        if executor is None:
+            executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"sentinel-auth-{lane}")
+            self._lane_executors[lane] = executor
+        self._lane_pending[lane] += 1
+        try:
+            ok = await asyncio.get_running_loop().run_in_executor(executor, self._verify, header)
+        finally:
+            self._lane_pending[lane] -= 1
+        return self._settle(ok, key, client)
+
     def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
+        for executor in (self._executor, *self._lane_executors.values()):
+            if executor is not None:
+                executor.shutdown(wait=False, cancel_futures=True)
+        self._executor = None
+        self._lane_executors.clear()
 
 
 def tls_context(tls: TlsSettings) -> ssl.SSLContext:

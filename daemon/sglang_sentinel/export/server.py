@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import html
+import math
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -37,6 +38,8 @@ HealthCheck = Callable[[], tuple[bool, str]]
 
 # /verdict: the orchestrator's liveness probe of the SGLang container (sentinel/verdict.py).
 _UNAUTHENTICATED = frozenset({"/healthz", "/verdict"})
+# Seconds before Prometheus' own scrape timeout at which /metrics stops waiting and answers 503.
+_SCRAPE_MARGIN_S = 0.5
 
 
 def _loopback(remote: str | None) -> bool:
@@ -123,7 +126,7 @@ class Exporter:
         s = self.settings
         ssl_context = tls_context(s.tls) if s.tls is not None else None
         if s.basic_auth_users_file is not None:
-            self._auth = BasicAuth(load_users(s.basic_auth_users_file))
+            self._auth = BasicAuth(load_users(s.basic_auth_users_file), scraper_addresses=s.scraper_addresses)
         app = web.Application(middlewares=[self._auth_middleware])
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
@@ -197,24 +200,49 @@ class Exporter:
             body = gzip.compress(body, compresslevel=1, mtime=0)
         return body, content_type
 
+    def _deadline(self, request: web.Request) -> float:
+        """This scrape's deadline: ours, or Prometheus' scrape timeout less a margin when shorter."""
+        deadline = self.settings.scrape_timeout_seconds
+        try:
+            theirs = float(request.headers.get("X-Prometheus-Scrape-Timeout-Seconds", ""))
+        except ValueError:
+            return deadline
+        if theirs > 0 and math.isfinite(theirs):
+            # Answer a little before Prometheus gives up, so that the 503 (and its reason) arrives.
+            deadline = min(deadline, max(theirs - _SCRAPE_MARGIN_S, theirs / 2))
+        return deadline
+
     async def _metrics(self, request: web.Request) -> web.StreamResponse:
         if self._inflight >= self.settings.max_concurrent_scrapes:
             return web.Response(status=503, text="too many concurrent scrapes\n")
+        loop = asyncio.get_running_loop()
         self._inflight += 1
         gzipped = "gzip" in request.headers.get("Accept-Encoding", "")
+        future = loop.run_in_executor(
+            self._executor,
+            self._render,
+            request.headers.get("Accept", ""),
+            request.query.getall("name[]", []),
+            gzipped,
+        )
+
+        # A worker counts as in flight until its render really ends, not when this scrape stops
+        # waiting for it: the limit says how many threads are busy.
+        def done(_: asyncio.Future[tuple[bytes, str]]) -> None:
+            self._inflight -= 1
+
+        future.add_done_callback(done)
+        deadline = self._deadline(request)
         try:
-            body, content_type = await asyncio.get_running_loop().run_in_executor(
-                self._executor,
-                self._render,
-                request.headers.get("Accept", ""),
-                request.query.getall("name[]", []),
-                gzipped,
+            body, content_type = await asyncio.wait_for(asyncio.shield(future), deadline)
+        except TimeoutError:
+            _log.warning("metrics_render_timeout", deadline_s=deadline)
+            return web.Response(
+                status=503, text=f"collecting metrics took longer than {deadline:g} s; see the daemon log\n"
             )
         except Exception:
             _log.exception("metrics_render_failed")
             return web.Response(status=500, text="rendering metrics failed; see the daemon log\n")
-        finally:
-            self._inflight -= 1
         headers = {"Content-Type": content_type}
         if gzipped:
             headers["Content-Encoding"] = "gzip"

@@ -9,7 +9,7 @@ from pydantic import Field, model_validator
 
 from sglang_sentinel.export.settings import ExporterSettings
 from sglang_sentinel.redact import register_secret
-from sglang_sentinel.section import Section
+from sglang_sentinel.section import Secret, Section
 from sglang_sentinel.supervise.settings import CanaryCheckSettings
 
 __all__ = ["NAME_PATTERN", "FleetFile", "FleetSettings", "FleetSloSettings", "FleetTarget"]
@@ -32,7 +32,7 @@ class FleetTarget(Section):
     router_metrics_url: str = ""
     # Bearer key for the probes (SGLang's --api-key, the router's --api-key). TOML only: a
     # file_sd file is Prometheus's too, and its labels end up in series.
-    api_key: str = ""
+    api_key: Secret = ""
 
     @model_validator(mode="after")
     def _register_key(self) -> FleetTarget:

@@ -11,6 +11,7 @@ from collections import Counter
 import httpx
 
 from sglang_sentinel.group.state import MemberView
+from sglang_sentinel.httpread import HttpReadError, read
 from sglang_sentinel.log import get_logger
 from sglang_sentinel.netloc import url_host
 
@@ -48,6 +49,7 @@ class PeerClient:
             follow_redirects=False,
         )
         self._last_error: dict[int, str] = {}
+        self._timeout = timeout
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -58,8 +60,16 @@ class PeerClient:
         label = self.labels[rank - 1]
         reason, detail = "", ""
         try:
-            resp = await self._client.request(method, url, json=None if epoch is None else {"epoch": epoch})
-            body = resp.content[:_MAX_REPLY]
+            # Bounded as a whole (httpread): a peer that drips its reply must not hold the poll.
+            resp = await read(
+                self._client,
+                method,
+                url,
+                json_body=None if epoch is None else {"epoch": epoch},
+                deadline_s=self._timeout,
+                max_bytes=_MAX_REPLY,
+            )
+            body = resp.content
             if resp.status_code in (401, 403):
                 reason, detail = "unauthorized", f"HTTP {resp.status_code} (token_file differs?)"
             elif resp.status_code != 200:
@@ -73,10 +83,13 @@ class PeerClient:
                     if self._last_error.pop(rank, None):
                         _log.info("group_peer_reachable", peer=label, rank=rank)
                     return view
-        except httpx.TimeoutException:
-            reason, detail = "timeout", "timed out"
-        except httpx.HTTPError as exc:
-            reason, detail = "connect", type(exc).__name__
+        except HttpReadError as exc:
+            if exc.reason == "timeout":
+                reason, detail = "timeout", "timed out"
+            elif exc.reason == "too_large":
+                reason, detail = "bad_reply", exc.detail
+            else:
+                reason, detail = "connect", exc.reason
         self.errors[(label, reason)] += 1
         if self._last_error.get(rank) != reason:
             # Once per change, not per poll: an agent that is down for an hour is one line.

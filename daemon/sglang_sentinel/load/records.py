@@ -32,6 +32,18 @@ class FailureReason:
         return f"http_{status}"
 
 
+# Failures after which the server may still have been generating: the client stopped listening.
+_CUT = frozenset(
+    {
+        FailureReason.TIMEOUT,
+        FailureReason.DISCONNECTED,
+        FailureReason.CANCELLED,
+        FailureReason.MALFORMED,
+        FailureReason.CLIENT_ERROR,
+    }
+)
+
+
 @dataclass(slots=True)
 class RequestRecord:
     """What happened to one request. Filled in by the engine; read by the metrics."""
@@ -72,6 +84,28 @@ class RequestRecord:
     shared_read_events: int = 0
     turn: int = 0  # multi-turn: 1.. within its conversation; 0 for a single request
     routing_key: str | None = None  # sent as X-SMG-Routing-Key (--gsp-send-routing-key)
+
+    def spent_tokens(self) -> int:
+        """Prompt + generated tokens the server spent, or may have spent, on this request.
+
+        What the token budget charges, for failed, partial and cancelled requests too. The
+        server's own counts where it reported them (usage in the final chunk, meta_info's
+        running ``completion_tokens``), else the client's (the planned prompt, the counted chunks):
+
+        - never sent, or refused before a connection (``connect_error``): nothing reached it;
+        - the response ended (success, an HTTP error, an in-band error, an abort, no output):
+          the prompt and every token that came back;
+        - the connection was cut (timeout, disconnect, cancel, a stream we stopped reading): the
+          server may have run on after our last read and never said how far, so its bound, the
+          requested output (``max_new_tokens``), unless more came back than that.
+        """
+        if not self.dispatched or self.failure == FailureReason.CONNECT:
+            return 0
+        prompt = self.prompt_tokens if self.prompt_tokens is not None else self.prompt_len
+        counted = max(self.output_len, sum(self.chunk_tokens))
+        if self.success or self.failure not in _CUT:
+            return prompt + counted
+        return prompt + max(counted, self.planned_output_len)
 
     @property
     def queue_wait(self) -> float:

@@ -108,6 +108,7 @@ def report_from_result(result: RunResult) -> RunReport:
         summary=summary,
         cancelled=result.cancelled,
         warmup_tokens=warmup_tokens,
+        spent_tokens=sum(r.spent_tokens() for r in result.records),
         failures=dict(sorted(failures.items())),
         notes=list(result.notes),
     )

@@ -164,7 +164,8 @@ class ScheduleMetrics(Collector):
         self.excluded = Counter(
             "sentinel_load_runs_excluded",
             "Completed runs kept out of the reference series, by reason (restart_window, shrunk, "
-            "canary_failed: taken back out once a canary confirmed garbage answers).",
+            "time_gap: sentinel was stopped or frozen during the run, canary_failed: taken back out "
+            "once a canary confirmed garbage answers).",
             ["profile", "reason"],
             registry=None,
         )

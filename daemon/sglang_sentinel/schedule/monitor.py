@@ -44,6 +44,14 @@ class ServerView(Protocol):
         restarted, the server did not): its caches are warm, so no warm-up or exclusion window."""
 
 
+class GapView(Protocol):
+    """The daemon's own time gaps (``sglang_sentinel.supervise.gaps.GapWatch``)."""
+
+    def gap_since(self, t: float) -> bool:
+        """Whether sentinel was away (a late heartbeat) after monotonic time ``t``."""
+        ...
+
+
 class GpuHealthView(Protocol):
     """The breaker's GPU figures (``sglang_sentinel.collect.gpu.GpuHealth``); None = unknown."""
 

@@ -73,6 +73,9 @@ class RunReport:
     exact_tokens: bool = True
     # Warm-up requests' prompt + generated tokens: not in the counters, but charged to the budget.
     warmup_tokens: int = 0
+    # What the server spent on every request of the run, failed, partial and cancelled ones
+    # included (RequestRecord.spent_tokens): what the budget charges. None: not known per request.
+    spent_tokens: int | None = None
     # Why requests failed (reason -> count; the warm-up's when the measured phase never ran) and
     # the engine's own notes: a failed run must say why it failed.
     failures: dict[str, int] = field(default_factory=dict)

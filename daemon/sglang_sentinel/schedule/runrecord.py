@@ -35,6 +35,9 @@ class RunContext:
     reference: bool  # eligible for the reference series (full size, outside the restart window)
     foreign: int | None  # foreign requests seen by the polite check before the run
     budget_tokens: int  # what the budget was charged
+    # Why the run's own observations cannot be trusted, or None: "time_gap" (sentinel was away
+    # during it: SIGSTOP, a VM freeze, a blocked loop; its clocks ran, it did not watch).
+    untrusted: str | None = None
 
 
 def account_run(
@@ -57,11 +60,21 @@ def account_run(
                 m.requests.labels(profile, key).inc(count)
         m.output_tokens.labels(profile).inc(report.output_tokens)
         m.input_tokens.labels(profile).inc(report.input_tokens)
-    is_reference = (
-        ctx.reference and outcome == "completed" and report is not None and report.figures is not None
-    )
+    # A run during which sentinel was away is recorded with its figures but is no reference: its
+    # clocks ran while nobody read the answers, so its throughput says nothing about the server.
+    # (A client-bound run stays one, flagged by sentinel_load_client_bound, which the alerts read.)
+    untrusted = ctx.untrusted
+    eligible = ctx.reference and outcome == "completed" and report is not None and report.figures is not None
+    is_reference = eligible and untrusted is None
+    excluded_reason: str | None = None
     if outcome == "completed" and not is_reference:
-        m.excluded.labels(profile, "shrunk" if not plan.full_size else "restart_window").inc()
+        if not plan.full_size:
+            excluded_reason = "shrunk"
+        elif not ctx.reference:
+            excluded_reason = "restart_window"
+        else:
+            excluded_reason = untrusted or "restart_window"
+        m.excluded.labels(profile, excluded_reason).inc()
     energy = report.energy if report is not None else None
     if energy is not None and energy.get("joules_per_output_token") is None and energy.get("reason"):
         m.energy_unavailable.labels(profile, str(energy["reason"])).inc()
@@ -86,6 +99,9 @@ def account_run(
         "server_epoch": ctx.epoch,
         "launch_hash": ctx.launch_hash,
         "budget_tokens": ctx.budget_tokens,
+        # Why a completed run is not a reference (shrunk, restart_window, time_gap).
+        "excluded_reason": excluded_reason,
+        "untrusted": untrusted,
     }
     failures = report.failures if report is not None else {}
     notes = report.notes if report is not None else []
@@ -108,6 +124,7 @@ def account_run(
         outcome=outcome,
         abort_reason=abort_reason,
         reference=is_reference,
+        **({"untrusted": untrusted} if untrusted else {}),
         seconds=round(ctx.finished - ctx.started, 3),
         output_throughput=(report.summary.get("output_throughput") if report else None),
         joules_per_output_token=(energy or {}).get("joules_per_output_token"),

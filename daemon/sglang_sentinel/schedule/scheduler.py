@@ -51,7 +51,7 @@ from sglang_sentinel.schedule.budget import TokenBudget
 from sglang_sentinel.schedule.history import RunHistory
 from sglang_sentinel.schedule.ledger import LEDGER_FILE, BudgetLedger
 from sglang_sentinel.schedule.metrics import ScheduleMetrics
-from sglang_sentinel.schedule.monitor import GpuHealthView, LoadReader, RunMonitor, ServerView
+from sglang_sentinel.schedule.monitor import GapView, GpuHealthView, LoadReader, RunMonitor, ServerView
 from sglang_sentinel.schedule.plan import RunExecutor, RunPlan, RunReport, plan_run
 from sglang_sentinel.schedule.polite import decide
 from sglang_sentinel.schedule.runrecord import RunContext, account_run, iso, report_from_counters
@@ -100,6 +100,7 @@ class LoadScheduler:
         clock: Callable[[], float] = time.time,
         target_url: str | None = None,
         served_model: str = "",
+        gaps: GapView | None = None,
     ) -> None:
         """``gpu``: the GPUs' health now, for the breaker (None: no GPU figures). ``target_url``: the
         server this scheduler loads; written into every run record, and records of another server
@@ -107,6 +108,8 @@ class LoadScheduler:
         goes into the records too (what the server was serving, for whoever reads them)."""
         self.settings = settings
         self.server = server
+        # A run during which the daemon was away (SIGSTOP, VM freeze) is no reference.
+        self._gaps = gaps
         self.executor = executor
         self.metrics = metrics
         self.state = state
@@ -368,16 +371,30 @@ class LoadScheduler:
         )
         self.metrics.running.labels(profile).set(1)
         started = self._clock()
+        started_mono = time.monotonic()
         report, outcome, abort_reason = await self._execute(plan, current, epoch)
         finished = self._clock()
+        gap = self._gaps is not None and self._gaps.gap_since(started_mono)
         # An interrupted run known only from its counters may have spent up to its reservation.
         exact = report is not None and report.exact_tokens
         spent = plan.max_tokens
         if exact and report is not None:
-            spent = report.input_tokens + report.output_tokens + report.warmup_tokens
+            # Every request the server spent tokens on, failed and cancelled ones too; the
+            # successful requests' counts only where the executor does not know them per request.
+            if report.spent_tokens is not None:
+                spent = report.spent_tokens
+            else:
+                spent = report.input_tokens + report.output_tokens + report.warmup_tokens
         self.budget.settle(reservation, spent)
         ctx = RunContext(
-            started, finished, epoch, launch_hash, reference, decision.foreign, min(spent, plan.max_tokens)
+            started,
+            finished,
+            epoch,
+            launch_hash,
+            reference,
+            decision.foreign,
+            min(spent, plan.max_tokens),
+            untrusted="time_gap" if gap else None,
         )
         record = account_run(self.metrics, plan, report, outcome, abort_reason, ctx)
         if outcome == "completed":

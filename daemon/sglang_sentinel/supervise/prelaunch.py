@@ -113,5 +113,10 @@ async def preflight_before_launch(
         return None
     first = failed[0]
     detail = "; ".join(f"{r.name}: {r.message}" for r in failed)
-    _log.error("preflight_failed", detail=detail)
+    if all(r.reason == "port_in_use" for r in failed):
+        # A held port is retried, not a crash (the supervisor's server_port_held warning says
+        # who holds it): no error line on every retry.
+        _log.info("preflight_failed", detail=detail, retried=True)
+    else:
+        _log.error("preflight_failed", detail=detail)
     return Crash(first.reason, None, detail, time.time())

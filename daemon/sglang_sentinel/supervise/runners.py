@@ -132,7 +132,10 @@ class ChildRunner:
         return self._proc.pid if self._proc is not None and self._exit is None else None
 
     async def launch(self) -> None:
-        env = dict(os.environ)
+        # sentinel's own configuration (SENTINEL_*: the API key, a group token, passwords) is not
+        # the server's: a child that needs the key gets it from the launch (--api-key, hidden in
+        # a 0600 file), not by inheriting every secret sentinel was given.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SENTINEL_")}
         clean_child_env(env)
         env.update(self.command.env)
         # Unbuffered Python output: a crash's last lines must reach us before the process dies.

@@ -14,7 +14,7 @@ from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from sglang_sentinel.redact import register_secret
 from sglang_sentinel.router.settings import RouterTargetSettings
-from sglang_sentinel.section import Section
+from sglang_sentinel.section import Secret, Section
 
 __all__ = [
     "CanarySettings",
@@ -215,7 +215,7 @@ class LaunchProfile(Section):
     enable_metrics: bool = True
     reasoning_parser: str = ""
     tool_call_parser: str = ""
-    api_key: str = ""
+    api_key: Secret = ""
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
 
@@ -293,7 +293,7 @@ class ServerSettings(Section):
     port: int = Field(default=30000, ge=1, le=65535)
     # Bearer key for the probes (and passed to a child server). Empty = none. A plain str because
     # other packages (load, calibrate, daemon) read it as one.
-    api_key: str = ""
+    api_key: Secret = ""
     # A file holding the key instead (one line; read when the config is loaded: at start and on
     # SIGHUP). Preferred over api_key: a config file gets pasted into tickets, a key file does not.
     api_key_file: Path | None = None
