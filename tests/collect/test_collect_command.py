@@ -46,6 +46,7 @@ def test_a_failing_collector_exits_1_and_says_which() -> None:
     )
     assert result.returncode == 1
     assert "collector sglang failed" in result.stderr
-    assert "Connection refused" in result.stderr or "ConnectError" in result.stderr
+    # The bounded reader's typed reason: the stage that failed, then what the transport said.
+    assert "/metrics: connect: " in result.stderr
     assert result.stdout.endswith("# EOF\n")
     assert 'sentinel_collector_success{collector="sglang"} 0.0' in result.stdout

@@ -61,6 +61,33 @@ def test_only_the_servers_gpus_are_summed() -> None:
         poller.stop(1.0)
 
 
+def test_counters_that_did_not_move_give_no_figure_rather_than_zero() -> None:
+    """A window shorter than the driver's counter update: 0 J would be 0 J/token, never true."""
+    start = EnergySample(timestamp=100.0, joules={UUID0: 1000.0, UUID1: 2000.0})
+    end = EnergySample(timestamp=100.04, joules={UUID0: 1000.0, UUID1: 2000.0})
+    delta = energy_between(start, end)
+    assert delta.joules is None
+    assert delta.reason == "counter_not_advanced"
+    fig = energy_figures(delta, 64)
+    assert fig["joules_per_output_token"] is None
+    assert fig["output_tokens_per_joule"] is None
+    # One GPU's counter moving is a real (if small) figure.
+    moved = energy_between(start, EnergySample(timestamp=100.04, joules={UUID0: 1000.5, UUID1: 2000.0}))
+    assert moved.joules == pytest.approx(0.5)
+
+
+def test_the_daemons_fake_gpus_draw_their_samples_power() -> None:
+    """backend = "fake" (demo mode, live tests): the counters run at the replayed H200's draw."""
+    from sglang_sentinel.collect.gpu.collector import GpuCollector, _factory
+    from sglang_sentinel.collect.settings import GpuSettings
+
+    collector = _factory(GpuSettings(backend="fake", fake_devices=1))
+    assert isinstance(collector, GpuCollector)
+    fake = collector.poller._nvml_factory()
+    assert isinstance(fake, FakeNvml)
+    assert fake.energy_watts == pytest.approx(651.508)
+
+
 def test_a_counter_reset_makes_the_figure_absent_with_its_reason() -> None:
     fake = FakeNvml(devices=2, sample="busy")
     poller = _poller(fake)

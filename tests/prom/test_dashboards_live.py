@@ -103,7 +103,15 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     workdir = tmp_path_factory.mktemp("live")
     # The initial calibration is queued once, 5 s after the first reference run, and skipped for
     # good if a run holds the load slot then: runs 10 s apart leave it free.
-    box = Box(workdir, {"schedule": {"profiles": {"reference": {"interval_seconds": 10}}}})
+    # [cost] and a short idle-baseline gap: the energy row's cost and marginal panels have data.
+    box = Box(
+        workdir,
+        {
+            "schedule": {"profiles": {"reference": {"interval_seconds": 10}}},
+            "energy": {"baseline_min_gap_seconds": 2},
+            "cost": {"price_per_kwh": 0.25, "currency": "EUR"},
+        },
+    )
     started = time.time()
     daemon = box.start()
     prom = None
@@ -121,8 +129,12 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             # A run Prometheus saw happen: rates need the counters to move between two scrapes
             # (the run at ready may finish before the first one).
             ran = prom.query('increase(sentinel_load_runs_total{outcome="completed"}[5m]) > 0')
+            # The latency panels' rates need a reference run's histograms to move between scrapes,
+            # and the marginal-energy panel an idle baseline measured between two runs.
+            observed = prom.query("increase(sentinel_request_ttft_seconds_count[5m]) > 0")
+            marginal = prom.query("sentinel_load_marginal_energy_joules_per_output_token")
             capacity = prom.query("sentinel_capacity_knee_concurrency")
-            return bool(ran and capacity)
+            return bool(ran and observed and marginal and capacity)
 
         try:
             daemon.wait("a calibration and a completed reference run, scraped", ready, 120)

@@ -56,7 +56,7 @@ ABORT_REASONS = (
     "shutdown",
 )
 # Why a run's GPU energy is unknown (collect.gpu.energy), at 0 per profile once runs are metered.
-ENERGY_REASONS = ("counter_reset", "gpu_lost", "read_failed", "gpus_changed")
+ENERGY_REASONS = ("counter_reset", "counter_not_advanced", "gpu_lost", "read_failed", "gpus_changed")
 # canary_failed: counted when a run already in the series is taken back out (schedule/revoke.py).
 EXCLUDE_REASONS = ("restart_window", "shrunk", "canary_failed")
 

@@ -148,6 +148,14 @@ def energy_between(start: EnergySample, end: EnergySample) -> EnergyDelta:
                 "counter_reset", f"{uuid}: counter went from {before:.3f} J to {end.joules[uuid]:.3f} J"
             )
         per_gpu[uuid] = delta
+    if not any(per_gpu.values()) and end.timestamp > start.timestamp:
+        # A powered GPU always draws (an idle H200: ~79 W), so counters that did not move mean the
+        # driver had not updated them yet (a window shorter than its update interval): no figure,
+        # rather than 0 J per token.
+        return absent(
+            "counter_not_advanced",
+            f"no energy counter moved in {end.timestamp - start.timestamp:.3f} s",
+        )
     return EnergyDelta(
         start.timestamp, end.timestamp, sum(per_gpu.values()), per_gpu=dict(sorted(per_gpu.items()))
     )

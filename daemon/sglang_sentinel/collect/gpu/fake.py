@@ -95,6 +95,11 @@ class FakeNvml:
         # since the fake also backs the daemon's demo mode for as long as it runs.
         self.energy_reads: collections.deque[tuple[str, int, int]] = collections.deque(maxlen=10_000)
 
+    @property
+    def sample_power_watts(self) -> float:
+        """The replayed reading's power draw (``nvmlDeviceGetPowerUsage``), in watts."""
+        return float(self._device["power_usage_mw"]["value"]) / 1000.0
+
     # ---- fault injection -------------------------------------------------------------------
     def fail(self, call: str, code: int, *, device: int | None = None, times: int | None = None) -> None:
         """Make ``call`` (a pynvml function name) raise ``NVMLError(code)``."""
