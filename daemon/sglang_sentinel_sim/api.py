@@ -22,7 +22,8 @@ from sglang_sentinel_sim.routes_profile import ProfileRoutes
 from sglang_sentinel_sim.rxtime import receive_time
 
 if TYPE_CHECKING:
-    from sglang_sentinel_sim.server import SimServer
+    from sglang_sentinel_sim.context import SimContext
+    from sglang_sentinel_sim.profiler import SimProfiler
 
 __all__ = ["build_api_app"]
 
@@ -30,6 +31,10 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class SGLangApi(InfoRoutes, NativeRoutes, OpenAIRoutes, ProfileRoutes):
+    def __init__(self, srv: SimContext, profiler: SimProfiler) -> None:
+        super().__init__(srv)
+        self.profiler = profiler
+
     # ---- middleware --------------------------------------------------------------------------
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -97,8 +102,8 @@ async def _uvicorn_server_header(request: web.Request, response: web.StreamRespo
     response.headers["Server"] = "uvicorn"
 
 
-def build_api_app(srv: SimServer) -> web.Application:
-    api = SGLangApi(srv)
+def build_api_app(srv: SimContext, profiler: SimProfiler) -> web.Application:
+    api = SGLangApi(srv, profiler)
     app = web.Application(middlewares=[api.middleware], client_max_size=64 * 1024 * 1024)
     app.on_response_prepare.append(_uvicorn_server_header)
     r = app.router

@@ -22,7 +22,7 @@ from aiohttp import web
 from sglang_sentinel_sim.faults import FAULTS, FaultError, make_fault, parse_fault_spec
 
 if TYPE_CHECKING:
-    from sglang_sentinel_sim.server import SimServer
+    from sglang_sentinel_sim.context import SimContext
 
 __all__ = ["build_control_app"]
 
@@ -57,7 +57,7 @@ async def _loopback_only(request: web.Request, handler: Any) -> web.StreamRespon
     return resp
 
 
-def build_control_app(srv: SimServer) -> web.Application:
+def build_control_app(srv: SimContext) -> web.Application:
     app = web.Application(middlewares=[_loopback_only])
 
     async def state(request: web.Request) -> web.Response:

@@ -25,7 +25,7 @@ from sglang_sentinel_sim.crash import (
 from sglang_sentinel_sim.faults import Fault
 
 if TYPE_CHECKING:
-    from sglang_sentinel_sim.server import SimServer
+    from sglang_sentinel_sim.context import SimContext
 
 __all__ = ["Crasher"]
 
@@ -42,7 +42,7 @@ _SERVING_CRASH: Final[dict[str, CrashKind]] = {
 class Crasher:
     """One server's fault timers and its (single) death as SGLang dies."""
 
-    def __init__(self, srv: SimServer) -> None:
+    def __init__(self, srv: SimContext) -> None:
         self.srv = srv
         self._dead = False
         self._nan_warned = False

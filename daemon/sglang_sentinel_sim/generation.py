@@ -31,7 +31,7 @@ from sglang_sentinel_sim.sse import SseWriter
 from sglang_sentinel_sim.text import EOS_TOKEN_ID, make_script, token_id
 
 if TYPE_CHECKING:
-    from sglang_sentinel_sim.server import SimServer
+    from sglang_sentinel_sim.context import SimContext
 
 __all__ = [
     "ACTIVE_KEY",
@@ -137,7 +137,7 @@ class StreamFormat(Protocol):
 class ApiBase:
     """State and helpers of the API's route mixins (routes_info, routes_native, routes_openai)."""
 
-    def __init__(self, srv: SimServer) -> None:
+    def __init__(self, srv: SimContext) -> None:
         self.srv = srv
         self.engine = srv.engine
         self.profile = srv.profile

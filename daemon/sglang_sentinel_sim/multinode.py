@@ -18,13 +18,13 @@ from sglang_sentinel_sim.rendezvous import (
 )
 
 if TYPE_CHECKING:
-    from sglang_sentinel_sim.server import SimServer
+    from sglang_sentinel_sim.context import SimContext
 
 __all__ = ["Rank0"]
 
 
 class Rank0:
-    def __init__(self, srv: SimServer) -> None:
+    def __init__(self, srv: SimContext) -> None:
         c = srv.config
         assert c.dist_init_addr is not None  # SimConfig.validate() requires it for nnodes > 1
         host, port = parse_dist_init_addr(c.dist_init_addr)

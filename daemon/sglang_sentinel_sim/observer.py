@@ -16,7 +16,7 @@ from sglang_sentinel_sim.profiler import SimProfiler
 from sglang_sentinel_sim.versions import decode_line, prefill_line, retract_line
 
 if TYPE_CHECKING:
-    from sglang_sentinel_sim.server import SimServer
+    from sglang_sentinel_sim.context import SimContext
 
 __all__ = ["EngineObserver"]
 
@@ -24,7 +24,7 @@ __all__ = ["EngineObserver"]
 class EngineObserver(EngineHooks):
     """Turns engine events into SGLang log lines and scheduler metrics, as the TP0 scheduler does."""
 
-    def __init__(self, srv: SimServer) -> None:
+    def __init__(self, srv: SimContext) -> None:
         self.srv = srv
         now = time.monotonic()
         self.last_decode_log = now

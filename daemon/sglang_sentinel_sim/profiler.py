@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sglang_sentinel_sim.server import SimServer
+    from sglang_sentinel_sim.context import SimContext
 
 __all__ = ["ProfileOutcome", "SimProfiler", "TorchDoubleStart"]
 
@@ -54,7 +54,7 @@ class ProfileOutcome:
 class SimProfiler:
     """One server's profiler state; the API routes and the engine observer drive it (one loop)."""
 
-    def __init__(self, srv: SimServer) -> None:
+    def __init__(self, srv: SimContext) -> None:
         self.srv = srv
         self.in_progress = False
         self.torch_running = False

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from sglang_sentinel_sim.crash import SITE
 from sglang_sentinel_sim.generation import ApiBase, json_response
-from sglang_sentinel_sim.profiler import ProfileOutcome, TorchDoubleStart
+from sglang_sentinel_sim.profiler import ProfileOutcome, SimProfiler, TorchDoubleStart
 
 __all__ = ["ProfileRoutes", "parse_profile_body"]
 
@@ -161,6 +161,9 @@ def _traceback(route: str, version: str) -> str:
 
 
 class ProfileRoutes(ApiBase):
+    # The scheduler's profiler (the engine observer's), set by the app that mixes these routes in.
+    profiler: SimProfiler
+
     def _refused(self, route: str, outcome: ProfileOutcome) -> web.Response:
         # tokenizer_manager._execute_profile raises RuntimeError(message); uvicorn logs it
         # (SGLang's uvicorn format, "ERROR:" level prefix) and answers a bare 500.
@@ -174,7 +177,7 @@ class ProfileRoutes(ApiBase):
         except _Invalid as exc:
             return _validation_error(exc.error)
         try:
-            outcome = self.srv.observer.profiler.start(req, self.engine.stats.forward_ct)
+            outcome = self.profiler.start(req, self.engine.stats.forward_ct)
         except TorchDoubleStart:
             self.srv.crash("profiler")  # 0.5.9: the scheduler dies; the request gets no answer
             if request.transport is not None:
@@ -185,7 +188,7 @@ class ProfileRoutes(ApiBase):
         return web.Response(text="Start profiling.\n")
 
     async def stop_profile(self, request: web.Request) -> web.Response:
-        outcome = self.srv.observer.profiler.stop()
+        outcome = self.profiler.stop()
         if not outcome.success:
             return self._refused("stop_profile", outcome)
         return web.Response(text="Stop profiling. This will take some time.\n")

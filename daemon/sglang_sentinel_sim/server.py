@@ -32,8 +32,10 @@ from typing import Any, Final, TextIO
 
 from aiohttp import web
 
+from sglang_sentinel_sim.api import build_api_app
 from sglang_sentinel_sim.bootstrap import BootstrapServer
 from sglang_sentinel_sim.config import SimConfig
+from sglang_sentinel_sim.control import build_control_app
 from sglang_sentinel_sim.crash import CrashKind
 from sglang_sentinel_sim.crashing import Crasher
 from sglang_sentinel_sim.engine import Engine, Request
@@ -147,9 +149,6 @@ class SimServer:
     async def start(self) -> None:
         """Bind both ports, start the control API and the engine; start-up continues in the
         background (``wait_ready``)."""
-        from sglang_sentinel_sim.api import build_api_app
-        from sglang_sentinel_sim.control import build_control_app
-
         self._stopped = asyncio.Event()
         self._ready = asyncio.Event()
         try:
@@ -171,7 +170,7 @@ class SimServer:
         self._control_runner = control
         self.control_port = bound_port(site)
         self._api_runner = web.AppRunner(
-            build_api_app(self),
+            build_api_app(self, self.observer.profiler),
             handle_signals=False,
             access_log=None,
             keepalive_timeout=5.0,

@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Mapping
-from dataclasses import dataclass
 
 import httpx
 
@@ -24,6 +22,7 @@ from sglang_sentinel.group.local import GpuMemoryReader, LocalMember
 from sglang_sentinel.group.metrics import GroupCollector
 from sglang_sentinel.group.peerapi import PeerApi
 from sglang_sentinel.group.settings import GroupSettings
+from sglang_sentinel.group.snapshot import GroupSnapshot
 from sglang_sentinel.group.state import GROUP_RESTART_REASONS, Action, MemberView, Plan, decide, new_epoch
 from sglang_sentinel.log import get_logger
 from sglang_sentinel.supervise.snapshot import frozen
@@ -33,40 +32,6 @@ from sglang_sentinel.supervise.tasks import cancel_and_wait
 __all__ = ["GroupCoordinator", "GroupSnapshot"]
 
 _log = get_logger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class GroupSnapshot:
-    nnodes: int
-    rank: int
-    orchestrated: bool
-    epoch: int
-    phase: str  # "stopping" | "up" (rank 0), "member" (a rank >= 1)
-    members: tuple[MemberView, ...]  # rank 0: every rank; a rank >= 1: itself
-    restarts: Mapping[str, int]
-    peer_errors: Mapping[tuple[str, str], int]
-    last_restart_reason: str = ""
-    release_timed_out: bool = False
-
-    @property
-    def members_ready(self) -> int:
-        return sum(m.up for m in self.members)
-
-    def as_status(self) -> dict[str, object]:
-        return {
-            "nnodes": self.nnodes,
-            "rank": self.rank,
-            "orchestrated": self.orchestrated,
-            "epoch": self.epoch,
-            "phase": self.phase,
-            "members_ready": self.members_ready if self.rank == 0 else None,
-            "members": [
-                {**m.as_json(), "up": m.up, "reachable": m.reachable, "error": m.error} for m in self.members
-            ],
-            "restarts": dict(self.restarts),
-            "last_restart_reason": self.last_restart_reason,
-            "release_timed_out": self.release_timed_out,
-        }
 
 
 class GroupCoordinator:

@@ -24,7 +24,7 @@ from sglang_sentinel.group.state import MEMBER_STATES
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-    from sglang_sentinel.group.coordinator import GroupSnapshot
+    from sglang_sentinel.group.snapshot import GroupSnapshot
 
 __all__ = ["GroupCollector"]
 

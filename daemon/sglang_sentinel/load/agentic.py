@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sglang_sentinel.load.datasets import Prompt, read_json_file
+from sglang_sentinel.load.prompt import Prompt, read_json_file
 from sglang_sentinel.load.spec import AgenticTraceDataset, SpecError
 
 __all__ = ["load_agentic", "summary_lines"]

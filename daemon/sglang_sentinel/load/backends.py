@@ -23,7 +23,6 @@ import json
 import re
 from typing import Any
 
-from sglang_sentinel.load.datasets import Prompt
 from sglang_sentinel.load.openai_chunks import (
     CHAT_CHUNK,
     CHAT_HEAD,
@@ -32,6 +31,7 @@ from sglang_sentinel.load.openai_chunks import (
     COMPLETION_HEAD,
     COMPLETION_REST,
 )
+from sglang_sentinel.load.prompt import Prompt
 from sglang_sentinel.load.records import FailureReason, RequestRecord
 from sglang_sentinel.load.spec import Backend, LoadSpec
 

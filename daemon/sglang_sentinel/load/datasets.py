@@ -10,15 +10,14 @@ reported `prompt_tokens`, which is exact.
 
 from __future__ import annotations
 
-import json
 import random
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
+from sglang_sentinel.load.agentic import load_agentic
+from sglang_sentinel.load.prompt import Prompt, read_json_file
 from sglang_sentinel.load.spec import (
     AgenticTraceDataset,
     Backend,
@@ -53,22 +52,6 @@ _WORDS = tuple(
     letter number market story question morning money power
     """.split()  # noqa: SIM905
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Prompt:
-    """One request's input: token ids, text, or chat messages; and its lengths."""
-
-    content: str | list[int] | list[dict[str, Any]]
-    prompt_len: int  # planned input tokens; 0 when unknown (free text from a file)
-    output_len: int
-    group: int | None = None  # shared-prefix group
-    extra: Mapping[str, Any] | None = None  # merged into this request's body (openai dataset)
-    # Multi-turn: what turns 2.. add to the history (`content` is turn 1's messages): a user
-    # message's text (shared prefixes), or a round's messages (agentic traces).
-    turns: tuple[str | list[dict[str, Any]], ...] = ()
-    # bench_serving's --gsp-send-routing-key: the X-SMG-Routing-Key header of this request.
-    routing_key: str | None = None
 
 
 def _drawn(rng: random.Random, full: int, ratio: float) -> int:
@@ -186,16 +169,6 @@ def load_jsonl(
     return prompts
 
 
-def read_json_file(path: Path) -> Any:
-    """A whole-file JSON dataset (ShareGPT, agentic trace); `SpecError` naming the file otherwise."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"cannot read dataset {path}: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
-
-
 def load_sharegpt(
     dataset: ShareGPTDataset,
     backend: Backend,
@@ -266,8 +239,6 @@ class PromptSource:
         if isinstance(ds, MooncakeDataset):
             self._file = self._load_trace(ds)
         elif isinstance(ds, AgenticTraceDataset):
-            from sglang_sentinel.load.agentic import load_agentic
-
             self._file = load_agentic(ds)[0]
         elif isinstance(ds, JsonlDataset):
             self._file = load_jsonl(ds, spec.backend, self._shape(ds))

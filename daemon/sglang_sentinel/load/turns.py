@@ -18,7 +18,7 @@ from sglang_sentinel.load.records import RequestRecord
 from sglang_sentinel.load.stats import Summary, summarize
 
 if TYPE_CHECKING:
-    from sglang_sentinel.load.datasets import Prompt
+    from sglang_sentinel.load.prompt import Prompt
 
 __all__ = ["converse", "per_turn_figures", "per_turn_lines"]
 
@@ -27,7 +27,7 @@ async def converse(
     run: Any, rec: RequestRecord, body: bytes, prompt: Prompt, records: list[RequestRecord]
 ) -> None:
     """Run one conversation's turns; `run` is the engine's `_Run` (execute, body, now)."""
-    from sglang_sentinel.load.datasets import Prompt
+    from sglang_sentinel.load.prompt import Prompt
 
     messages = [dict(m) for m in prompt.content if isinstance(m, dict)]
     last = len(prompt.turns) + 1
