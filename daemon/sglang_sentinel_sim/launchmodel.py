@@ -48,7 +48,7 @@ class Backend:
 _GARBAGE_NAN: Final = Backend(0.95, "garbage", "nan")
 _UNSUPPORTED: Final = Backend(1.0, "unsupported")
 # DSA (NSA) prefill/decode backends on SM120. trtllm: the deployment's launch (correct, measured).
-# flashmla_*: SGLang's defaults there, NaN/garbage in the deployment (reference §1.1/§6.1;
+# flashmla_*: SGLang's defaults there, NaN/garbage in the deployment (docs/sglang-versions.md;
 # sglang_sentinel.sglang.launch_facts glm5.sm120.flashmla_garbage). Speeds other than 1.0: assumptions.
 _DSA_SM120: Final[dict[str, Backend]] = {
     "trtllm": Backend(1.0),
@@ -65,7 +65,7 @@ _DSA_SM120: Final[dict[str, Backend]] = {
     "intel_xpu": _UNSUPPORTED,
 }
 # --attention-backend other than nsa/dsa on a DSA model: dense MLA over every KV token instead of
-# DSA's selected ones (community SM120 images run flashinfer, reference §6.1). Speeds: assumptions.
+# DSA's selected ones (community SM120 images run flashinfer). Speeds: assumptions.
 _DENSE_ON_DSA_SM120: Final[dict[str, Backend]] = {
     "flashinfer": Backend(1.6),
     "triton": Backend(2.0),

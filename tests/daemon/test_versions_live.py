@@ -1,4 +1,4 @@
-"""A real ``sentinel run`` on the simulator in every SGLang version and launch variant (issue #13).
+"""A real ``sentinel run`` on the simulator in every SGLang version and launch variant.
 
 tests/sim/test_simulator_versions_e2e.py checks the daemon's *readers* against each variant; this
 module checks the daemon as a whole: its ``/metrics``, ``sentinel status --json`` and (for the

@@ -139,7 +139,7 @@ def test_check_text_prints_the_row_and_its_source(
     out = capsys.readouterr().out
     assert "launch row:   glm5.sm120.tilelang_bf16 (known_good, SGLang 0.5.19 – now, SM120)" in out
     assert "prefill tilelang, decode tilelang, KV bf16" in out
-    assert "source: sglang issue #37105" in out
+    assert "source: sgl-project/sglang#37105" in out
     assert "sglang:       pinned in the profile; known" in out
 
 

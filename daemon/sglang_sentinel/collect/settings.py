@@ -81,7 +81,7 @@ class GpuSettings(Section):
     timeout_seconds: float = Field(default=3.0, gt=0, le=60)
     # nvmlInit without persistence mode can take seconds per GPU.
     init_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
-    # 2 × 20 ms per GPU per cycle: the slowest NVML calls (monitoring.md §1.2).
+    # 2 × 20 ms per GPU per cycle: the slowest NVML calls.
     pcie_throughput: bool = True
     processes: bool = True
     xid_events: bool = True

@@ -1,6 +1,6 @@
 """Request bodies and response parsers for SGLang's native and OpenAI-compatible routes.
 
-Wire formats (SGLang v0.5.9; see docs in shared reference §2.4/2.5):
+Wire formats (SGLang v0.5.9: srt/entrypoints/http_server.py and srt/entrypoints/openai/ in its wheel):
 - native `/generate` streams `data: {"text", "output_ids", "meta_info": {...}}` events whose
   `text` is cumulative and whose `meta_info.completion_tokens` is the running total; the last
   content event has `finish_reason`; then `data: [DONE]`.

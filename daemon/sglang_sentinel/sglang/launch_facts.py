@@ -84,7 +84,7 @@ _OVERRIDES_023 = (
     "sglang/srt/arg_groups/overrides.py _dsa_kv_cache_dtype_default/_dsa_split_backend_resolution (0.5.23)"
 )
 _GLM_SM12_FROM = Version(0, 5, 19)  # is_glm_sm12_fp8 present in 0.5.19/0.5.20/0.5.21/0.5.23 overrides.py
-# First version verified to have --dsa-* names (supervise/launch.py _DSA_NAMES_FROM; reference §1.1).
+# First version verified to have --dsa-* names (supervise/launch.py _DSA_NAMES_FROM; the deployment's launch line).
 _DSA_NAMES_FROM = Version(0, 5, 15)
 
 
@@ -213,7 +213,7 @@ SM12_FP8_DSA_BACKENDS: tuple[str, ...] = ("flashinfer_sparse_mla", "triton_spars
 _FLASH_MLA_SM120 = (
     "sglang/kernels/ops/attention/flash_mla_sm120.py _validate_flashinfer_sparse_mla_backend (0.5.23)"
 )
-_DEPLOYMENT = "deployment finding (issue #13; /work/shared/reference/sglang.md header and §1.1)"
+_DEPLOYMENT = "deployment finding (the flagship deployment's launch line: GLM-5-NVFP4, TP 8 on RTX PRO 6000, SGLang 0.5.9)"
 
 GLM5_NVFP4_TABLE: tuple[DsaRow, ...] = (
     # --- what the profile renders -------------------------------------------------------------
@@ -226,13 +226,13 @@ GLM5_NVFP4_TABLE: tuple[DsaRow, ...] = (
            "no DSA backend known to work: on 0.5.12 every backend failed at start-up in DeepGEMM's indexer "
            "('attention.hpp: Unsupported architecture'); renders the later known-good tilelang + bf16; "
            "upgrade to 0.5.19+",
-           "sglang issue #26087 (image lmsysorg/sglang:v0.5.12-cu130, 8x RTX PRO 6000)"),
+           "sgl-project/sglang#26087 (image lmsysorg/sglang:v0.5.12-cu130, 8x RTX PRO 6000)"),
     DsaRow("glm5.sm120.tilelang_bf16", "known_good", 12, "0.5.19", None, ("tilelang", "tilelang"), "bf16",
            "tilelang DSA backends with an explicit bf16 KV cache (SGLang's SM120 default would be fp8 KV "
            "+ flashinfer_sparse_mla, which needed source-built FlashInfer/DeepGEMM)",
-           "sglang issue #37105 (working configuration, 8x RTX PRO 6000: --dsa-prefill-backend tilelang "
+           "sgl-project/sglang#37105 (working configuration, 8x RTX PRO 6000: --dsa-prefill-backend tilelang "
            "--dsa-decode-backend tilelang --kv-cache-dtype bfloat16); flashinfer-ai/flashinfer#5290 (SM120 "
-           "production pools on bf16 KV + TileLang DSA); sglang PR #29580; " + _OVERRIDES_023
+           "production pools on bf16 KV + TileLang DSA); sgl-project/sglang#29580; " + _OVERRIDES_023
            + " _check_dsa_backend_constraints (tilelang needs SM89+)"),
     DsaRow("glm5.other_arch", "no_known_good", 0, "0.0.0", None, ("", ""), "",
            "no finding for GLM-5-NVFP4 on this architecture: DSA backends and KV dtype left to SGLang",
@@ -244,8 +244,8 @@ GLM5_NVFP4_TABLE: tuple[DsaRow, ...] = (
     DsaRow("glm5.sm120.trtllm_unsupported", "known_bad", 12, "0.5.12", None, ("trtllm",), "",
            "trtllm DSA backend on SM120: TRT-LLM-gen MLA kernels report 'Unsupported architecture'; "
            "expect a crash at warm-up",
-           "sglang PR #29580; issues #26087 (v0.5.12), #37105, #39302; flashinfer-ai/flashinfer#5290 "
-           "(fmhaRunner.cuh accepts SM100/103/107 only), #5445"),
+           "sgl-project/sglang#29580; sgl-project/sglang#26087 (v0.5.12), sgl-project/sglang#37105, sgl-project/sglang#39302; flashinfer-ai/flashinfer#5290 "
+           "(fmhaRunner.cuh accepts SM100/103/107 only), flashinfer-ai/flashinfer#5445"),
     # FP8 KV on SM12x is not bad as such: 0.5.9's trtllm has an fp8 path (nsa_backend.py
     # _forward_trtllm: mla_quantize_and_rope_for_fp8) and the deployment ran it (SGLang's fp8_e4m3,
     # no --kv-cache-dtype); 0.5.19+ make fp8 + flashinfer_sparse_mla GLM's SM12x default. What is

@@ -39,7 +39,7 @@ __all__ = [
 SGLangVersion = tuple[int, int, int]
 
 # The flagship deployment: GLM-5-NVFP4 (744B MoE) with TP over 8 RTX PRO 6000 (SM120, PCIe).
-# Flags follow the deployment's known launch line (reference sglang.md §1.1). The DSA backends and
+# Flags follow the deployment's known launch line (docs/sglang-versions.md). The DSA backends and
 # the KV-cache dtype are not fixed here: GLM5_NVFP4_TABLE (sglang/launch_facts.py) picks them per
 # SGLang version on SM120 (trtllm + bf16 for the deployment's 0.5.9; tilelang + bf16 from 0.5.19,
 # where trtllm-gen MLA is unsupported on SM120), and preflight checks the same table. A value set
@@ -58,7 +58,7 @@ _GLM5 = LaunchProfile(
     enable_metrics=True,
     reasoning_parser="glm45",
     tool_call_parser="glm47",
-    # PCIe-only 8-GPU box: community settings for GLM-5 on SM120 (reference §1.1).
+    # PCIe-only 8-GPU box: community settings for GLM-5 on SM120, as in the deployment's launch line.
     extra_args=("--disable-custom-all-reduce",),
     # SGLANG_ENABLE_JIT_DEEPGEMM is the switch both 0.5.9 and 0.5.23 read (sglang/srt/environ.py);
     # the SGLANG_ENABLE_DEEP_GEMM of some recipes is read by neither, so it is not set.

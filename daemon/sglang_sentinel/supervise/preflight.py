@@ -219,7 +219,8 @@ def check_known_bad(cmd: LaunchCommand, gpus: Sequence[GpuInfo]) -> list[Preflig
                 "known_bad",
                 "warn",
                 "FP4 GEMM default backend flashinfer_cutlass had a NaN race ('probability tensor contains "
-                "inf/nan', flashinfer #2708, fixed by #2716); the canaries watch for it",
+                "inf/nan', flashinfer-ai/flashinfer#2708, fixed by flashinfer-ai/flashinfer#2716); "
+                "the canaries watch for it",
             )
         )
     if not found:

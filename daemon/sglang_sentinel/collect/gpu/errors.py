@@ -1,6 +1,7 @@
 """How each NVML error is treated: a field that is absent, a GPU to re-initialise, or a counted glitch.
 
-The classes follow nvidia_gpu_exporter's NVML backend (monitoring.md §1.3): "not supported" and
+The classes follow nvidia_gpu_exporter's NVML backend (github.com/utkuozdemir/nvidia_gpu_exporter):
+"not supported" and
 its relatives mean the series does not exist on this board (absent, never 0); the lifecycle
 errors mean every handle is suspect, so the cycle fails and NVML is re-initialised on the next
 one; anything else is a one-off failure of one field, counted and retried next cycle.
