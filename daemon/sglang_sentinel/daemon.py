@@ -49,7 +49,7 @@ from sglang_sentinel.schedule.polite import ServerLoadReader
 from sglang_sentinel.schedule.scheduler import LoadScheduler
 from sglang_sentinel.statedir import StateDir, StateError, StateLocked
 from sglang_sentinel.status_page import render_status_page
-from sglang_sentinel.statusdoc import probe_rows, server_section, status_json
+from sglang_sentinel.statusdoc import RESET_COMMAND, probe_rows, server_section, status_json
 from sglang_sentinel.systemd import Notifier, run_watchdog, watchdog_interval
 from sglang_sentinel.verdict import verdict
 
@@ -62,9 +62,6 @@ if TYPE_CHECKING:
     from sglang_sentinel.supervise.state import StateChange
 
 __all__ = ["RESET_COMMAND", "Daemon", "DaemonError", "resolve_state_dir"]
-
-# What logs, alerts, the status page and the README tell an operator to run after a crash loop.
-RESET_COMMAND = "sentinel reset"
 
 _log = get_logger(__name__)
 

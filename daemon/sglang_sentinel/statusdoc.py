@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 __all__ = ["RESET_COMMAND", "probe_rows", "server_section", "status_json"]
 
-#: The command that leaves ``failed`` (forgets the crash-loop history, starts the server again).
+#: The command that leaves ``failed`` (forgets the crash-loop history, starts the server again);
+#: the one logs, alerts, the status page and the README tell an operator to run (daemon.py too).
 RESET_COMMAND = "sentinel reset"
 # Canary answers can be long (a whole paragraph of garbage): a screen shows the start.
 _DETAIL_CHARS = 160
