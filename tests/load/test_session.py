@@ -75,12 +75,12 @@ async def test_an_oversized_model_list_is_refused_not_buffered(
 async def test_bench_server_info_is_read_under_the_same_cap(
     models_server: tuple[str, dict[str, web.StreamResponse | bytes]], oversized: bool
 ) -> None:
-    from sglang_sentinel.cli.bench_server import _SERVER_INFO_MAX_BYTES, record_server_info
     from sglang_sentinel.load import compute_metrics
+    from sglang_sentinel.load.bench import SERVER_INFO_MAX_BYTES, record_server_info
     from sglang_sentinel.load.result import RunResult
 
     url, replies = models_server
-    pad = b" " * (_SERVER_INFO_MAX_BYTES + 1 if oversized else 10)
+    pad = b" " * (SERVER_INFO_MAX_BYTES + 1 if oversized else 10)
     replies["body"] = b'{"version": "0.5.23", "pad": "' + pad + b'"}'
     replies["chunked"] = b"1"  # no Content-Length: the cap must hold while reading
     result = RunResult(_spec(url), compute_metrics([], duration=1.0), [], started_at=0.0)

@@ -36,9 +36,8 @@ from sglang_sentinel.cli.bench_datasets import (
 from sglang_sentinel.cli.bench_fields import goodput_slos, logprob_body
 from sglang_sentinel.cli.bench_flags import REJECTED_DATASETS, add_rejected_options, rejected_messages
 from sglang_sentinel.cli.bench_outputs import check_outputs, write_reports
-from sglang_sentinel.cli.bench_profile import ProfilePlan, Profiler, add_profile_options, profile_plan
+from sglang_sentinel.cli.bench_profile import add_profile_options, profile_plan
 from sglang_sentinel.cli.bench_ramp import StepValues, format_ramp_summary, ramp_steps
-from sglang_sentinel.cli.bench_server import flush_cache, record_server_info
 from sglang_sentinel.cli.bench_trace import (
     add_trace_options,
     check_trace_flags,
@@ -51,6 +50,7 @@ from sglang_sentinel.cli.target import API_KEY_ENVS, add_target_options, read_ap
 if TYPE_CHECKING:
     from sglang_sentinel.load.result import RunResult
     from sglang_sentinel.load.spec import ArrivalProcess, LoadSpec
+    from sglang_sentinel.load.torch_profile import ProfilePlan
 
 _T = TypeVar("_T")
 
@@ -474,10 +474,9 @@ def run_on_loop(main: Coroutine[Any, Any, _T], arrival: ArrivalProcess) -> _T:
 async def _bench(
     spec: LoadSpec, show_progress: bool, flush_timeout: float | None, profile: ProfilePlan | None = None
 ) -> tuple[RunResult, bool]:
-    from sglang_sentinel.load.engine import run_load
+    from sglang_sentinel.load.bench import run_bench
     from sglang_sentinel.load.progress import ProgressLine
     from sglang_sentinel.load.records import LoadCounters
-    from sglang_sentinel.load.session import make_session
 
     cancel = asyncio.Event()
     interrupted = False
@@ -499,28 +498,19 @@ async def _bench(
     progress = None
     if show_progress:
         progress = ProgressLine(counters, sys.stderr, planned=spec.num_requests, duration_s=spec.duration_s)
-    session = make_session(spec)
     result: RunResult | None = None
     # Log lines go above the progress line until it is replaced by the summary.
     with progress.logs_above() if progress is not None else contextlib.nullcontext():
         drawing = asyncio.create_task(progress.run()) if progress is not None else None
         try:
-            if flush_timeout is not None:
-                await flush_cache(session, spec, flush_timeout)
-            on_record = progress.on_record if progress is not None else None
-            profiler = Profiler(session, spec, profile) if profile is not None else None
-            result = await run_load(
+            result = await run_bench(
                 spec,
+                flush_timeout_s=flush_timeout,
+                profile=profile,
                 counters=counters,
-                on_record=on_record,
+                on_record=progress.on_record if progress is not None else None,
                 cancel=cancel,
-                session=session,
-                before_measured=profiler.start if profiler is not None else None,
             )
-            if profiler is not None:
-                await profiler.stop()
-            if spec.backend == "sglang" and not result.warmup_failed:
-                await record_server_info(session, spec, result)
             return result, interrupted
         finally:
             if progress is not None and drawing is not None:
@@ -529,7 +519,6 @@ async def _bench(
                 await asyncio.gather(drawing, return_exceptions=True)
                 # Written before the result block (stdout), which then starts on a line of its own.
                 progress.finish(result)
-            await session.close()
             for sig in handled:
                 loop.remove_signal_handler(sig)
 
