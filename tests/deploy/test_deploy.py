@@ -243,3 +243,11 @@ def test_prometheus_config_is_valid(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     port = load_settings(None, environ={}).exporter.port
     assert f"127.0.0.1:{port}" in config
+
+
+def test_the_image_user_and_group_are_the_ones_the_docs_prepare_volumes_for() -> None:
+    # README: `install -d -o 10001 -g 10001`; a group left to useradd --system would be 999.
+    dockerfile = (DEPLOY.parent / "Dockerfile").read_text()
+    assert re.search(r"groupadd --system --gid 10001 sentinel", dockerfile)
+    assert re.search(r"useradd --system --uid 10001 --gid 10001 ", dockerfile)
+    assert "-o 10001 -g 10001" in (DEPLOY.parent / "README.md").read_text()
