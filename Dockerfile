@@ -30,7 +30,7 @@ RUN python -m venv /opt/sentinel \
 
 FROM python:3.11-slim-bookworm
 COPY --from=build /opt/sentinel /opt/sentinel
-RUN useradd --system --uid 10001 --home-dir /var/lib/sentinel --create-home --shell /usr/sbin/nologin sentinel
+RUN groupadd --system --gid 10001 sentinel && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/sentinel --create-home --shell /usr/sbin/nologin sentinel
 ENV PATH=/opt/sentinel/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     SENTINEL_STATE_DIR=/var/lib/sentinel \

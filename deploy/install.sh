@@ -12,9 +12,14 @@
 #   - /opt/sglang/.venv, an empty venv for SGLang (install SGLang into it yourself)
 #   - /etc/sentinel/config.toml from deploy/config.example.toml if there is none (root:sentinel 0640)
 #   - /var/lib/sentinel (sentinel 0750) and /var/lib/sglang (sglang 0750)
-#   - the polkit rule that lets sentinel restart sglang.service, and nothing else
+#   - /etc/sglang/launch.env (SGLang's launch flags, SGLANG_ARGS) from deploy/sglang-launch.env
+#     if there is none: an upgrade never touches it
+#   - the polkit rule that lets sentinel start/stop/restart/reset-failed sglang.service, nothing else
 #   - sentinel.service and sglang.service in /etc/systemd/system; sentinel.service enabled.
 #     sglang.service is not enabled: sentinel starts it (Wants=) and is its only restarter.
+#   Units and the polkit rule are replaced on upgrade; one that was edited since install.sh wrote it
+#   (its sha256 differs from the one recorded in /opt/sentinel/installed.sha256) is kept next to
+#   it as FILE.dpkg-old first, and said so. Changes to a unit belong in a drop-in (systemctl edit).
 #
 # Options:
 #   --root DIR     install into DIR instead of / (a throwaway root for CI, an image being built):
@@ -24,7 +29,7 @@
 #   --no-venv      skip the venvs (units and users only; the package is installed some other way)
 #   --uninstall    stop and disable the units, remove units, polkit rule and /opt/sentinel;
 #   --purge        with --uninstall: also /etc/sentinel, /var/lib/sentinel and the sentinel user.
-#                  /opt/sglang, /var/lib/sglang and the sglang user are always kept (model caches,
+#                  /opt/sglang, /etc/sglang, /var/lib/sglang and the sglang user are always kept (model caches,
 #                  an SGLang install that took an hour).
 #   PYTHON=python3.11  the interpreter the venv is made with (default python3)
 #   PIP_ARGS="..."     extra arguments for pip install (an index, --no-index --find-links ...)
@@ -82,7 +87,7 @@ if [ "$uninstall" = 1 ]; then
         fi
     fi
     [ -n "$root" ] || systemctl daemon-reload
-    say "removed; kept /opt/sglang, /var/lib/sglang and the sglang user$([ "$purge" = 1 ] || echo ', /etc/sentinel, /var/lib/sentinel and the sentinel user')"
+    say "removed; kept /opt/sglang, /etc/sglang, /var/lib/sglang and the sglang user$([ "$purge" = 1 ] || echo ', /etc/sentinel, /var/lib/sentinel and the sentinel user')"
     exit 0
 fi
 
@@ -119,6 +124,11 @@ install -d -m 0755 "$root/opt/sentinel" "$root/opt/sglang" "$units" "$root/etc/p
 install -d -m 0750 -o 0 -g "$s_gid" "$root/etc/sentinel"
 install -d -m 0750 -o "$s_uid" -g "$s_gid" "$root/var/lib/sentinel"
 install -d -m 0750 -o "$g_uid" -g "$g_gid" "$root/var/lib/sglang"
+install -d -m 0755 "$root/etc/sglang"
+if [ ! -e "$root/etc/sglang/launch.env" ]; then
+    install -m 0644 "$here/sglang-launch.env" "$root/etc/sglang/launch.env"
+    say "wrote /etc/sglang/launch.env (SGLang's launch flags, for SGLang 0.5.9): edit the flags there"
+fi
 if [ ! -e "$root/etc/sentinel/config.toml" ]; then
     install -m 0640 -o 0 -g "$s_gid" "$here/config.example.toml" "$root/etc/sentinel/config.toml"
     say "wrote /etc/sentinel/config.toml from the example: review [server] before starting"
@@ -137,8 +147,28 @@ install -m 0644 "$src/README.md" "$root/opt/sentinel/README.md"
 rm -rf "$root/opt/sentinel/docs" && cp -r "$src/docs" "$root/opt/sentinel/docs"
 
 # --- units and polkit ---------------------------------------------------------------------------
-install -m 0644 "$here/sentinel.service" "$here/sglang.service" "$units/"
-install -m 0644 "$here/sentinel-polkit.rules" "$polkit"
+# dpkg's conffile rule: a file as install.sh wrote it (sha256 recorded) is replaced silently; one
+# edited since (or from an install.sh that recorded nothing) is kept as FILE.dpkg-old first.
+manifest="$root/opt/sentinel/installed.sha256"
+sha_of() { sha256sum "$1" | cut -d' ' -f1; }
+recorded() { [ -f "$manifest" ] && awk -v f="$1" '$2 == f { print $1 }' "$manifest"; }
+conffile() {  # conffile SOURCE DEST (DEST relative to the root, as recorded)
+    local src_file=$1 rel=$2 dst="$root$2" new old
+    new=$(sha_of "$src_file")
+    if [ -e "$dst" ]; then
+        old=$(sha_of "$dst")
+        if [ "$old" != "$new" ] && [ "$old" != "$(recorded "$rel")" ]; then
+            cp -p "$dst" "$dst.dpkg-old"
+            say "$rel was changed since it was installed: kept as $rel.dpkg-old, installed the new one (put unit changes in a drop-in: systemctl edit ${rel##*/})"
+        fi
+    fi
+    install -m 0644 "$src_file" "$dst"
+    { [ -f "$manifest" ] && awk -v f="$rel" '$2 != f' "$manifest"; printf '%s %s\n' "$new" "$rel"; } > "$manifest.new"
+    mv "$manifest.new" "$manifest"
+}
+conffile "$here/sentinel.service" /etc/systemd/system/sentinel.service
+conffile "$here/sglang.service" /etc/systemd/system/sglang.service
+conffile "$here/sentinel-polkit.rules" /etc/polkit-1/rules.d/50-sentinel.rules
 if [ -n "$root" ]; then
     sysctl enable sentinel.service
 else

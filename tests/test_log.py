@@ -86,3 +86,29 @@ def test_console_lines_round_floats_json_keeps_them() -> None:
     record = json.loads(_figures("json"))
     assert record["elapsed_s"] == 0.123456789012  # full precision for machines
     assert record["rates"] == [1234.56789, 2]
+
+
+_SENTINEL = "import sys; from sglang_sentinel.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def test_a_config_error_exit_is_at_error_priority_on_the_journal(tmp_path: Path) -> None:
+    """`sentinel run` refusing its config (exit 2) says why at error priority, so `journalctl -p err`
+    shows the reason and not only systemd's "Failed to start"."""
+    config = tmp_path / "bad.toml"
+    config.write_text("[server]\nport = 'not a port'\n")
+    out = tmp_path / "stderr"
+    with out.open("wb") as f:
+        st = os.fstat(f.fileno())
+        env = {**os.environ, "JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}
+        done = subprocess.run(
+            [sys.executable, "-c", _SENTINEL, "run", "--config", str(config)],
+            stderr=f,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+    assert done.returncode == 2
+    lines = [line for line in out.read_text().splitlines() if line.strip()]
+    assert lines
+    assert all(line.startswith("<3>") for line in lines), lines
+    assert "server.port" in out.read_text()

@@ -30,7 +30,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -107,9 +107,14 @@ class Daemon:
         config_path: str | None = None,
         environ: Mapping[str, str] | None = None,
         notifier: Notifier | None = None,
+        overrides: Callable[[Settings], Settings] | None = None,
     ) -> None:
+        """``overrides``: what the command line changed on top of the file (``--listen``,
+        ``--server-port``); applied to a reloaded file too, so a reload compares like with like and
+        never reports a section the operator did not change (the image's ``--listen``)."""
         self.settings = settings
         self.config_path = config_path
+        self._overrides = overrides
         self.environ = dict(os.environ if environ is None else environ)
         self.notifier = notifier or Notifier.from_env(self.environ)
         self.state_dir = resolve_state_dir(settings, self.environ)
@@ -435,6 +440,8 @@ class Daemon:
         self.notifier.reloading()
         try:
             new = load_settings(self.config_path, environ=self.environ)
+            if self._overrides is not None:
+                new = self._overrides(new)
         except ConfigError as exc:
             _log.error("reload_rejected", error=str(exc))
             self.notifier.ready(self._status_line())

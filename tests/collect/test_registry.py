@@ -19,6 +19,7 @@ from sglang_sentinel.collect import (
     available,
     build_collector_set,
 )
+from sglang_sentinel.collect import registry as registry_module
 from sglang_sentinel.collect.gpu import GpuCollector
 from sglang_sentinel.collect.settings import BUILTIN_COLLECTORS
 from sglang_sentinel.config import ConfigError, load_settings
@@ -93,12 +94,25 @@ def test_failures_are_logged_on_change_only() -> None:
         source.fail = None
         generate_latest(registry)
         generate_latest(registry)
-    events = [(e["event"], e.get("reason")) for e in logs]
-    assert events == [("collector_failing", "down"), ("collector_recovered", None)]
+    events = [(e["event"], e.get("log_level"), e.get("reason")) for e in logs]
+    # Before its first success the server is still starting: info, not a warning.
+    assert events == [("collector_not_up_yet", "info", "down"), ("collector_recovered", "info", None)]
     assert collectors.failing == {}
     source.fail = "broken again"
-    generate_latest(registry)
+    with capture_logs() as logs:
+        generate_latest(registry)
+    assert [(e["event"], e["log_level"]) for e in logs] == [("collector_failing", "warning")]
     assert collectors.failing == {"x": "broken again"}
+
+
+def test_a_collector_that_never_works_warns_once_it_outlasts_a_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry_module, "NOT_UP_GRACE_SECONDS", 0.0)
+    collectors = CollectorSet([("x", Fixed(fail="connection refused"))])
+    registry = collectors.registry()
+    with capture_logs() as logs:
+        for _ in range(3):
+            generate_latest(registry)
+    assert [(e["event"], e["log_level"]) for e in logs] == [("collector_failing", "warning")]
 
 
 def test_build_info_and_last_success() -> None:

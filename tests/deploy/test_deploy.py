@@ -124,6 +124,28 @@ def test_units_verify_cleanly(tmp_path: Path) -> None:
     assert not re.search(r"^PrivateDevices=", unit, re.MULTILINE)
 
 
+def _env_file(text: str) -> dict[str, str]:
+    """systemd's EnvironmentFile= reading of the double-quoted values the shipped file uses:
+    comments skipped, a backslash-newline joins lines, the quotes go."""
+    text = re.sub(r"\\\n", "", text)
+    env: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.strip() and not line.lstrip().startswith(("#", ";")):
+            key, _, value = line.partition("=")
+            env[key.strip()] = value.strip().removeprefix('"').removesuffix('"')
+    return env
+
+
+def test_the_unit_ends_clean_on_sglangs_own_sigkill_and_has_no_start_limit() -> None:
+    """SGLang's shutdown ends with kill_process_tree SIGKILLing its own main process: a routine stop
+    must leave the unit inactive, and systemd must not rate-limit the starts sentinel governs."""
+    unit = (DEPLOY / "sglang.service").read_text()
+    assert re.search(r"^SuccessExitStatus=SIGKILL$", unit, re.M)
+    assert re.search(r"^KillMode=mixed$", unit, re.M)
+    assert re.search(r"^StartLimitIntervalSec=0$", unit, re.M)
+    assert not re.search(r"^StartLimitBurst=", unit, re.M)
+
+
 @needs_promtool
 def test_sglang_unit_runs_what_sentinel_check_renders_for_its_version() -> None:
     """deploy/sglang.service is written for SGLang 0.5.9; its ExecStart flags and Environment= are
@@ -132,15 +154,16 @@ def test_sglang_unit_runs_what_sentinel_check_renders_for_its_version() -> None:
     from sglang_sentinel.supervise.launch import render_command
 
     unit = (DEPLOY / "sglang.service").read_text()
-    assert "0.5.9" in unit
+    launch_env = (DEPLOY / "sglang-launch.env").read_text()
+    assert "0.5.9" in launch_env
     # One restarter (README "One restarter", docs/supervise.md): no Restart= other than "no".
     assert re.findall(r"^Restart=(?!no$).*", unit, re.M) == []
-    body = re.sub(r"\\\n\s*", " ", unit)
-    exec_start = re.search(r"^ExecStart=(.*)$", body, re.M)
-    assert exec_start is not None
-    # --log-level info is SGLang's default, spelled out in the unit for whoever reads it.
-    flags = exec_start.group(1).replace(" --log-level info", "").split()
-    flags = flags[flags.index("--model-path") :]
+    assert re.search(r"^EnvironmentFile=/etc/sglang/launch.env$", unit, re.M)
+    assert re.search(
+        r"^ExecStart=/opt/sglang/.venv/bin/python -m sglang.launch_server \$SGLANG_ARGS$", unit, re.M
+    )
+    flags = _env_file(launch_env)["SGLANG_ARGS"].replace(" --log-level info", "").split()
+    assert flags[0] == "--model-path"
     settings = load_settings(DEPLOY / "config.example.toml", environ={}).server
     settings = settings.model_copy(update={"mode": "child", "profile": "glm5-nvfp4-rtxpro6000"})
     command = render_command(settings, detected_version=(0, 5, 9))
@@ -220,3 +243,11 @@ def test_prometheus_config_is_valid(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     port = load_settings(None, environ={}).exporter.port
     assert f"127.0.0.1:{port}" in config
+
+
+def test_the_image_user_and_group_are_the_ones_the_docs_prepare_volumes_for() -> None:
+    # README: `install -d -o 10001 -g 10001`; a group left to useradd --system would be 999.
+    dockerfile = (DEPLOY.parent / "Dockerfile").read_text()
+    assert re.search(r"groupadd --system --gid 10001 sentinel", dockerfile)
+    assert re.search(r"useradd --system --uid 10001 --gid 10001 ", dockerfile)
+    assert "-o 10001 -g 10001" in (DEPLOY.parent / "README.md").read_text()

@@ -132,6 +132,52 @@ def test_install_into_a_clean_root_then_uninstall(tmp_path: Path) -> None:
     assert (root / "var/lib/sglang").exists()
 
 
+def test_an_upgrade_keeps_the_launch_flags_and_every_edited_file(tmp_path: Path) -> None:
+    """Re-running install.sh (an upgrade) never loses what the operator changed: launch.env is
+    never rewritten, a unit edited since install is kept as .dpkg-old (and said so), a unit
+    nobody touched is replaced silently."""
+    root = tmp_path / "root"
+    _seed_os(root)
+    first = _install(root, "--no-venv")
+    assert first.returncode == 0, first.stdout + first.stderr
+    launch = root / "etc/sglang/launch.env"
+    assert launch.read_text() == (ROOT / "deploy/sglang-launch.env").read_text()
+    units = root / "etc/systemd/system"
+
+    mine = 'SGLANG_ARGS="--model-path /models/mine --tp-size 4 --port 30000"\n'
+    launch.write_text(mine)
+    edited = (units / "sglang.service").read_text().replace("TimeoutStopSec=180", "TimeoutStopSec=600")
+    (units / "sglang.service").write_text(edited)
+    again = _install(root, "--no-venv")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert launch.read_text() == mine
+    assert (units / "sglang.service.dpkg-old").read_text() == edited
+    assert (units / "sglang.service").read_text() == (ROOT / "deploy/sglang.service").read_text()
+    assert "/etc/systemd/system/sglang.service was changed since it was installed" in again.stdout
+    assert not (units / "sentinel.service.dpkg-old").exists()
+    assert "sentinel.service was changed" not in again.stdout
+
+    # Unchanged since: replaced without a word, the earlier .dpkg-old left as it was.
+    third = _install(root, "--no-venv")
+    assert third.returncode == 0, third.stdout + third.stderr
+    assert "was changed" not in third.stdout
+    assert (units / "sglang.service.dpkg-old").read_text() == edited
+
+
+def test_an_upgrade_over_an_install_that_recorded_nothing_keeps_an_edited_unit(tmp_path: Path) -> None:
+    # An older install.sh wrote no checksums, and its README said to edit ExecStart= in the unit.
+    root = tmp_path / "root"
+    _seed_os(root)
+    units = root / "etc/systemd/system"
+    units.mkdir(parents=True)
+    old = "[Service]\nExecStart=/opt/sglang/.venv/bin/python -m sglang.launch_server --model-path /m\n"
+    (units / "sglang.service").write_text(old)
+    done = _install(root, "--no-venv")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (units / "sglang.service.dpkg-old").read_text() == old
+    assert "kept as /etc/systemd/system/sglang.service.dpkg-old" in done.stdout
+
+
 def test_install_refuses_unknown_options(tmp_path: Path) -> None:
     done = _install(tmp_path / "r", "--bogus")
     assert done.returncode == 2

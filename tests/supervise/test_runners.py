@@ -12,13 +12,15 @@ import pytest
 from sglang_sentinel.supervise import LaunchCommand, ServerState, Supervisor
 from sglang_sentinel.supervise.launch import BUILTIN_PROFILES
 from sglang_sentinel.supervise.logbus import LogBus
-from sglang_sentinel.supervise.runners import ExitInfo, SystemdRunner, _run
+from sglang_sentinel.supervise.runners import ExitInfo, SystemdRunner, _run, timespan_seconds
 from sglang_sentinel.supervise.settings import ServerSettings, SystemdSettings
 
 
-def runner_with(states: list[dict[str, str]]) -> SystemdRunner:
+def runner_with(states: list[dict[str, str]], systemctl_code: str = "") -> SystemdRunner:
+    """A runner whose unit shows ``states``; `systemctl` is ``python -c systemctl_code`` if given."""
+    systemctl = (sys.executable, "-c", systemctl_code) if systemctl_code else ("systemctl",)
     r = SystemdRunner(
-        SystemdSettings(poll_interval=0.001, settle=0.0),
+        SystemdSettings(poll_interval=0.001, settle=0.0, systemctl=systemctl),
         LogBus(None, max_bytes=4096, backups=0, tail_lines=5),
     )
     it = iter(states)
@@ -145,3 +147,91 @@ async def test_restart_in_external_mode_is_refused(fast: Callable[..., ServerSet
     sup = Supervisor(fast(port, mode="external"))
     sup.restart()  # logged and ignored, never queued for a later life
     assert sup._pending_restart is None
+
+
+# `systemctl show` of a unit refused under StartLimitBurst=5 (systemd 252, Debian 12): Result= says
+# the refusal, ExecMain* still describe the previous life (SGLang's own SIGKILL at its stop).
+START_LIMIT_HIT = {
+    "ActiveState": "failed",
+    "SubState": "failed",
+    "Result": "start-limit-hit",
+    "ExecMainCode": "2",
+    "ExecMainStatus": "9",
+    "MainPID": "0",
+    "ActiveExitTimestampMonotonic": "5092634512",
+    "ExecMainExitTimestampMonotonic": "5097801233",
+    "StartLimitIntervalUSec": "1h",
+    "StartLimitBurst": "5",
+}
+
+
+def test_start_limit_hit_is_a_refusal_not_a_signal_9() -> None:
+    info = SystemdRunner._exit_info(START_LIMIT_HIT)
+    assert info.start_limit
+    assert info.signal is None
+    assert info.returncode is None
+    assert not info.external
+    assert "start request repeated too quickly" in info.description
+    assert "signal" not in info.description
+
+
+async def test_a_refused_start_that_polkit_lets_us_clear_retries_at_once(tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    record = f"import sys; open({str(calls)!r}, 'a').write(' '.join(sys.argv[1:]))"
+    info = await runner_with([START_LIMIT_HIT], record).wait()
+    assert info.start_limit
+    assert info.retry_after == 0.0
+    assert calls.read_text() == "reset-failed sglang.service"
+
+
+async def test_a_refused_start_polkit_denies_clearing_waits_out_the_interval() -> None:
+    # polkit's answer to reset-failed without the rule: "Access denied", exit 1 (as systemctl does).
+    denied = "print('Failed to reset failed state of unit sglang.service: Access denied'); exit(1)"
+    info = await runner_with([RUNNING, START_LIMIT_HIT], denied).wait()
+    assert info.start_limit
+    assert info.retry_after == 3600.0
+
+
+def test_sglang_killing_itself_at_the_end_of_a_stop_job_is_a_clean_stop() -> None:
+    # `systemctl stop sglang`: the unit left "active" (stop job, SIGTERM) seconds before SGLang's
+    # kill_process_tree SIGKILLed its own main process; SuccessExitStatus=SIGKILL files it as success.
+    for result in ("success", "signal"):
+        stopped = {
+            "ActiveState": "inactive" if result == "success" else "failed",
+            "SubState": "dead" if result == "success" else "failed",
+            "Result": result,
+            "ExecMainCode": "2",
+            "ExecMainStatus": "9",
+            "ActiveExitTimestampMonotonic": "5092634512",
+            "ExecMainExitTimestampMonotonic": "5097801233",
+        }
+        info = SystemdRunner._exit_info(stopped)
+        assert info.external, result
+        assert SystemdRunner._exit_info(stopped, ours=True).description.endswith(
+            "stopped by sentinel (SIGKILL)"
+        )
+
+
+def test_a_sigkill_while_running_is_still_a_crash() -> None:
+    # The main process died first (the OOM killer, kill -9), then the unit left "active"; with
+    # SuccessExitStatus=SIGKILL systemd calls it success, sentinel still calls it a kill.
+    crashed = {
+        "ActiveState": "inactive",
+        "SubState": "dead",
+        "Result": "success",
+        "ExecMainCode": "2",
+        "ExecMainStatus": "9",
+        "ActiveExitTimestampMonotonic": "5097801240",
+        "ExecMainExitTimestampMonotonic": "5097801233",
+    }
+    info = SystemdRunner._exit_info(crashed)
+    assert not info.external
+    assert info.signal == 9
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("1h", 3600.0), ("1min 30s", 90.0), ("10s", 10.0), ("500ms", 0.5), ("infinity", None), ("", None)],
+)
+def test_systemctl_timespans(text: str, seconds: float | None) -> None:
+    assert timespan_seconds(text) == seconds

@@ -96,6 +96,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _main(args_list)
 
 
+def _print_error(text: str) -> None:
+    """An exit reason on stderr; at error priority when stderr is the journal (the syslog prefix
+    journald reads, as every log line carries), so `journalctl -p err` shows why it exited."""
+    from sglang_sentinel.log import stream_is_journal
+
+    prefix = "<3>" if stream_is_journal(sys.stderr) else ""
+    print("\n".join(prefix + line for line in text.splitlines() or [""]), file=sys.stderr)
+
+
 def _main(argv: Sequence[str]) -> int:
     # Here, not at the top: importing the config (pydantic) takes a while, and `run` wants its
     # SIGTERM handler installed first.
@@ -107,10 +116,10 @@ def _main(argv: Sequence[str]) -> int:
         code: int = args.handler(args)
         return code
     except ConfigError as exc:
-        print(f"sentinel: {exc}", file=sys.stderr)
+        _print_error(f"sentinel: {exc}")
         return 2
     except CliError as exc:
-        print(f"sentinel {args.command}: {exc}", file=sys.stderr)
+        _print_error(f"sentinel {args.command}: {exc}")
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

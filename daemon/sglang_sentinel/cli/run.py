@@ -59,25 +59,32 @@ def parse_listen(value: str) -> tuple[str, int]:
 def _handle(args: argparse.Namespace) -> int:
     import asyncio
 
-    from sglang_sentinel.config import load_settings
+    from sglang_sentinel.config import Settings, load_settings
     from sglang_sentinel.daemon import Daemon, DaemonError
     from sglang_sentinel.log import configure_logging
 
-    settings = load_settings(args.config)
-    if args.server_port is not None:
-        if not 1 <= args.server_port <= 65535:
-            raise CliError(f"--server-port {args.server_port}: must be within 1..65535", 2)
-        server = settings.server.model_copy(update={"port": args.server_port})
-        settings = settings.model_copy(update={"server": server})
+    if args.server_port is not None and not 1 <= args.server_port <= 65535:
+        raise CliError(f"--server-port {args.server_port}: must be within 1..65535", 2)
+    listen: tuple[str, int] | None = None
     if args.listen is not None:
         try:
-            host, port = parse_listen(args.listen)
+            listen = parse_listen(args.listen)
         except ValueError as exc:
             raise CliError(str(exc), 2) from None
-        exporter = settings.exporter.model_copy(update={"host": host, "port": port})
-        settings = settings.model_copy(update={"exporter": exporter})
+
+    def overrides(settings: Settings) -> Settings:
+        # The command line on top of the file: at start and again at every reload (SIGHUP).
+        if args.server_port is not None:
+            server = settings.server.model_copy(update={"port": args.server_port})
+            settings = settings.model_copy(update={"server": server})
+        if listen is not None:
+            exporter = settings.exporter.model_copy(update={"host": listen[0], "port": listen[1]})
+            settings = settings.model_copy(update={"exporter": exporter})
+        return settings
+
+    settings = overrides(load_settings(args.config))
     configure_logging(args.log_level or settings.log.level, args.log_format or settings.log.format)
-    daemon = Daemon(settings, config_path=args.config)
+    daemon = Daemon(settings, config_path=args.config, overrides=overrides)
     try:
         return asyncio.run(daemon.run())
     except DaemonError as exc:

@@ -44,6 +44,9 @@ __all__ = [
 ]
 
 _log = get_logger(__name__)
+# A collector that has never worked is taken for "server still starting" this long (sglang.service's
+# TimeoutStartSec=1800: weights load for many minutes) before its failure is a warning.
+NOT_UP_GRACE_SECONDS = 1800.0
 
 
 class ServerEndpoint(Protocol):
@@ -132,6 +135,10 @@ class CollectorSet:
         self._sources: dict[str, Source] = {}
         self._failing: dict[str, str] = {}
         self._collected: set[str] = set()
+        # Collectors that have succeeded once, and when the others first failed (monotonic).
+        self._succeeded: set[str] = set()
+        self._first_failure: dict[str, float] = {}
+        self._late: set[str] = set()
         # monotonic time of the latest full collection, so callers can tell whether the success
         # flags are current (nobody may scrape the embedded default: it has no Prometheus).
         self._last_collect: float | None = None
@@ -256,7 +263,20 @@ class CollectorSet:
         # Log on change only: a server that is down for an hour must not log every 15 s scrape.
         self._collected.add(name)
         previous = self._failing.get(name)
-        if reason is not None and reason != previous:
+        if reason is None:
+            self._succeeded.add(name)
+        if reason is not None and name not in self._succeeded:
+            # Never worked yet: the server is still starting (a 744B model loads for many
+            # minutes), which is no failure. Info now; a warning once it outlasts a start.
+            first = self._first_failure.setdefault(name, time.monotonic())
+            late = time.monotonic() - first >= NOT_UP_GRACE_SECONDS
+            if reason != previous or (late and name not in self._late):
+                level = _log.warning if late else _log.info
+                level("collector_failing" if late else "collector_not_up_yet", collector=name, reason=reason)
+                if late:
+                    self._late.add(name)
+            self._failing[name] = reason
+        elif reason is not None and reason != previous:
             _log.warning("collector_failing", collector=name, reason=reason)
             self._failing[name] = reason
         elif reason is None and previous is not None:

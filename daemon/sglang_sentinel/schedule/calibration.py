@@ -281,7 +281,10 @@ class CalibrationJob:
                 # Client-bound, failing, cut short: no statement about capacity. The gauges keep the
                 # last conclusive result; the result itself is in the store and the report.
                 inconclusive = True
-                _log.warning("calibration_inconclusive", stop_reason=str(result.stop_reason))
+                # Cut short ("cancelled") by a stop or an abort: routine at shutdown, and an abort
+                # has said why already (exclusive_run_aborted); the sweep's own verdicts warn.
+                level = _log.info if str(result.stop_reason) == "cancelled" else _log.warning
+                level("calibration_inconclusive", stop_reason=str(result.stop_reason))
             if result.stop_reason in CONCLUSIVE:
                 # Only a conclusive sweep becomes "the latest" report; an inconclusive one goes
                 # beside it (its JSON is in the store) so the page never shows a cancelled sweep.

@@ -182,22 +182,35 @@ class LoadScheduler:
         """Apply a new [schedule] section (SIGHUP): jobs, thresholds and the budget limit change live.
 
         The run in progress keeps the settings it started with; history and spending are kept.
+        Only what changed moves: a profile whose timing (cron, interval, jitter) is the same keeps
+        its next run, and a run due after a (re)start of the server (``ready:``) stays due; a
+        reload never drops a due run nor pushes it to reload time + interval.
         """
+        old = self.settings.profiles
         self.settings = settings
         self.monitor.settings = settings
         self.budget.set_limit(settings.budget.tokens_per_hour)
         self.metrics.declare_profiles(settings.profiles)
-        if self._scheduler is not None:
-            for job in self._scheduler.get_jobs():
-                if job.id.startswith(("load:", "ready:")):
-                    job.remove()
-            self._add_load_jobs()
+        if self._scheduler is None:
+            return
+        for job in self._scheduler.get_jobs():
+            kind, _, name = job.id.partition(":")
+            new = settings.profiles.get(name)
+            if kind == "load":
+                moved = new is None or name not in old or _timing(old[name]) != _timing(new)
+            else:
+                moved = kind == "ready" and (new is None or not new.run_on_ready)
+            if moved:
+                job.remove()
+        self._add_load_jobs(keep_existing=True)
 
     # -- jobs -----------------------------------------------------------------------------------
 
-    def _add_load_jobs(self) -> None:
+    def _add_load_jobs(self, *, keep_existing: bool = False) -> None:
         assert self._scheduler is not None
         for name, profile in self.settings.profiles.items():
+            if keep_existing and self._scheduler.get_job(f"load:{name}") is not None:
+                continue
             trigger: CronTrigger | IntervalTrigger
             jitter = profile.jitter_seconds or None
             if profile.cron is not None:
@@ -597,3 +610,8 @@ def _uncancel() -> None:
 
 def _dt(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
+
+
+def _timing(profile: LoadProfileSettings) -> tuple[str | None, float | None, float]:
+    """What a profile's job trigger is made of: the same timing keeps the job (and its next run)."""
+    return profile.cron, profile.interval_seconds if profile.cron is None else None, profile.jitter_seconds

@@ -45,6 +45,7 @@ CRASH_REASONS: tuple[str, ...] = (
 # Restart reasons for a server that was alive but failed a check, or was restarted on request.
 # "external": someone else stopped or restarted the unit (systemd mode); sentinel re-attaches.
 # "group": a multi-node group's rank-0 agent stopped every rank (sentinel/group/).
+# "start_limit_hit": systemd refused the unit's start (its StartLimitBurst=); nothing ran.
 CHECK_REASONS: tuple[str, ...] = (
     "health",
     "health_generate",
@@ -53,6 +54,7 @@ CHECK_REASONS: tuple[str, ...] = (
     "manual",
     "external",
     "group",
+    "start_limit_hit",
 )
 RESTART_REASONS: tuple[str, ...] = CRASH_REASONS + CHECK_REASONS
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 import signal
 import time
@@ -55,6 +56,10 @@ class ExitInfo:
     external: bool = False
     # Our stop: SIGTERM was not enough within stop_timeout, our SIGKILL of the group ended it.
     stop_killed: bool = False
+    # systemd refused the start (the unit's Result=start-limit-hit): nothing ran, nothing crashed.
+    start_limit: bool = False
+    # With start_limit: seconds until a start can succeed (0: the limit was cleared), None unknown.
+    retry_after: float | None = None
 
     @classmethod
     def from_returncode(cls, rc: int) -> ExitInfo:
@@ -297,6 +302,72 @@ _CLD_EXITED = "1"
 _CLD_SIGNALLED = ("2", "3")
 # Signals systemd counts as a clean end of a service (Result=success) when it sent them itself.
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE)
+_PROPERTIES = (
+    "ActiveState",
+    "SubState",
+    "Result",
+    "ExecMainCode",
+    "ExecMainStatus",
+    "MainPID",
+    # When the unit left "active" and when its main process exited (CLOCK_MONOTONIC, µs): a stop
+    # job leaves "active" first and the process exits after it; a crash is the other way round.
+    "ActiveExitTimestampMonotonic",
+    "ExecMainExitTimestampMonotonic",
+    "StartLimitIntervalUSec",
+    "StartLimitBurst",
+)
+# systemd's Result= for a start it refused under StartLimitIntervalSec=/StartLimitBurst=.
+START_LIMIT_HIT = "start-limit-hit"
+# What a blocking `systemctl start` prints for the same refusal (systemd 239 .. 256).
+_START_LIMIT_TEXT = ("start of the service was attempted too often", "start-limit-hit")
+
+
+def _usec(value: str) -> int | None:
+    """A systemd µs property as an int; None for "infinity", empty or unparsable."""
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+# systemctl show prints *USec properties as timespans ("1h", "1min 30s", "500ms"), the
+# *Monotonic ones as plain µs.
+_TIMESPAN_UNITS = {
+    "us": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "min": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+    "w": 604800.0,
+    "M": 2629800.0,
+    "y": 31557600.0,
+}
+_TIMESPAN_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(us|ms|min|s|h|d|w|M|y)?")
+
+
+def timespan_seconds(value: str) -> float | None:
+    """A systemd timespan as ``systemctl show`` prints it, in seconds; None for "infinity"/junk."""
+    value = value.strip()
+    if not value or value == "infinity":
+        return None
+    total = 0.0
+    pos = 0
+    for m in _TIMESPAN_PART.finditer(value):
+        if value[pos : m.start()].strip():
+            return None
+        # A bare number is µs (how D-Bus carries a USec value); systemctl always prints a unit.
+        total += float(m.group(1)) * _TIMESPAN_UNITS[m.group(2) or "us"]
+        pos = m.end()
+    return total if pos and not value[pos:].strip() else None
+
+
+def stopped_by_a_stop_job(props: dict[str, str]) -> bool:
+    """The unit left "active" before its main process exited: a stop (or restart) job ended it,
+    whatever signal the process finally died of (SGLang SIGKILLs itself at the end of shutdown)."""
+    left = _usec(props.get("ActiveExitTimestampMonotonic", ""))
+    exited = _usec(props.get("ExecMainExitTimestampMonotonic", ""))
+    return bool(left and exited and left < exited)
 
 
 class SystemdRunner:
@@ -322,7 +393,7 @@ class SystemdRunner:
             self._systemctl(
                 "show",
                 self._s.unit,
-                "--property=ActiveState,SubState,Result,ExecMainCode,ExecMainStatus,MainPID",
+                "--property=" + ",".join(_PROPERTIES),
             ),
             self._timeout,
         )
@@ -370,10 +441,37 @@ class SystemdRunner:
             self._main_pid = int(props.get("MainPID", "0") or 0) or None
             _log.info("unit_attached", unit=self._s.unit, pid=self._main_pid)
             return
+        if props.get("Result") == START_LIMIT_HIT:
+            # Refused before (operator's starts count as well): clear it now if polkit lets us,
+            # else the start below is refused again and wait() says how long to wait.
+            await self.reset_failed()
         rc, out = await _run(self._systemctl("start", "--no-block", self._s.unit), self._timeout)
         if rc != 0:
-            raise LaunchError(f"systemctl start {self._s.unit} failed ({rc}): {out[:300]}")
-        _log.info("unit_start_requested", unit=self._s.unit)
+            if any(t in out for t in _START_LIMIT_TEXT):
+                # A blocking start (a systemctl override without --no-block): same refusal.
+                _log.info("unit_start_refused_by_systemctl", unit=self._s.unit, output=out[:300])
+            else:
+                raise LaunchError(f"systemctl start {self._s.unit} failed ({rc}): {out[:300]}")
+        else:
+            _log.info("unit_start_requested", unit=self._s.unit)
+
+    async def reset_failed(self) -> bool:
+        """``systemctl reset-failed UNIT``: clears the failed state and the start rate limit.
+        deploy/sentinel-polkit.rules grants the sentinel user exactly this verb on this unit."""
+        rc, out = await _run(self._systemctl("reset-failed", self._s.unit), self._timeout)
+        if rc != 0:
+            _log.info("unit_reset_failed_denied", unit=self._s.unit, returncode=rc, output=out[:300])
+            return False
+        _log.info("unit_start_limit_cleared", unit=self._s.unit)
+        return True
+
+    async def _refused(self, info: ExitInfo, props: dict[str, str]) -> ExitInfo:
+        """A start-limit refusal: clear it (polkit permitting) or say how long until it clears."""
+        if await self.reset_failed():
+            return replace(
+                info, retry_after=0.0, description=f"{info.description}; cleared with reset-failed"
+            )
+        return replace(info, retry_after=timespan_seconds(props.get("StartLimitIntervalUSec", "")))
 
     async def wait(self) -> ExitInfo:
         seen_running = False
@@ -410,6 +508,9 @@ class SystemdRunner:
             elif state in ("failed", "inactive", "deactivating") or (seen_running and state):
                 exit_info = self._exit_info(props)
             if exit_info is not None:
+                if exit_info.start_limit:
+                    self._main_pid = None
+                    return await self._refused(exit_info, props)
                 if exit_info.external:
                     await self._wait_out_stop_job(props)
                 self._main_pid = None
@@ -437,22 +538,43 @@ class SystemdRunner:
         return props.get("ActiveState") in ("active", "reloading") and props.get("SubState") != "auto-restart"
 
     @staticmethod
-    def _exit_info(props: dict[str, str]) -> ExitInfo:
+    def _exit_info(props: dict[str, str], *, ours: bool = False) -> ExitInfo:
         code, status = props.get("ExecMainCode", ""), props.get("ExecMainStatus", "")
         state = f"{props.get('ActiveState', '?')}/{props.get('SubState', '?')}"
+        if props.get("Result") == START_LIMIT_HIT:
+            # First: ExecMain* still describe the previous life (often SGLang's own SIGKILL at the
+            # end of a stop), which is how a refusal used to read as "killed by signal 9".
+            burst = props.get("StartLimitBurst", "?")
+            within = props.get("StartLimitIntervalUSec") or "StartLimitIntervalSec="
+            return ExitInfo(
+                None,
+                None,
+                f"unit {state}: systemd refused the start (start request repeated too quickly: "
+                f"more than {burst} starts within {within}, Result={START_LIMIT_HIT}); nothing was started",
+                start_limit=True,
+            )
+        who = "stopped by sentinel" if ours else "stopped outside sentinel"
         try:
             n = int(status)
         except ValueError:
             return ExitInfo(None, None, f"unit {state}, result {props.get('Result', '?')}")
         if code == _CLD_EXITED:
             return ExitInfo(n, None, f"unit {state}: exited with status {n}")
-        if code in _CLD_SIGNALLED and props.get("Result") == "success" and n in _STOP_SIGNALS:
-            # systemd files a stop it performed (SIGTERM) as success: someone ran stop/restart.
-            return ExitInfo(None, n, f"unit {state}: stopped outside sentinel ({_signame(n)})", external=True)
+        if code in _CLD_SIGNALLED and (
+            (props.get("Result") == "success" and n in _STOP_SIGNALS) or stopped_by_a_stop_job(props)
+        ):
+            # systemd files a stop it performed (SIGTERM) as success; SGLang's own SIGKILL at the
+            # end of its shutdown comes after the unit left "active": someone ran stop/restart.
+            return ExitInfo(None, n, f"unit {state}: {who} ({_signame(n)})", external=True)
         if code not in _CLD_SIGNALLED:
             # ExecMainCode 0: the main process has not exited; the unit is being stopped or
             # restarted by a job someone else queued (`systemctl restart sglang`), not by a signal 0.
-            return ExitInfo(None, None, f"unit {state}: stopped or restarted outside sentinel", external=True)
+            return ExitInfo(
+                None,
+                None,
+                f"unit {state}: {'stopped by sentinel' if ours else 'stopped or restarted outside sentinel'}",
+                external=True,
+            )
         return ExitInfo(None, n, f"unit {state}: killed by signal {n} ({_signame(n)})")
 
     async def terminate(self, timeout_s: float) -> ExitInfo | None:
@@ -462,7 +584,7 @@ class SystemdRunner:
             _log.error("systemctl_stop_failed", unit=self._s.unit, returncode=rc, output=out[:300])
         self._main_pid = None
         try:
-            return self._exit_info(await self.show())
+            return self._exit_info(await self.show(), ours=True)
         except LaunchError:
             return None
 

@@ -71,6 +71,10 @@ _DYING_GRACE = 0.5
 # A port someone else holds is retried at this pace (at least), never counted as a crash.
 _PORT_RETRY_MIN = 1.0
 _PORT_RETRY_MAX = 30.0
+# A refused start whose interval systemd did not say (StartLimitIntervalUSec unreadable): try again
+# after this long; the floor keeps a cleared limit from turning into a tight loop.
+_START_LIMIT_RETRY = 60.0
+_START_LIMIT_MIN = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +84,8 @@ class _Outcome:
     reason: str  # a RESTART_REASONS value
     detail: str
     crash: Crash | None = None
+    # start_limit_hit: seconds until systemd accepts a start (0: cleared; None: not known).
+    retry_after: float | None = None
 
 
 class Supervisor:
@@ -400,6 +406,9 @@ class Supervisor:
             if outcome.reason == "port_in_use":
                 await self._wait_for_port()
                 continue
+            if outcome.reason == "start_limit_hit":
+                await self._wait_for_start_limit(outcome)
+                continue
             now = time.monotonic()
             self.up = False
             self.epoch = None
@@ -451,6 +460,33 @@ class Supervisor:
         self.machine.set(ServerState.RESTARTING, f"port {s.port} held by {who}")
         self._publish()
         _log.warning("server_port_held", port=s.port, holders=who, retry_in=delay)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(delay):
+                await self._reset_event.wait()
+
+    async def _wait_for_start_limit(self, outcome: _Outcome) -> None:
+        """systemd refused the start (StartLimitBurst= starts within StartLimitIntervalSec=, which
+        counts an operator's starts as well as ours). Not a crash and not counted towards the crash
+        loop: nothing ran. Start again once the limit is cleared (reset-failed, polkit permitting)
+        or its interval has passed, never in a loop of refused starts."""
+        s = self.settings
+        self.up = False
+        self.epoch = None
+        retry = outcome.retry_after
+        delay = _START_LIMIT_RETRY if retry is None else max(retry, _START_LIMIT_MIN)
+        self.restarts["start_limit_hit"] += 1
+        self.next_retry_at = time.time() + delay
+        self.machine.set(ServerState.RESTARTING, "start refused by systemd (start-limit-hit)")
+        self._publish()
+        fix = (
+            "cleared by sentinel with systemctl reset-failed"
+            if retry == 0.0
+            else f"install deploy/sentinel-polkit.rules so sentinel may run `systemctl reset-failed "
+            f"{s.systemd.unit}` (or run it as root), or set StartLimitIntervalSec=0 in the unit"
+        )
+        _log.error(
+            "server_start_refused", reason="start_limit_hit", detail=outcome.detail, fix=fix, retry_in=delay
+        )
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(delay):
                 await self._reset_event.wait()
@@ -521,6 +557,8 @@ class Supervisor:
 
     async def _crash_outcome(self, exit_task: asyncio.Task[ExitInfo]) -> _Outcome:
         exit_info = exit_task.result()
+        if exit_info.start_limit:
+            return _Outcome("start_limit_hit", exit_info.description, None, exit_info.retry_after)
         if exit_info.external:
             # An operator's restart is not a crash: no error line, no crash count, no backoff.
             _log.warning("server_stopped_externally", detail=exit_info.description)
