@@ -45,6 +45,7 @@ CRASH_REASONS: tuple[str, ...] = (
 # Restart reasons for a server that was alive but failed a check, or was restarted on request.
 # "external": someone else stopped or restarted the unit (systemd mode); sentinel re-attaches.
 # "group": a multi-node group's rank-0 agent stopped every rank (sentinel/group/).
+# "fallback": the configured launch failed correctness; relaunched with a known-good one (fallback.py).
 CHECK_REASONS: tuple[str, ...] = (
     "health",
     "health_generate",
@@ -53,6 +54,7 @@ CHECK_REASONS: tuple[str, ...] = (
     "manual",
     "external",
     "group",
+    "fallback",
 )
 RESTART_REASONS: tuple[str, ...] = CRASH_REASONS + CHECK_REASONS
 
