@@ -25,6 +25,7 @@ Decision rules (``[server.fallback]``, child mode, opt-in):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections import Counter
@@ -174,6 +175,34 @@ class Fallback:
             fallback_hash=self.running.config_hash,
         )
         return self.running
+
+    def preview(self, configured: LaunchCommand) -> dict[str, Any]:
+        """What a fallback from ``configured`` would be now (``sentinel check``); changes nothing."""
+        self.configured = self.running = configured
+        self.store.load(set_aside=False)
+        saved = None
+        if self._path is not None and self._path.is_file():
+            with contextlib.suppress(OSError, ValueError):
+                saved = json.loads(self._path.read_text(encoding="utf-8"))
+        found = self.candidate()
+        out: dict[str, Any] = {
+            "enabled": self.settings.enabled,
+            "known_good_configs": len(self.store.records),
+            "active": bool(
+                isinstance(saved, dict)
+                and "flags" in saved
+                and saved.get("configured_hash") == configured.config_hash
+            ),
+        }
+        if isinstance(found, str):
+            return {**out, "fallback": None, "why_none": found}
+        cmd, origin = found
+        mine, theirs = split_argv(configured.redacted_argv())[1], split_argv(cmd.redacted_argv())[1]
+        return {
+            **out,
+            "fallback": {"origin": origin, "config_hash": cmd.config_hash, "argv": cmd.redacted_argv()},
+            "differences": diff_flags(mine, theirs),
+        }
 
     def new_life(self) -> None:
         self._good_since = None

@@ -146,7 +146,8 @@ class KnownGoodStore:
         self.records: dict[str, KnownGood] = {}
         self.unreadable = 0  # files (or records) set aside since start
 
-    def load(self) -> None:
+    def load(self, *, set_aside: bool = True) -> None:
+        """Read the file (``set_aside`` False: a bad one is only logged, e.g. by ``sentinel check``)."""
         path = self.path
         if path is None:
             return
@@ -159,7 +160,11 @@ class KnownGoodStore:
         except FileNotFoundError:
             return
         except (OSError, ValueError) as exc:
-            self._set_aside(path, str(exc))
+            if set_aside:
+                self._set_aside(path, str(exc))
+            else:
+                self.unreadable += 1
+                _log.warning("known_good_file_unreadable", path=str(path), error=str(exc), moved_to=None)
             return
         for item in data["records"]:
             try:
