@@ -96,19 +96,22 @@ class FallbackView:
 
 
 def _with_flags(base: LaunchCommand, flags: Flags) -> LaunchCommand:
-    """``base`` with its launch flags replaced by ``flags``; endpoint and secret flags stay base's."""
+    """``base`` with its launch flags replaced by ``flags``; endpoint and secret flags stay base's
+    (in the place ``flags`` had them, so a record of this very endpoint renders its own argv)."""
     prefix, own = split_argv(base.argv)
     _, shown = split_argv(base.redacted_argv())
-    keep = [
-        pair for pair, masked in zip(own, shown, strict=True) if pair[0] in ENDPOINT_FLAGS or pair != masked
-    ]
-    kept_names = {name for name, _ in keep}
-    chosen = [
-        p
-        for p in flags
-        if p[0] not in ENDPOINT_FLAGS and p[0] not in kept_names and "***" not in "".join(p[1])
-    ]
-    argv = join_argv(prefix, (*chosen, *keep))
+    keep = {
+        pair[0]: pair
+        for pair, masked in zip(own, shown, strict=True)
+        if pair[0] in ENDPOINT_FLAGS or pair != masked
+    }
+    out: list[tuple[str, tuple[str, ...]]] = []
+    for name, values in flags:
+        if name in keep:
+            out.append(keep.pop(name))
+        elif name not in ENDPOINT_FLAGS and "***" not in "".join(values):
+            out.append((name, values))
+    argv = join_argv(prefix, (*out, *keep.values()))
     secret = base.secret
     at = tuple(i for i, a in enumerate(argv) if secret and secret in a)
     return replace(base, argv=argv, secret_args=at)
@@ -355,7 +358,8 @@ class Fallback:
         self._decision = {
             "configured_hash": configured.config_hash,
             "fallback_hash": cmd.config_hash,
-            "flags": [[n, list(v)] for n, v in split_argv(cmd.redacted_argv())[1] if n not in ENDPOINT_FLAGS],
+            # Secrets masked; the endpoint and key flags only keep their place (fallback: base's).
+            "flags": [[n, list(v)] for n, v in split_argv(cmd.redacted_argv())[1]],
             "origin": origin,
             "since": now,
             "reason": reason,

@@ -531,6 +531,7 @@ class Supervisor:
         self.bus.clear_tail()
         self.checks.reset()
         self.fallback.new_life()
+        self.garbage.new_life()
         if self._gate is not None:
             await self._gate()
         self.machine.set(ServerState.STARTING, "preflight")
