@@ -198,16 +198,17 @@ class Daemon:
             self.state.unlock()
         return 0
 
-    def reset(self, why: str = "request") -> bool:
+    def reset(self, why: str = "request", *, configured: bool = False) -> bool:
         """Manual reset: clear the crash-loop window and start the server (it if failed).
+        ``configured``: also end a fallback (the configured launch again, restarted now).
 
         False when there is nothing to reset yet (still starting, or not the daemon's server)."""
         if self.supervisor is None:
             _log.warning("reset_ignored", reason="still starting", source=why)
             return False
         state = self.supervisor.snapshot().state.value
-        _log.info("manual_reset", source=why, server_state=state)
-        self.supervisor.reset()
+        _log.info("manual_reset", source=why, server_state=state, configured=configured)
+        self.supervisor.reset(configured=configured)
         return True
 
     def _checkpoint(self) -> None:
@@ -272,6 +273,15 @@ class Daemon:
             feed = log_source.feed
             supervisor.add_line_listener(lambda line: feed(line.text))
         gpu_source = collectors.get("gpu")
+        if isinstance(gpu_source, GpuCollector):
+            poller = gpu_source.poller
+
+            def host_facts() -> tuple[str | None, str | None]:
+                snap = poller.snapshot
+                model = snap.devices[0].identity.name if snap.devices else None
+                return model, snap.driver_version or None
+
+            supervisor.set_host_facts(host_facts)
         # The running server's SGLang version, read on each transition to ready, for the sglang collector.
         metrics_source = collectors.get("sglang")
         version_sink = (
@@ -581,7 +591,8 @@ class Daemon:
     async def _reset(self, request: web.Request) -> web.StreamResponse:
         # Who may call it (POST, authenticated or loopback) is the exporter's business (server.py).
         before = self.supervisor.snapshot().state.value if self.supervisor is not None else "starting"
-        if not self.reset("http"):
+        configured = request.query.get("configured", "") in ("1", "true", "yes")
+        if not self.reset("http", configured=configured):
             return web.json_response({"reset": False, "server_state": before}, status=503)
         return web.json_response({"reset": True, "server_state": before})
 

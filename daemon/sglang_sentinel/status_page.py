@@ -148,6 +148,20 @@ def _why(server: Mapping[str, Any], now: float) -> str:
     return f'<section class="wide why {cls}box">{"".join(parts)}</section>'
 
 
+def _fallback(server: Mapping[str, Any]) -> str:
+    """The box while the fallback configuration runs (or when none was possible)."""
+    fb = server.get("fallback")
+    if not isinstance(fb, Mapping) or not fb.get("message"):
+        return ""
+    parts = [f"<h2>Launch configuration: {_e(fb.get('source'))}</h2><p>{_code(str(fb['message']))}</p>"]
+    diffs = [str(d) for d in fb.get("differences") or []]
+    if diffs:
+        parts.append(
+            "<p><b>Differences (configured → fallback):</b></p><pre>" + _e("\n".join(diffs)) + "</pre>"
+        )
+    return f'<section class="wide why warnbox">{"".join(parts)}</section>'
+
+
 def _code(text: str) -> str:
     """Escaped text with `backticked` spans as <code>."""
     pieces = _e(text).split("`")
@@ -443,6 +457,7 @@ def render_status_page(snapshot: Mapping[str, Any]) -> str:
         + (f'<a href="{_e(report_url)}">calibration report</a>' if report_url else "")
         + "</header><main>"
         + _why(server, now)
+        + _fallback(server)
         + _server(server, now)
         + _probes(snapshot.get("probes") or [], state, now)
         + _runs(sched.get("recent") or [], sched.get("current"), now)

@@ -23,11 +23,21 @@ if TYPE_CHECKING:
     from sglang_sentinel.supervise.settings import ServerSettings
     from sglang_sentinel.supervise.snapshot import SupervisorSnapshot
 
-__all__ = ["RESET_COMMAND", "probe_rows", "server_section", "status_json"]
+__all__ = [
+    "RESET_COMMAND",
+    "RESET_CONFIGURED_COMMAND",
+    "fallback_section",
+    "probe_rows",
+    "server_section",
+    "status_json",
+]
 
 #: The command that leaves ``failed`` (forgets the crash-loop history, starts the server again);
 #: the one logs, alerts, the status page and the README tell an operator to run (daemon.py too).
 RESET_COMMAND = "sentinel reset"
+#: The command that ends a fallback (supervise/fallback.py): the configured launch again.
+RESET_CONFIGURED_COMMAND = "sentinel reset --configured"
+_WHAT = {"garbage": "answered garbage", "nan_in_sampler": "crashed on NaN"}
 # Canary answers can be long (a whole paragraph of garbage): a screen shows the start.
 _DETAIL_CHARS = 160
 _SERVING = (ServerState.READY, ServerState.UNHEALTHY)
@@ -41,10 +51,22 @@ def _cut(text: str, n: int = _DETAIL_CHARS) -> str:
 def _action(snap: SupervisorSnapshot, settings: ServerSettings, url: str) -> str | None:
     state = snap.state
     restart = settings.restart
+    on_fallback = snap.fallback is not None and snap.fallback.source == "fallback"
     if state is ServerState.FAILED:
+        if on_fallback:
+            return (
+                "The fallback configuration failed too (there is no second fallback). Fix the cause, "
+                f"then run `{RESET_CONFIGURED_COMMAND}` to start the configured one again (or "
+                f"`{RESET_COMMAND}` to retry the fallback)."
+            )
         return (
             f"Fix the cause shown above, then run `{RESET_COMMAND}`: it clears the crash-loop "
             "history and starts the server again (restarting the sentinel service does too)."
+        )
+    if on_fallback and state is ServerState.READY:
+        return (
+            f"The configured launch answered wrong; the fallback answers now. Fix the configured one, then "
+            f"run `{RESET_CONFIGURED_COMMAND}` to try it again."
         )
     if state is ServerState.RESTARTING:
         return (
@@ -103,7 +125,48 @@ def server_section(
         "action": _action(snap, settings, url),
         # Who holds the server's port while a start waits for it (the cause of port_in_use).
         "port_held_by": snap.port_holders or None,
+        "fallback": fallback_section(snap),
         **retry,
+    }
+
+
+def _utc(ts: float) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(ts, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def fallback_section(snap: SupervisorSnapshot) -> dict[str, Any] | None:
+    """Which launch runs and why (child mode); ``message`` is the sentence every screen shows."""
+    fb = snap.fallback
+    if fb is None:
+        return None
+    message = None
+    if fb.source == "fallback":
+        since = _utc(fb.since) if fb.since is not None else "?"
+        message = (
+            f"running the fallback configuration {fb.running_hash} ({fb.origin}) since {since}; "
+            f"the configured one ({fb.configured_hash}) {_WHAT.get(fb.reason, fb.reason)}: "
+            f"{_cut(fb.example)}; run `{RESET_CONFIGURED_COMMAND}` to try it again"
+        )
+    elif fb.enabled and fb.exhausted:
+        message = f"no fallback possible: {fb.exhausted}"
+    return {
+        "enabled": fb.enabled,
+        "source": fb.source,
+        "configured_hash": fb.configured_hash,
+        "running_hash": fb.running_hash,
+        "since": fb.since,
+        "reason": fb.reason or None,
+        "example": fb.example or None,
+        "origin": fb.origin or None,
+        "differences": list(fb.differences),
+        "running_argv": list(fb.running_argv),
+        "known_good_configs": fb.known_good,
+        "recent_failures": fb.recent_failures,
+        "exhausted": fb.exhausted or None,
+        "message": message,
+        "lives": [dict(life) for life in fb.lives],
     }
 
 

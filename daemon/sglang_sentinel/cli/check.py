@@ -49,6 +49,19 @@ def _row_json(cmd: Any) -> dict[str, Any] | None:
     }
 
 
+def _fallback_preview(settings: Any, cmd: Any) -> dict[str, Any]:
+    """What [server.fallback] would relaunch with if the configured command failed now."""
+    import os
+
+    from sglang_sentinel.daemon import resolve_state_dir
+    from sglang_sentinel.supervise.fallback import Fallback
+
+    preview: dict[str, Any] = Fallback(
+        settings.server.fallback, resolve_state_dir(settings, os.environ)
+    ).preview(cmd)
+    return preview
+
+
 def _handle(args: argparse.Namespace) -> int:
     from sglang_sentinel.config import load_settings
     from sglang_sentinel.log import configure_logging
@@ -93,6 +106,7 @@ def _handle(args: argparse.Namespace) -> int:
         # The unit (or whoever runs the server) owns the interpreter, model path and port.
         results = [r for r in results if r.name in ("gpus", "known_bad")]
     failed = any(r.status == "fail" for r in results)
+    fallback = _fallback_preview(settings, cmd) if child else None
     if args.json:
         # redact(): the API key may also sit in extra_args, env or a fault spec, not only --api-key.
         print(
@@ -113,6 +127,7 @@ def _handle(args: argparse.Namespace) -> int:
                         if cmd.profile.kind == "sglang"
                         else None,
                         "launch_row": _row_json(cmd),
+                        "fallback": fallback,
                         "unit": s.systemd.unit if s.mode == "systemd" else None,
                         "preflight": [
                             {"check": r.name, "status": r.status, "message": r.message} for r in results
@@ -143,6 +158,23 @@ def _handle(args: argparse.Namespace) -> int:
     print(f"endpoint:     http://{s.host}:{s.port}")
     print("command line:")
     print(f"  {redact(cmd.display())}")
+    if fallback is not None:
+        on = "on" if fallback["enabled"] else "off ([server.fallback] enabled = false)"
+        print(
+            f"fallback:     {on}; {fallback['known_good_configs']} known-good configuration(s) on this host"
+        )
+        if fallback["active"]:
+            print(
+                "              a fallback is in force for this configured command "
+                "(`sentinel reset --configured` ends it)"
+            )
+        if fallback["fallback"] is None:
+            print(f"              would be: none ({fallback['why_none']})")
+        else:
+            fb = fallback["fallback"]
+            print(f"              would be: {fb['config_hash']} ({fb['origin']})")
+            for line in fallback["differences"]:
+                print(f"                {line}")
     print("preflight:")
     width = max((len(r.name) for r in results), default=0)
     for r in results:

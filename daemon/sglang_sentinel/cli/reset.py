@@ -3,7 +3,8 @@
 A server that crashed more than ``[server.restart] max_restarts`` times within ``window`` is left
 in the failed state: restarting it forever would only burn GPU time and bury the first error.
 Once the cause is fixed, this command asks the running daemon (``POST /reset`` on its exporter)
-to forget the restart history and start the server again. The same as ``kill -USR1 <pid>``
+to forget the restart history and start the server again. ``--configured`` also ends a fallback
+(``[server.fallback]``): the configured launch command is started again, now. The same as ``kill -USR1 <pid>``
 (the pid is in ``sentinel status`` and ``<state_dir>/sentinel.pid``).
 
 When the exporter has basic auth, ``/reset`` needs it like every other path: ``--user`` and
@@ -47,6 +48,11 @@ def register(sub: Any) -> None:
         default=None,
         help="CA bundle for an HTTPS exporter (default: system CAs; unverified on loopback only)",
     )
+    p.add_argument(
+        "--configured",
+        action="store_true",
+        help="also end a fallback: launch the configured command again (restarts a running server)",
+    )
     p.add_argument("--timeout", type=positive_seconds, default=10.0, help="seconds (default 10)")
     p.set_defaults(handler=_handle)
 
@@ -72,7 +78,8 @@ def _handle(args: argparse.Namespace) -> int:
         # The daemon's own certificate is often self-signed; on loopback nobody sits in between.
         verify = False
     try:
-        response = httpx.post(url + "/reset", timeout=args.timeout, verify=verify, auth=auth)
+        path = "/reset?configured=1" if args.configured else "/reset"
+        response = httpx.post(url + path, timeout=args.timeout, verify=verify, auth=auth)
     except httpx.HTTPError as exc:
         raise CliError(
             f"cannot reach the daemon at {parsed.copy_with(username=None, password=None)}: "
@@ -95,7 +102,9 @@ def _handle(args: argparse.Namespace) -> int:
     if response.status_code != 200 or not isinstance(body, dict) or not body.get("reset"):
         raise CliError(f"{url}/reset: HTTP {response.status_code}", 1)
     was = body.get("server_state", "unknown")
-    if was == "failed":
+    if args.configured:
+        print(f"reset: the configured launch starts again (the server was {was})")
+    elif was == "failed":
         print("reset: the server was failed; the daemon is starting it again")
     else:
         print(f"reset: restart history cleared (the server was {was})")

@@ -131,6 +131,11 @@ def summarize(status: dict[str, Any], now: float | None = None) -> str:
         lines.append("next retry  none: waiting for reset")
     elif server.get("next_retry_at"):
         lines.append(f"next retry  {_ago(server.get('next_retry_at'), now)}")
+    fallback = server.get("fallback")
+    if isinstance(fallback, dict) and fallback.get("message"):
+        lines.append(f"fallback    {fallback['message']}")
+        for diff in fallback.get("differences") or []:
+            lines.append(f"  differs   {diff}")
     if server.get("action"):
         lines.append(f"do          {server['action']}")
     for probe in status.get("probes") or []:

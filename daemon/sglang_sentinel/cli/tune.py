@@ -53,6 +53,12 @@ def register(sub: Any) -> None:
     p.add_argument("--budget-tokens", type=int, default=None, metavar="N", help="tokens the tune may send")
     p.add_argument("--json", action="store_true", help="print the result document instead of the table")
     p.add_argument("--report", type=Path, default=None, metavar="DIR", help="write the HTML report here")
+    p.add_argument(
+        "--adopt",
+        action="store_true",
+        help="make the winner the configured profile (appended to --config when it has no such table) "
+        "and record it known-good for [server.fallback]",
+    )
     r = p.add_mutually_exclusive_group()
     r.add_argument(
         "--resume", default=None, metavar="ID", help="resume this tune (default: the unfinished one)"
@@ -209,7 +215,13 @@ def _tune_command(args: argparse.Namespace) -> int:
             print(json.dumps(doc, indent=1))  # what ran so far, marked interrupted_at
         print(f"interrupted: run the same command again to resume tune {tune_id}", file=sys.stderr)
         return 130
-    return _output(doc, args, writer)
+    code = _output(doc, args, writer)
+    if args.adopt:
+        from sglang_sentinel.tune.adopt import adopt_winner
+
+        for line in adopt_winner(doc, base, args.config, state_dir):
+            print(line, file=sys.stderr)
+    return code
 
 
 class _ReportWriter:

@@ -46,6 +46,7 @@ CRASH_REASONS: tuple[str, ...] = (
 # "external": someone else stopped or restarted the unit (systemd mode); sentinel re-attaches.
 # "group": a multi-node group's rank-0 agent stopped every rank (sentinel/group/).
 # "start_limit_hit": systemd refused the unit's start (its StartLimitBurst=); nothing ran.
+# "fallback": the configured launch failed correctness; relaunched with a known-good one (fallback.py).
 CHECK_REASONS: tuple[str, ...] = (
     "health",
     "health_generate",
@@ -55,6 +56,7 @@ CHECK_REASONS: tuple[str, ...] = (
     "external",
     "group",
     "start_limit_hit",
+    "fallback",
 )
 RESTART_REASONS: tuple[str, ...] = CRASH_REASONS + CHECK_REASONS
 

@@ -34,6 +34,12 @@ class GarbageWatch:
     def add_listener(self, listener: GarbageListener) -> None:
         self._listeners.append(listener)
 
+    def new_life(self) -> None:
+        """A new server process: its garbage is a new confirmation (the fallback counts them per
+        life); the last pass stays the start of the doubt."""
+        self._fails.clear()
+        self._confirmed = False
+
     def observe(self, result: ProbeResult, now: float, ready_at: float | None) -> None:
         """One canary result (``now``: wall clock)."""
         if result.ok:

@@ -11,6 +11,10 @@ dashboards rely on:
 - ``sentinel_server_stop_kills_total``: our stops that SIGTERM did not end within stop_timeout.
 - ``sentinel_server_start_duration_seconds``: launch → /health 200 of the last start.
 - ``sentinel_server_ready_timestamp_seconds``: when the current (or last) server became ready.
+- ``sentinel_server_fallback_total{reason}``: relaunches with a known-good configuration after
+  the configured one failed correctness (``garbage``, ``nan_in_sampler``); 0 from the start.
+- ``sentinel_server_config_info{source,config_hash,configured_hash}``: which command runs,
+  ``source="configured"`` or ``"fallback"`` (alert: SGLangServerOnFallbackConfig).
 - ``sentinel_probe_success{probe}`` / ``sentinel_probe_duration_seconds{probe}``: the last result
   of health, health_generate, stall and each canary (``canary_<name>``). While the server is not
   serving (starting, warming, restarting, failed, stopped) only ``health`` is exported, at 0:
@@ -26,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from sglang_sentinel.supervise.classify import CRASH_REASONS
+from sglang_sentinel.supervise.fallback import FALLBACK_REASONS
 from sglang_sentinel.supervise.state import ServerState
 
 if TYPE_CHECKING:
@@ -119,6 +124,7 @@ class SupervisorCollector(Collector):
         )
         info.add_metric([sup.mode, sup.profile, sup.config_hash, version], 1)
         yield info
+        yield from _fallback_series(sup)
         probes = sup.probes
         success = GaugeMetricFamily(
             "sentinel_probe_success", "1 when the last run of the probe passed.", labels=["probe"]
@@ -160,3 +166,37 @@ class SupervisorCollector(Collector):
         yield CounterMetricFamily(
             "sentinel_server_log_lines", "Log lines read from the server.", value=sup.log_lines_total
         )
+
+
+def _fallback_series(sup: SupervisorSnapshot) -> Iterator[Metric]:
+    fb = sup.fallback
+    c = CounterMetricFamily(
+        "sentinel_server_fallback",
+        "Relaunches with a known-good configuration after the configured one failed correctness, by why.",
+        labels=["reason"],
+    )
+    counts = dict.fromkeys(FALLBACK_REASONS, 0) | (dict(fb.fallbacks) if fb is not None else {})
+    for reason, n in sorted(counts.items()):
+        c.add_metric([reason], n)
+    yield c
+    info = GaugeMetricFamily(
+        "sentinel_server_config_info",
+        "The launch configuration running now: source configured or fallback; always 1.",
+        labels=["source", "config_hash", "configured_hash"],
+    )
+    if fb is not None:
+        info.add_metric([fb.source, fb.running_hash, fb.configured_hash], 1)
+    else:
+        info.add_metric(["configured", sup.config_hash, sup.config_hash], 1)
+    yield info
+    if fb is not None:
+        yield GaugeMetricFamily(
+            "sentinel_server_known_good_configs",
+            "Launch configurations recorded as answering right on this host (state dir).",
+            value=fb.known_good,
+        )
+    yield CounterMetricFamily(
+        "sentinel_server_known_good_unreadable",
+        "Known-good files or records that could not be read and were set aside.",
+        value=fb.unreadable if fb is not None else 0,
+    )

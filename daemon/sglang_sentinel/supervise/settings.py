@@ -21,6 +21,7 @@ __all__ = [
     "CheckAction",
     "CheckSettings",
     "ChecksSettings",
+    "FallbackSettings",
     "LaunchProfile",
     "RestartSettings",
     "ServerSettings",
@@ -139,6 +140,24 @@ class RestartSettings(Section):
                 f"backoff_max ({self.backoff_max:g})"
             )
         return self
+
+
+class FallbackSettings(Section):
+    """``[server.fallback]``: relaunch with a configuration known to answer right (supervise/fallback.py)."""
+
+    # Off by default: a different command line than the one configured is a decision an operator
+    # opts into. Child mode only (sentinel renders the argv); systemd/external refuse it.
+    enabled: bool = False
+    # This many correctness failures (confirmed canary garbage, NaN-class crashes) of one
+    # configuration within `window` seconds start the fallback.
+    failures: int = Field(default=2, ge=1)
+    window: float = Field(default=1800.0, gt=0)
+    # A configuration is recorded known-good once it has answered every canary right for this
+    # long in one life (and again, its last-good time, on every passing round after that).
+    good_after: float = Field(default=600.0, ge=0)
+    # Where a fallback may come from: this host's known-good records, the launch table's
+    # known_good row for the running SGLang version and GPU architecture, or both.
+    sources: tuple[Literal["history", "table"], ...] = ("history", "table")
 
 
 class SystemdSettings(Section):
@@ -354,3 +373,13 @@ class ServerSettings(Section):
     restart: RestartSettings = Field(default_factory=RestartSettings)
     checks: ChecksSettings = Field(default_factory=ChecksSettings)
     systemd: SystemdSettings = Field(default_factory=SystemdSettings)
+    fallback: FallbackSettings = Field(default_factory=FallbackSettings)
+
+    @model_validator(mode="after")
+    def _fallback_needs_child(self) -> ServerSettings:
+        if self.fallback.enabled and self.mode != "child":
+            raise ValueError(
+                f'fallback.enabled needs mode = "child": in {self.mode} mode sentinel does not choose the '
+                "server's command line, so it cannot relaunch it with another one"
+            )
+        return self

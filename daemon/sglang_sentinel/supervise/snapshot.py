@@ -19,6 +19,7 @@ from sglang_sentinel.supervise.state import ServerState
 
 if TYPE_CHECKING:
     from sglang_sentinel.supervise.classify import Crash
+    from sglang_sentinel.supervise.fallback import FallbackView
     from sglang_sentinel.supervise.launch import SGLangVersion
     from sglang_sentinel.supervise.preflight import PreflightResult
     from sglang_sentinel.supervise.probes import ProbeResult
@@ -61,6 +62,8 @@ class SupervisorSnapshot:
     port_holders: str = ""
     # Our stops that SIGTERM did not end within stop_timeout (the group SIGKILLed).
     stop_kills: int = 0
+    # The fallback's state (supervise/fallback.py): which command runs, and why.
+    fallback: FallbackView | None = None
 
     @property
     def ready_epoch(self) -> float | None:

@@ -32,6 +32,7 @@ from sglang_sentinel.supervise.backoff import RestartPolicy
 from sglang_sentinel.supervise.checks import Checks
 from sglang_sentinel.supervise.classify import RESTART_REASONS, Crash, classify_exit, decisive_lines
 from sglang_sentinel.supervise.external import observe_external
+from sglang_sentinel.supervise.fallback import Fallback, HostFacts
 from sglang_sentinel.supervise.gaps import GapWatch
 from sglang_sentinel.supervise.garbage import GarbageListener, GarbageWatch
 from sglang_sentinel.supervise.history import HISTORY_FILE, RestartHistory
@@ -45,6 +46,7 @@ from sglang_sentinel.supervise.prelaunch import preflight_before_launch, render_
 from sglang_sentinel.supervise.probes import ProbeResult
 from sglang_sentinel.supervise.readiness import await_ready
 from sglang_sentinel.supervise.runners import ChildRunner, ExitInfo, LaunchError, Runner
+from sglang_sentinel.supervise.server_version import ServerVersionReader
 from sglang_sentinel.supervise.settings import ServerSettings
 from sglang_sentinel.supervise.snapshot import SupervisorSnapshot, frozen
 from sglang_sentinel.supervise.state import ServerState, StateListener, StateMachine
@@ -75,6 +77,9 @@ _PORT_RETRY_MAX = 30.0
 # after this long; the floor keeps a cleared limit from turning into a tight loop.
 _START_LIMIT_RETRY = 60.0
 _START_LIMIT_MIN = 1.0
+
+
+_LIVE = (ServerState.STARTING, ServerState.WARMING, ServerState.READY, ServerState.UNHEALTHY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +144,11 @@ class Supervisor:
         self._pending_restart: str | None = None
         history = state_dir / HISTORY_FILE if state_dir is not None and settings.mode != "external" else None
         self._history = RestartHistory(history, self.policy)
+        # Known-good records and the fallback decision: only where sentinel renders the command.
+        self.fallback = Fallback(settings.fallback, state_dir if settings.mode == "child" else None)
+        self._fallback_due: str | None = None  # a FALLBACK_REASONS value once a fallback is due
+        self.garbage.add_listener(self._on_garbage)
+        self._version_reader: ServerVersionReader | None = None
         # Where the launch puts what must not be on the command line (the API key file).
         self._state_dir = state_dir
         # Time the event loop was away (SIGSTOP, a paused VM) is not evidence for any check.
@@ -216,6 +226,11 @@ class Supervisor:
         a row (the scheduler takes the runs since the last pass out of the reference series)."""
         self.garbage.add_listener(listener)
 
+    def set_host_facts(self, host_facts: HostFacts) -> None:
+        """``host_facts()`` -> (GPU model, driver version) for the known-good records (the daemon
+        passes the GPU poller's; supervise sits below collect)."""
+        self.fallback.host_facts = host_facts
+
     async def wait_for_state(self, *states: ServerState, timeout_s: float | None = None) -> ServerState:
         """Wait until the state is one of ``states``; raises TimeoutError after ``timeout_s``."""
         return await self.machine.wait_for(*states, timeout_s=timeout_s)
@@ -231,6 +246,9 @@ class Supervisor:
         s = self.settings
         if s.mode == "child" and self.command is None:
             self.command = await render_launch_command(s)
+        if s.mode == "child" and self.command is not None:
+            # A fallback decided before a restart of sentinel is kept (fallback.py).
+            self.command = self.fallback.begin(self.command)
         if self.member is not None and self.command is not None:
             self.command = self.member.apply(self.command)
         self._runner = runner_for(s, self.command, self.bus, self._state_dir)
@@ -247,6 +265,16 @@ class Supervisor:
             limits=httpx.Limits(max_connections=8, max_keepalive_connections=4),
         )
         self._history.restore(self.config_hash)
+        if s.mode == "child":
+            # The version the server reports: a known-good record, and a fallback, are per version.
+            self._version_reader = ServerVersionReader(
+                f"http://{url_host(s.host)}:{s.port}",
+                self.fallback.set_version,
+                api_key=lambda: api_key,
+                fallback=lambda: None,
+                transport=self._transport,
+            )
+            self.machine.subscribe(self._version_reader.on_state)
         _log.info("supervisor_starting", mode=s.mode, profile=s.profile, config_hash=self.config_hash)
         if s.mode == "external":
             main = observe_external(
@@ -263,6 +291,8 @@ class Supervisor:
         try:
             if task is not None:
                 await cancel_and_wait(task)
+            if self._version_reader is not None:
+                await self._version_reader.close()
             gap_task, self._gap_task = self._gap_task, None
             if gap_task is not None:
                 await cancel_and_wait(gap_task)
@@ -304,11 +334,21 @@ class Supervisor:
             return
         self._request_restart(reason)
 
-    def reset(self) -> None:
-        """Manual reset: forget the restart history; leave the failed state and start again."""
+    def reset(self, *, configured: bool = False) -> None:
+        """Manual reset: forget the restart history; leave the failed state and start again.
+        ``configured``: also end a fallback and launch the configured command again (now, if a
+        server is running)."""
         self.policy.reset()
+        running = self.fallback.active
+        if configured:
+            cmd = self.fallback.back_to_configured()
+            if cmd is not None:
+                self._use_command(cmd)
         self._history.save(self.config_hash)
-        _log.info("supervisor_reset", state=self.state.value)
+        _log.info("supervisor_reset", state=self.state.value, configured=configured)
+        self._publish()
+        if configured and running and self.state in _LIVE:
+            self._request_restart("manual")  # the fallback's life ends; the configured one starts
         self._reset_event.set()
 
     # ------------------------------------------------------------------ internals
@@ -337,6 +377,7 @@ class Supervisor:
             next_retry_at=self.next_retry_at,
             port_holders=self.port_holders,
             stop_kills=self._runner.stop_kills if self._runner is not None else 0,
+            fallback=self.fallback.view() if self.settings.mode == "child" else None,
         )
 
     def _publish(self) -> None:
@@ -361,7 +402,15 @@ class Supervisor:
         if result.probe == "health":
             self.up = result.ok
         elif result.probe.startswith("canary_"):
-            self.garbage.observe(result, time.time(), self.ready_timestamp)
+            now = time.time()
+            self.fallback.observe_canary(result, self.checks.probes, now)
+            self.garbage.observe(result, now, self.ready_timestamp)
+
+    def _on_garbage(self, since: float, reason: str) -> None:
+        if self.settings.mode == "child" and self.fallback.note_garbage(since, reason):
+            self._fallback_due = "garbage"
+            if self.fallback.available():
+                self._request_restart("fallback")
 
     def _request_restart(self, reason: str) -> None:
         if self._restart_request is not None and not self._restart_request.done():
@@ -418,6 +467,12 @@ class Supervisor:
             if outcome.crash is not None:
                 self.crashes[outcome.reason] += 1
                 self.last_crash = outcome.crash
+                if outcome.reason == "nan_in_sampler" and self.settings.mode == "child":
+                    example = " | ".join(outcome.crash.lines) or outcome.detail
+                    if self.fallback.note_failure("nan_in_sampler", example):
+                        self._fallback_due = "nan_in_sampler"
+            if self._switch_to_fallback():
+                continue
             # An operator's restart is neither backed off nor counted towards the crash loop.
             delay = 0.0 if outcome.reason in ("manual", "external", "group") else self.policy.next_delay(now)
             self._history.save(self.config_hash)
@@ -443,6 +498,21 @@ class Supervisor:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await self._reset_event.wait()
+
+    def _switch_to_fallback(self) -> bool:
+        """A fallback is due: relaunch at once with it (a new config: a clean restart history)."""
+        reason, self._fallback_due = self._fallback_due, None
+        cmd = self.fallback.decide(reason) if reason is not None else None
+        if cmd is None:
+            return False
+        self._use_command(cmd)
+        self.policy.reset()
+        self._history.save(self.config_hash)
+        self.restarts["fallback"] += 1
+        self.next_retry_at = time.time()
+        self.machine.set(ServerState.RESTARTING, f"fallback ({reason})")
+        self._publish()
+        return True
 
     async def _wait_for_port(self) -> None:
         """The port is held by someone: say who, wait, try again. Not a crash, not a crash loop
@@ -496,6 +566,8 @@ class Supervisor:
         self.port_holders = ""
         self.bus.clear_tail()
         self.checks.reset()
+        self.fallback.new_life()
+        self.garbage.new_life()
         if self._gate is not None:
             await self._gate()
         self.machine.set(ServerState.STARTING, "preflight")
@@ -514,6 +586,8 @@ class Supervisor:
             _log.error("launch_failed", error=str(exc))
             return _Outcome("preflight", str(exc), Crash("preflight", None, str(exc), time.time()))
         self._launch_t0 = time.monotonic()
+        if self.settings.mode == "child":
+            self.fallback.note_launch(self.command)
         self.machine.set(ServerState.STARTING, "launched")
         exit_task = asyncio.create_task(runner.wait())
         # One restart request per life, shared by both phases: nothing asked for in between is lost.
@@ -630,5 +704,8 @@ class Supervisor:
         if exit_task.done():
             return await self._crash_outcome(exit_task)
         reason = restart_req.result()
-        detail = "restart requested" if reason == "manual" else f"check {reason} failed"
+        detail = {
+            "manual": "restart requested",
+            "fallback": "falling back to a known-good configuration",
+        }.get(reason, f"check {reason} failed")
         return await self._deliberate_stop(runner, reason, detail)
