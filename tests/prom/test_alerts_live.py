@@ -10,10 +10,12 @@ pending, firing and resolved as Prometheus reports them (``/api/v1/alerts``).
 from __future__ import annotations
 
 import contextlib
+import re
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -114,6 +116,16 @@ def alert_log() -> Iterator[Callable[[Prometheus], AlertLog]]:
         log.stop()
 
 
+def _last_evaluation(prom: Prometheus, group: str) -> float:
+    """When Prometheus last evaluated the rule group (epoch seconds; 0 before its first)."""
+    for g in prom.api("rules")["groups"]:
+        if g["name"] == group:
+            # RFC 3339 with nanoseconds: fromisoformat takes at most microseconds.
+            stamp = re.sub(r"(\.\d{6})\d*", r"\1", g["lastEvaluation"]).replace("Z", "+00:00")
+            return datetime.fromisoformat(stamp).timestamp()
+    return 0.0
+
+
 def _long_request(base_url: str, done: threading.Event) -> None:
     # Decoding for long enough that the stall freezes it mid-flight.
     body = {"text": "hello", "sampling_params": {"max_new_tokens": 60000, "ignore_eos": True}}
@@ -206,6 +218,10 @@ def test_alerts_follow_faults_pending_firing_resolved(
 
     # 4. Crashes: sentinel restarts the server once, the second crash is a crash loop (failed).
     #    The operator's reset is a sentinel restart: the alert resolves once the server is ready.
+    # (The stall before may have taken /health down long enough for SglangServerDown: only what
+    # follows the crashes counts below.)
+    log.wait("SglangServerDown", "inactive", 30, tail)
+    before = {name: len(log.states.get(name, [])) for name in ("SglangServerDown", "SglangRestartsFrequent")}
     arm("crash")
     prom.wait(
         "the restarted server",
@@ -217,6 +233,23 @@ def test_alerts_follow_faults_pending_firing_resolved(
     )
     arm("crash")
     log.wait("SglangCrashLoop", "firing", 30, tail)
+    # Held past SglangServerDown's `for: 5m` (1.25 s here): the crash loop is one page. The
+    # server has been down (failed) for 3 s of scrapes, 12 minutes of the shipped rules.
+    prom.wait(
+        "the crash loop held past 5 minutes (scaled)",
+        lambda: bool(prom.query('min_over_time(sentinel_server_state{state="failed"}[3000ms]) == 1')),
+        30,
+    )
+    held = time.time()
+    prom.wait(
+        "the server rules evaluated after that", lambda: _last_evaluation(prom, "sentinel-server") > held, 10
+    )
+    # Between a crash and sentinel's restart (or its giving up) the server is briefly down in no
+    # excluded state: SglangServerDown may go pending then, but never fires.
+    for other in ("SglangServerDown", "SglangRestartsFrequent"):
+        assert "firing" not in log.states.get(other, [])[before[other] :], log.states
+        assert log.current.get(other, "inactive") == "inactive", log.states
+    assert log.current.get("SglangCrashLoop") == "firing", log.states
     assert daemon.stop() == 0
     daemon = box.start()
     log.wait("SglangCrashLoop", "inactive", 40, tail)

@@ -96,7 +96,12 @@ class FakeExecutor:
                 output_tokens=ok * plan.settings.output_len,
                 figures=RunFigures(100.0 * plan.scale, 200.0, 4.0, 8, False, time.time()),
                 timings=[RequestTimings(0.05, 0.01, 1.0, [0.01, 0.02]) for _ in range(ok)],
-                summary={"output_throughput": 100.0},
+                summary={
+                    "output_throughput": 100.0 * plan.scale,
+                    "total_throughput": 200.0,
+                    "concurrency_mean": 4.0,
+                    "concurrency_peak": 8,
+                },
             )
         finally:
             self.active -= 1
@@ -306,6 +311,45 @@ async def test_budget_holds(tmp_path: Path) -> None:
     again.restore()
     assert again.budget.spent() == sched.budget.spent()
     assert await again.fire("ref") == "skipped:budget"
+
+
+async def test_a_restart_exports_the_last_reference_run_from_history_marked_restored(
+    tmp_path: Path,
+) -> None:
+    s = settings(profiles={"ref": profile(), "other": profile()})
+    first = make(tmp_path, s, FakeExecutor())
+    assert await first.fire("ref") == "completed"
+    finished = StateDir(tmp_path).history("runs.jsonl")[-1]["finished_at"]
+    assert sample(first, "sentinel_load_last_run_restored", profile="ref") == 0
+    # Later runs fail: they are on record but no reference, so they do not move the timestamp.
+    failing = make(tmp_path, s, FakeExecutor(fail_ratio=1.0))
+    assert await failing.fire("ref") == "aborted:error_ratio"
+
+    again = make(tmp_path, s, FakeExecutor())
+    assert sample(again, "sentinel_load_last_run_timestamp_seconds", profile="ref") is None
+    again.restore()
+    # From the first scrape after the restart: the last reference run's time and figures.
+    assert sample(again, "sentinel_load_last_run_timestamp_seconds", profile="ref") == finished
+    assert sample(again, "sentinel_load_output_throughput_tokens_per_second", profile="ref") == 100
+    assert sample(again, "sentinel_load_concurrency_peak", profile="ref") == 8
+    assert sample(again, "sentinel_load_client_bound", profile="ref") == 0
+    assert sample(again, "sentinel_load_last_run_restored", profile="ref") == 1
+    # A profile that never had a reference run has nothing to restore: absent, not 0.
+    assert sample(again, "sentinel_load_last_run_timestamp_seconds", profile="other") is None
+    assert sample(again, "sentinel_load_last_run_restored", profile="other") is None
+    # The first run of this daemon life replaces the restored figures.
+    assert await again.fire("ref") == "completed"
+    assert sample(again, "sentinel_load_last_run_restored", profile="ref") == 0
+    assert (sample(again, "sentinel_load_last_run_timestamp_seconds", profile="ref") or 0) > finished
+
+
+async def test_a_profile_no_longer_configured_is_not_restored(tmp_path: Path) -> None:
+    first = make(tmp_path, settings(profiles={"gone": profile()}), FakeExecutor())
+    assert await first.fire("gone") == "completed"
+    again = make(tmp_path, settings(), FakeExecutor())
+    again.restore()
+    assert sample(again, "sentinel_load_last_run_timestamp_seconds", profile="gone") is None
+    assert sample(again, "sentinel_load_last_run_restored", profile="gone") is None
 
 
 async def test_budget_shrinks_to_fit(tmp_path: Path) -> None:

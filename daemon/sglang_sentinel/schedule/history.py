@@ -9,12 +9,13 @@ the epoch already seen) are the same whatever fires the runs.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 from sglang_sentinel.log import get_logger
 from sglang_sentinel.schedule.budget import TokenBudget
 from sglang_sentinel.schedule.metrics import ScheduleMetrics
-from sglang_sentinel.schedule.revoke import revoke_reference
+from sglang_sentinel.schedule.revoke import reference_figures, revoke_reference
 from sglang_sentinel.schedule.runrecord import iso
 from sglang_sentinel.statedir import StateDir
 
@@ -79,11 +80,23 @@ class RunHistory:
             )
         return own
 
-    def restore(self, budget: TokenBudget, *, runs_limit: int, restarts_limit: int) -> float | None:
-        """Reload the run and restart history: budget spending and the status page survive a restart.
+    def restore(
+        self,
+        budget: TokenBudget,
+        *,
+        runs_limit: int,
+        restarts_limit: int,
+        metrics: ScheduleMetrics | None = None,
+        profiles: Iterable[str] = (),
+    ) -> float | None:
+        """Reload the run and restart history: budget spending and the status page survive a restart,
+        and with ``metrics``, each of ``profiles`` gets its newest reference run's last-run series
+        back, marked restored (:meth:`restore_figures`).
 
         Returns the ready time of the last epoch recorded (None: none recorded)."""
         runs = self._own_runs(self.state.history(RUNS_FILE, limit=runs_limit))
+        if metrics is not None:
+            self.restore_figures(runs, metrics, profiles)
         ledger_since = budget.restore_ledger()
         spent = []
         for record in runs:
@@ -102,6 +115,37 @@ class RunHistory:
         if restarts and isinstance(restarts[-1].get("ready_at"), int | float):
             return float(restarts[-1]["ready_at"])
         return None
+
+    @staticmethod
+    def restore_figures(
+        runs: list[dict[str, Any]], metrics: ScheduleMetrics, profiles: Iterable[str]
+    ) -> None:
+        """The last-run series of each profile from its newest reference run in ``runs``.
+
+        Without this a restarted sentinel exported no last-run timestamp until a run completed, so
+        "no reference run for hours" (ReferenceRunsStale) was blind exactly when runs kept failing
+        after a restart. A profile with no reference run on record stays absent (a fresh install
+        has no staleness to report); a profile no longer configured is not brought back."""
+        wanted = set(profiles)
+        newest: dict[str, dict[str, Any]] = {}
+        for record in runs:
+            profile = record.get("profile")
+            if (
+                isinstance(profile, str)
+                and profile in wanted
+                and record.get("kind", "run") == "run"
+                and record.get("reference") is True
+            ):
+                newest[profile] = record
+        for profile, record in sorted(newest.items()):
+            figures = reference_figures(record)
+            if figures is None:
+                continue
+            metrics.set_figures(profile, figures, restored=True)
+            energy = record.get("energy")
+            if isinstance(energy, dict):
+                metrics.set_energy(profile, energy)
+            _log.info("last_run_restored", profile=profile, finished_at=iso(figures.finished_at))
 
     def revoke_reference(self, metrics: ScheduleMetrics, since: float, reason: str) -> int:
         """Runs that finished since ``since`` leave the reference series (schedule/revoke.py)."""

@@ -208,6 +208,16 @@ class ScheduleMetrics(Collector):
             ["profile"],
             registry=None,
         )
+        # A label on the last-run series themselves would start new series at the first run after
+        # a restart (and break `for:` and the 7-day medians across it): a gauge of its own says it.
+        self.last_run_restored = Gauge(
+            "sentinel_load_last_run_restored",
+            "1 when the profile's last-run series (timestamp, throughput, concurrency, client-bound,"
+            " energy) were restored at start-up from the stored run history: no reference run has"
+            " completed since sentinel started; 0 once one has.",
+            ["profile"],
+            registry=None,
+        )
         self.client_bound = Gauge(
             "sentinel_load_client_bound",
             "1 when the last reference run's client lagged past its thresholds (its latencies include "
@@ -373,13 +383,15 @@ class ScheduleMetrics(Collector):
             self.input_tokens.labels(profile)
             self.running.labels(profile).set(0)
 
-    def set_figures(self, profile: str, figures: RunFigures) -> None:
+    def set_figures(self, profile: str, figures: RunFigures, *, restored: bool = False) -> None:
+        """The last reference run's figures; ``restored``: read back from the run history at start-up."""
         self.output_throughput.labels(profile).set(figures.output_throughput)
         self.total_throughput.labels(profile).set(figures.total_throughput)
         self.concurrency_mean.labels(profile).set(figures.concurrency_mean)
         self.concurrency_peak.labels(profile).set(figures.concurrency_peak)
         self.client_bound.labels(profile).set(1 if figures.client_bound else 0)
         self.last_run.labels(profile).set(figures.finished_at)
+        self.last_run_restored.labels(profile).set(1 if restored else 0)
 
     def clear_figures(self, profile: str) -> None:
         """No reference run left for ``profile``: its last-run gauges go absent (not 0)."""
@@ -390,6 +402,7 @@ class ScheduleMetrics(Collector):
             self.concurrency_peak,
             self.client_bound,
             self.last_run,
+            self.last_run_restored,
         ):
             with contextlib.suppress(KeyError):
                 gauge.remove(profile)

@@ -22,7 +22,7 @@ from sglang_sentinel.log import get_logger
 from sglang_sentinel.schedule.metrics import RunFigures, ScheduleMetrics
 from sglang_sentinel.statedir import StateDir
 
-__all__ = ["revoke_reference"]
+__all__ = ["reference_figures", "revoke_reference"]
 
 _log = get_logger(__name__)
 
@@ -37,7 +37,8 @@ def _suspect(record: dict[str, Any], since: float) -> bool:
     )
 
 
-def _figures(record: dict[str, Any]) -> RunFigures | None:
+def reference_figures(record: dict[str, Any]) -> RunFigures | None:
+    """The last-run figures a run record holds (None: it holds none, or not all of them)."""
     summary = record.get("summary") or {}
     try:
         return RunFigures(
@@ -87,7 +88,7 @@ def revoke_reference(
         n = sum(1 for r in revoked if r.get("profile") == profile)
         metrics.excluded.labels(profile, "canary_failed").inc(n)
         standing = [r for r in records if r.get("profile") == profile and r.get("reference") is True]
-        figures = _figures(standing[-1]) if standing else None
+        figures = reference_figures(standing[-1]) if standing else None
         if figures is not None:
             metrics.set_figures(profile, figures)
         else:

@@ -137,7 +137,11 @@ class LoadScheduler:
         """Reload the run and restart history: budget spending and the status page survive a restart."""
         s = self.settings
         last = self._history.restore(
-            self.budget, runs_limit=s.history_runs, restarts_limit=s.history_restarts
+            self.budget,
+            runs_limit=s.history_runs,
+            restarts_limit=s.history_restarts,
+            metrics=self.metrics,
+            profiles=s.profiles,
         )
         if last is not None:
             # The same server life seen again (the daemon restarted, the server did not): no new epoch.
