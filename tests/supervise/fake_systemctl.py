@@ -105,9 +105,9 @@ def main() -> int:
             print(f"Failed to reset failed state of unit {args[0] if args else '?'}: Access denied")
             return 1
         (d / "starts").unlink(missing_ok=True)
-        result = d / "result"
-        if result.exists() and result.read_text().split()[0] == "failed":
-            result.unlink()
+        result_file = d / "result"
+        if result_file.exists() and result_file.read_text().split()[0] == "failed":
+            result_file.unlink()
         return 0
     if verb == "start":
         if running:
