@@ -13,7 +13,8 @@
 #   - /etc/sentinel/config.toml from deploy/config.example.toml if there is none (root:sentinel 0640)
 #   - /var/lib/sentinel (sentinel 0750) and /var/lib/sglang (sglang 0750)
 #   - /etc/sglang/launch.env (SGLang's launch flags, SGLANG_ARGS) from deploy/sglang-launch.env
-#     if there is none: an upgrade never touches it
+#     if there is none (the flags of an older sglang.service's ExecStart= move there): an upgrade
+#     never touches it
 #   - the polkit rule that lets sentinel start/stop/restart/reset-failed sglang.service, nothing else
 #   - sentinel.service and sglang.service in /etc/systemd/system; sentinel.service enabled.
 #     sglang.service is not enabled: sentinel starts it (Wants=) and is its only restarter.
@@ -125,9 +126,26 @@ install -d -m 0750 -o 0 -g "$s_gid" "$root/etc/sentinel"
 install -d -m 0750 -o "$s_uid" -g "$s_gid" "$root/var/lib/sentinel"
 install -d -m 0750 -o "$g_uid" -g "$g_gid" "$root/var/lib/sglang"
 install -d -m 0755 "$root/etc/sglang"
+# An sglang.service from before launch.env carried the flags in ExecStart= (where the README of
+# that time had the operator edit them): they move into launch.env instead of being lost.
+old_flags() {
+    [ -f "$units/sglang.service" ] || return 0
+    sed -e ':a' -e '/\\$/{N;s/\\\n//;ba' -e '}' "$units/sglang.service" |
+        sed -n 's/^ExecStart=[^ ]* -m sglang\.launch_server[[:space:]]*//p' | tr -s ' \t' '  ' | sed 's/ *$//'
+}
 if [ ! -e "$root/etc/sglang/launch.env" ]; then
-    install -m 0644 "$here/sglang-launch.env" "$root/etc/sglang/launch.env"
-    say "wrote /etc/sglang/launch.env (SGLang's launch flags, for SGLang 0.5.9): edit the flags there"
+    flags=$(old_flags)
+    case "$flags" in
+        ''|*'$SGLANG_ARGS'*|*'"'*|*'\'*)
+            install -m 0644 "$here/sglang-launch.env" "$root/etc/sglang/launch.env"
+            say "wrote /etc/sglang/launch.env (SGLang's launch flags, for SGLang 0.5.9): edit the flags there" ;;
+        *)
+            { echo "# Launch flags of sglang.service, moved here from its ExecStart= by install.sh."
+              echo "# Edit them here (systemd EnvironmentFile= syntax); upgrades keep this file."
+              printf 'SGLANG_ARGS="%s"\n' "$flags"; } > "$root/etc/sglang/launch.env"
+            chmod 0644 "$root/etc/sglang/launch.env"
+            say "moved the launch flags of the installed sglang.service into /etc/sglang/launch.env" ;;
+    esac
 fi
 if [ ! -e "$root/etc/sentinel/config.toml" ]; then
     install -m 0640 -o 0 -g "$s_gid" "$here/config.example.toml" "$root/etc/sentinel/config.toml"

@@ -170,12 +170,19 @@ def test_an_upgrade_over_an_install_that_recorded_nothing_keeps_an_edited_unit(t
     _seed_os(root)
     units = root / "etc/systemd/system"
     units.mkdir(parents=True)
-    old = "[Service]\nExecStart=/opt/sglang/.venv/bin/python -m sglang.launch_server --model-path /m\n"
+    old = (
+        "[Service]\nExecStart=/opt/sglang/.venv/bin/python -m sglang.launch_server \\\n"
+        "    --model-path /models/mine \\\n    --tp-size 4\nKillMode=mixed\n"
+    )
     (units / "sglang.service").write_text(old)
     done = _install(root, "--no-venv")
     assert done.returncode == 0, done.stdout + done.stderr
     assert (units / "sglang.service.dpkg-old").read_text() == old
     assert "kept as /etc/systemd/system/sglang.service.dpkg-old" in done.stdout
+    # Its flags moved into launch.env, which the new unit reads: the server starts as before.
+    launch = (root / "etc/sglang/launch.env").read_text()
+    assert 'SGLANG_ARGS="--model-path /models/mine --tp-size 4"\n' in launch
+    assert "moved the launch flags" in done.stdout
 
 
 def test_install_refuses_unknown_options(tmp_path: Path) -> None:

@@ -5,6 +5,11 @@
 runs the command with its output appended to ``STATE_DIR/journal.log`` (what journald would
 hold), waits for it and records the exit like systemd's ExecMainCode/ExecMainStatus. Every call
 is appended to ``STATE_DIR/calls``.
+
+A start rate limit as systemd's: ``STATE_DIR/start_limit`` holds "BURST INTERVAL_S"; the start
+times are in ``STATE_DIR/starts``; a start beyond it is refused like systemd's (unit failed,
+``Result=start-limit-hit``, ExecMain* left from the previous life). ``reset-failed`` clears it,
+unless ``STATE_DIR/deny_reset`` exists (polkit's "Access denied", exit 1).
 """
 
 from __future__ import annotations
@@ -32,11 +37,34 @@ def _manage(d: Path) -> None:
         (d / "pid").write_text(str(proc.pid))
         rc = proc.wait()
     code, status = ("1", rc) if rc >= 0 else ("2", -rc)
+    exited = time.monotonic_ns() // 1000
     stopping = (d / "stopping").exists()
+    # A stop job leaves "active" before the process exits; a crash, after.
+    left = int((d / "stopping").read_text() or exited - 1) if stopping else exited + 1
     result = "success" if stopping or rc == 0 else ("signal" if rc < 0 else "exit-code")
     active = "inactive" if result == "success" else "failed"
-    (d / "result").write_text(f"{active}\n{result}\n{code}\n{status}\n")
+    (d / "result").write_text(f"{active}\n{result}\n{code}\n{status}\n{left}\n{exited}\n")
     (d / "pid").unlink(missing_ok=True)
+
+
+def _start_limited(d: Path) -> bool:
+    """Count this start; True (and the unit failed with start-limit-hit) when it is one too many."""
+    limit = d / "start_limit"
+    if not limit.exists():
+        return False
+    burst, interval = (float(x) for x in limit.read_text().split())
+    now = time.time()
+    starts_file = d / "starts"
+    starts = [float(t) for t in starts_file.read_text().split()] if starts_file.exists() else []
+    starts = [t for t in starts if now - t < interval]
+    if len(starts) >= burst:
+        old = (d / "result").read_text().split() if (d / "result").exists() else []
+        code, status, left, exited = old[2:6] if len(old) >= 6 else ("0", "0", "0", "0")
+        (d / "result").write_text(f"failed\nstart-limit-hit\n{code}\n{status}\n{left}\n{exited}\n")
+        starts_file.write_text(" ".join(map(str, starts)))
+        return True
+    starts_file.write_text(" ".join(map(str, [*starts, now])))
+    return False
 
 
 def main() -> int:
@@ -60,17 +88,32 @@ def main() -> int:
             print(f"ActiveState=active\nSubState=running\nResult=success\nMainPID={pid}")
             print("ExecMainCode=0\nExecMainStatus=0")
         elif (d / "result").exists():
-            active, result, code, status = (d / "result").read_text().split()
+            active, result, code, status, left, exited = (d / "result").read_text().split()
             print(f"ActiveState={active}\nSubState={'dead' if active == 'inactive' else 'failed'}")
             print(f"Result={result}\nMainPID=0\nExecMainCode={code}\nExecMainStatus={status}")
+            print(f"ActiveExitTimestampMonotonic={left}\nExecMainExitTimestampMonotonic={exited}")
+            if (d / "start_limit").exists():
+                burst, interval = (d / "start_limit").read_text().split()
+                print(f"StartLimitIntervalUSec={interval}s\nStartLimitBurst={burst}")
         elif (d / "starting").exists():
             print("ActiveState=activating\nSubState=start\nResult=success\nMainPID=0")
         else:
             print("ActiveState=inactive\nSubState=dead\nResult=success\nMainPID=0")
         return 0
+    if verb == "reset-failed":
+        if (d / "deny_reset").exists():
+            print(f"Failed to reset failed state of unit {args[0] if args else '?'}: Access denied")
+            return 1
+        (d / "starts").unlink(missing_ok=True)
+        result_file = d / "result"
+        if result_file.exists() and result_file.read_text().split()[0] == "failed":
+            result_file.unlink()
+        return 0
     if verb == "start":
         if running:
             return 0
+        if _start_limited(d):
+            return 0  # --no-block: the job was queued; systemd refuses it when it runs
         for name in ("result", "stopping"):
             (d / name).unlink(missing_ok=True)
         (d / "starting").write_text("")
@@ -90,7 +133,7 @@ def main() -> int:
     if verb == "stop":
         if not running:
             return 0
-        (d / "stopping").write_text("")
+        (d / "stopping").write_text(str(time.monotonic_ns() // 1000))
         os.killpg(pid, signal.SIGTERM)
         for _ in range(100):
             if not _alive(pid):

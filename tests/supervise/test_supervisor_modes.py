@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -193,3 +194,38 @@ async def test_external_mode_observes_but_never_restarts(
             proc.kill()
             await proc.wait()
         await sup.stop()
+
+
+@pytest.mark.parametrize("polkit_allows_reset", [True, False])
+async def test_systemd_start_limit_is_a_refusal_cleared_or_waited_out_never_a_crash_loop(
+    fast: Fast, fake_cmd: FakeCmd, port: int, unit_dir: Path, polkit_allows_reset: bool
+) -> None:
+    """The unit's start limit is already used up (the boot start, an operator's restarts): systemd
+    refuses sentinel's start. That is reason start_limit_hit, never a crash, never `failed`; the
+    server is back at once after reset-failed, or after the limit's interval without it."""
+    set_unit_command(unit_dir, fake_cmd(port))
+    (unit_dir / "start_limit").write_text("2 4")
+    now = time.time()
+    (unit_dir / "starts").write_text(f"{now - 1} {now - 0.5}")
+    (unit_dir / "result").write_text("inactive\nsuccess\n2\n9\n100\n200\n")
+    if not polkit_allows_reset:
+        (unit_dir / "deny_reset").write_text("")
+    sup = Supervisor(systemd_settings(fast, port, unit_dir, restart={"max_restarts": 1, "window": 600}))
+    with capture_logs() as logs:
+        await sup.start()
+        try:
+            await sup.wait_for_state(ServerState.READY, timeout_s=30)
+        finally:
+            await sup.stop()
+    assert value(sup, "sentinel_server_restarts_total", reason="start_limit_hit") == 1
+    assert sup.last_crash is None
+    assert not [t for t in sup.machine.transitions if "failed" in t]
+    refused = [e for e in logs if e["event"] == "server_start_refused"]
+    assert len(refused) == 1
+    assert refused[0]["log_level"] == "error"
+    assert "start request repeated too quickly" in refused[0]["detail"]
+    assert "signal" not in refused[0]["detail"]
+    assert "reset-failed" in calls(unit_dir)
+    # One refused start, one that served; cleared: again at once, denied: after the 4 s interval.
+    assert calls(unit_dir).count("start") == 2
+    assert refused[0]["retry_in"] == (1.0 if polkit_allows_reset else 4.0)
