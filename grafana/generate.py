@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -113,17 +114,35 @@ def _variables(with_profile: bool, extra: tuple[dict[str, Any], ...] = ()) -> li
     return variables
 
 
+def stable_id(key: str) -> int:
+    """A panel id from the panel's row and title: the same on every regeneration, and unmoved
+    when panels are added or reordered elsewhere (a link with ``viewPanel=<id>`` keeps working)."""
+    return zlib.crc32(key.encode()) % 1_000_000_000 + 1
+
+
 class Board:
     def __init__(self) -> None:
         self.panels: list[dict[str, Any]] = []
         self.y = 0
         self.x = 0
         self.row_h = 0
+        self._row = ""
+        self._ids: dict[int, str] = {}
+
+    def _id(self, title: str) -> int:
+        key = f"{self._row}/{title}"
+        pid = stable_id(key)
+        if pid in self._ids:
+            raise ValueError(f"panel id {pid} of {key!r} taken by {self._ids[pid]!r}: rename one")
+        self._ids[pid] = key
+        return pid
 
     def row(self, title: str) -> None:
         self._newline()
+        self._row = title
         self.panels.append(
             {
+                "id": self._id(""),
                 "type": "row",
                 "title": title,
                 "collapsed": False,
@@ -153,6 +172,7 @@ class Board:
         if self.x + w > 24:
             self._newline()
         panel: dict[str, Any] = {
+            "id": self._id(title),
             "type": kind,
             "title": title,
             "description": description,
@@ -591,6 +611,9 @@ def overview() -> dict[str, Any]:
         "short",
         [(f"sentinel_capacity_slo_concurrency{{{INST}}}", "{{instance}}")],
         w=6,
+        # Without [calibration.slo] targets (the built-in default) there is no such figure: say
+        # so rather than "No data", which reads as broken.
+        defaults={"noValue": "no SLO set ([calibration.slo])"},
     )
     b.panel(
         "stat",

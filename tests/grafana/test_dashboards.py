@@ -220,3 +220,38 @@ def test_every_query_has_the_fleet_matchers() -> None:
                     if any(m.startswith(("DCGM_", "sentinel_gpu_")) and "devices" not in m for m in metrics):
                         assert 'gpu=~"$gpu"' in target["expr"], where
     assert "model_name" in {v["name"] for v in _dashboards()["sentinel-overview.json"]["templating"]["list"]}
+
+
+def test_every_panel_has_a_stable_id_from_its_row_and_title() -> None:
+    gen = _generator()
+    for name, d in _dashboards().items():
+        ids: list[int] = []
+        row = ""
+        for panel in d["panels"]:
+            if panel["type"] == "row":
+                row = panel["title"]
+            key = f"{row}/" + ("" if panel["type"] == "row" else panel["title"])
+            # The id depends on the panel's row and title only: regenerating, adding or moving other
+            # panels leaves it (and every viewPanel= link to it) as it is.
+            assert panel["id"] == gen.stable_id(key), (name, key)
+            ids.append(panel["id"])
+        assert len(ids) == len(set(ids)), name
+    # Deterministic across runs of the generator (no counter, no process-seeded hash).
+    assert gen.render() == gen.render()
+    assert gen.stable_id("Capacity/Max concurrency within SLO") == gen.stable_id(
+        "Capacity/Max concurrency within SLO"
+    )
+
+
+def test_a_board_refuses_two_panels_with_one_id() -> None:
+    board = _generator().Board()
+    board.row("R")
+    board.panel("stat", "Same", "", "short", [])
+    with pytest.raises(ValueError, match="rename one"):
+        board.panel("stat", "Same", "", "short", [])
+
+
+def test_the_slo_panel_says_no_slo_is_set_instead_of_no_data() -> None:
+    panels = _panels(_dashboards()["sentinel-overview.json"])
+    (panel,) = [p for p in panels if p["title"] == "Max concurrency within SLO"]
+    assert panel["fieldConfig"]["defaults"]["noValue"] == "no SLO set ([calibration.slo])"
