@@ -18,16 +18,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import httpx
 
 from sglang_sentinel.httpread import HttpReadError, read_json
 from sglang_sentinel.log import get_logger
-from sglang_sentinel.supervise.state import ServerState, StateChange
+from sglang_sentinel.supervise.state import ServerState, StateChange, StateListener
 
 if TYPE_CHECKING:
-    from sglang_sentinel.supervise.supervisor import Supervisor
+    from sglang_sentinel.supervise.launch import LaunchCommand
+    from sglang_sentinel.supervise.settings import ServerSettings
 
 __all__ = ["ServerVersionReader", "attach_version_reader", "read_server_version"]
 
@@ -112,8 +113,18 @@ class ServerVersionReader:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+class Supervised(Protocol):
+    """What the reader needs of the supervisor (supervise/supervisor.py), as a protocol: the
+    supervisor runs a reader of its own, so naming its class here would be an import circle."""
+
+    settings: ServerSettings
+    command: LaunchCommand | None
+
+    def subscribe_state(self, listener: StateListener) -> Callable[[], None]: ...
+
+
 def attach_version_reader(
-    supervisor: Supervisor, sink: Callable[[str | None], None] | None, server_url: str
+    supervisor: Supervised, sink: Callable[[str | None], None] | None, server_url: str
 ) -> ServerVersionReader | None:
     """Subscribe a reader feeding ``sink`` (the ``sglang`` collector's ``set_sglang_version``; None
     when that collector is disabled) to ``supervisor``. The caller picks the sink: supervise sits
