@@ -25,27 +25,15 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sglang_sentinel.cli.bench_datasets import (
-    add_dataset_options,
-    agentic_dataset,
-    check_dataset_flags,
-    dataset_notes,
-    dataset_warnings,
-    shared_prefix_dataset,
-)
+from sglang_sentinel.cli.bench_datasets import dataset_notes, dataset_warnings
 from sglang_sentinel.cli.bench_fields import goodput_slos, logprob_body
 from sglang_sentinel.cli.bench_flags import REJECTED_DATASETS, add_rejected_options, rejected_messages
 from sglang_sentinel.cli.bench_outputs import check_outputs, write_reports
 from sglang_sentinel.cli.bench_profile import add_profile_options, profile_plan
 from sglang_sentinel.cli.bench_ramp import StepValues, format_ramp_summary, ramp_steps
-from sglang_sentinel.cli.bench_trace import (
-    add_trace_options,
-    check_trace_flags,
-    mooncake_dataset,
-    trace_warnings,
-)
 from sglang_sentinel.cli.common import CliError, add_common_options, bounded, flag_error, ignoring_sighup
 from sglang_sentinel.cli.target import API_KEY_ENVS, add_target_options, read_api_key, target_base_url
+from sglang_sentinel.load.dataset_registry import DATASETS
 
 if TYPE_CHECKING:
     from sglang_sentinel.load.result import RunResult
@@ -94,18 +82,8 @@ def register(sub: Any) -> None:
     d.add_argument(
         "--dataset-name",
         default="random",
-        choices=(
-            "random",
-            "random-ids",
-            "sharegpt",
-            "openai",
-            "generated-shared-prefix",
-            "jsonl",
-            "custom",
-            "mooncake",
-            "agentic-trace",
-            *REJECTED_DATASETS,
-        ),
+        # The registry's names, in its order, then bench_serving's that sentinel bench refuses.
+        choices=(*DATASETS.names, *REJECTED_DATASETS),
         help="random, random-ids, generated-shared-prefix; with --dataset-path: sharegpt, openai, custom, "
         "mooncake, agentic-trace",
     )
@@ -118,52 +96,12 @@ def register(sub: Any) -> None:
         default=None,
         help="requests (default 1000, or none with --duration)",
     )
-    d.add_argument(
-        "--sharegpt-output-len",
-        type=bounded(int, ge=1),
-        default=None,
-        help="sharegpt: fixed output length (else the reference's); agentic-trace: per turn (default 220)",
-    )
-    d.add_argument(
-        "--sharegpt-context-len",
-        type=bounded(int, ge=1),
-        default=None,
-        help="sharegpt: drop pairs longer than this (prompt + output tokens); needs --tokenizer",
-    )
-    d.add_argument("--random-input-len", type=bounded(int, ge=1), default=1024)
-    d.add_argument("--random-output-len", type=bounded(int, ge=1), default=1024)
-    d.add_argument(
-        "--random-range-ratio",
-        type=bounded(float, ge=0, le=1),
-        default=0.0,
-        help="0: uniform [1, L]; 1: exactly L",
-    )
-    d.add_argument("--gsp-num-groups", type=bounded(int, ge=1), default=1, help="shared-prefix groups")
-    d.add_argument(
-        "--gsp-system-prompt-len", type=bounded(int, ge=0), default=None, help="shared prefix tokens"
-    )
-    d.add_argument("--gsp-question-len", type=bounded(int, ge=1), default=None, help="unique suffix tokens")
-    d.add_argument("--gsp-output-len", type=bounded(int, ge=1), default=None)
-    d.add_argument(
-        "--gsp-num-turns",
-        type=bounded(int, ge=1),
-        default=1,
-        help="generated-shared-prefix, chat backend: turns per conversation, each after the last reply",
-    )
-    d.add_argument(
-        "--cache-hit-ratio",
-        type=bounded(float, ge=0, le=1),
-        default=0.5,
-        help="shared-prefix target cache hit ratio",
-    )
     d.add_argument("--seed", type=int, default=1)
     d.add_argument(
         "--tokenize-prompt",
         action="store_true",
         help="token ids, not text (what the native backend sends)",
     )
-    d.add_argument("--gsp-fast-prepare", action="store_true", help="accepted; preparation is always fast")
-    add_dataset_options(d)
     d.add_argument(
         "--tokenizer",
         type=Path,
@@ -172,6 +110,7 @@ def register(sub: Any) -> None:
         help="local tokenizer.json (or a directory with one): retokenized output counts, trace prompt "
         "lengths; needs the tokenizers library; no hub download",
     )
+    DATASETS.add_flags(p)  # each dataset's own flags, from its registry entry
     r = p.add_argument_group("request")
     r.add_argument("--temperature", type=bounded(float, ge=0), default=0.0)
     r.add_argument("--top-p", type=bounded(float, gt=0, le=1), default=1.0, help="sent only when < 1")
@@ -187,6 +126,11 @@ def register(sub: Any) -> None:
     )
     r.add_argument("--lora-zipf-alpha", type=bounded(float, gt=0), default=1.5, help="Zipf alpha for skewed")
     r.add_argument("--return-routed-experts", action="store_true", help="native: return_routed_experts")
+    r.add_argument(
+        "--print-requests",
+        action="store_true",
+        help="sglang-oai-chat: a line on stdout as each request starts and ends",
+    )
     a = p.add_argument_group("arrivals")
     a.add_argument(
         "--request-rate",
@@ -251,7 +195,6 @@ def register(sub: Any) -> None:
     o.add_argument(
         "--plot-throughput", action="store_true", help="plot output tokens/s and requests per second (text)"
     )
-    add_trace_options(p)
     add_profile_options(p)
     add_rejected_options(p)
     p.set_defaults(handler=_handle)
@@ -260,16 +203,7 @@ def register(sub: Any) -> None:
 def build_spec(args: argparse.Namespace) -> LoadSpec:
     """The LoadSpec an argument namespace describes; `CliError` (exit 2) for bad usage."""
     from sglang_sentinel.load.chat_template import load_chat_template
-    from sglang_sentinel.load.spec import (
-        ArrivalProcess,
-        Backend,
-        DatasetSpec,
-        JsonlDataset,
-        LoadSpec,
-        RandomDataset,
-        ShareGPTDataset,
-        SpecError,
-    )
+    from sglang_sentinel.load.spec import ArrivalProcess, Backend, LoadSpec, SpecError
     from sglang_sentinel.load.tokenizer import load_tokenizer
 
     refused = rejected_messages(args)
@@ -277,10 +211,13 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
         refused.append(f"--dataset-name {args.dataset_name}: {REJECTED_DATASETS[args.dataset_name]}")
     if refused:
         raise CliError("bench_serving flags not supported by sentinel bench:\n  " + "\n  ".join(refused), 2)
-    check_trace_flags(args)
-    check_dataset_flags(args)
-    if args.gsp_num_turns != 1 and args.dataset_name != "generated-shared-prefix":
-        raise CliError("--gsp-num-turns needs --dataset-name generated-shared-prefix", 2)
+    try:
+        DATASETS.check_args(args)  # each dataset's flags given with another: exit 2
+    except SpecError as exc:
+        raise flag_error(str(exc)) from None
+    if args.print_requests and args.backend not in ("sglang-oai-chat", "vllm-chat", "lmdeploy-chat", "chat"):
+        # bench_serving asserts the same (its other request functions do not print).
+        raise CliError("--print-requests needs --backend sglang-oai-chat (as bench_serving)", 2)
     headers: dict[str, str] = {}
     for item in args.header:
         key, sep, value = item.partition("=")
@@ -315,55 +252,15 @@ def build_spec(args: argparse.Namespace) -> LoadSpec:
         tokenizer = None if args.tokenizer is None else load_tokenizer(args.tokenizer).path
         if args.apply_chat_template and tokenizer is not None:
             load_chat_template(tokenizer)  # a template there, jinja2 installed, and it compiles
-        dataset: DatasetSpec
-        num = args.num_prompts
-        if args.dataset_name == "mooncake":
-            dataset, num = mooncake_dataset(args, backend)
-            arrival = ArrivalProcess.TRACE
-        elif args.dataset_name in ("jsonl", "custom"):
-            if args.dataset_path is None:
-                raise CliError(f"--dataset-name {args.dataset_name} needs --dataset-path", 2)
-            dataset = JsonlDataset(
-                args.dataset_path,
-                output_len=args.random_output_len,
-                prompt_suffix=args.prompt_suffix,
-                chat_template=args.apply_chat_template,
-            )
-        elif args.dataset_name == "openai":
-            if args.dataset_path is None:
-                raise CliError("--dataset-name openai needs --dataset-path", 2)
-            # bench_serving's defaults: max_tokens per line, else 256; --sharegpt-output-len wins.
-            dataset = JsonlDataset(
-                args.dataset_path, output_len=256, passthrough=True, fixed_output_len=args.sharegpt_output_len
-            )
-        elif args.dataset_name == "sharegpt":
-            if args.dataset_path is None:
-                raise CliError(
-                    "--dataset-name sharegpt needs --dataset-path (sentinel bench downloads nothing)", 2
-                )
-            dataset = ShareGPTDataset(
-                args.dataset_path,
-                output_len=args.sharegpt_output_len,
-                context_len=args.sharegpt_context_len,
-                prompt_suffix=args.prompt_suffix,
-                chat_template=args.apply_chat_template,
-            )
-        elif args.dataset_name == "generated-shared-prefix":
-            dataset, planned = shared_prefix_dataset(args)
-            num = num if planned is None else planned
-        elif args.dataset_name == "agentic-trace":
-            dataset, num = agentic_dataset(args)
-        else:
-            if args.tokenize_prompt and backend is not Backend.SGLANG:
-                # The native backend always sends random prompts as input_ids.
-                raise CliError("--tokenize-prompt needs --backend sglang (token ids go to /generate)", 2)
-            dataset = RandomDataset(args.random_input_len, args.random_output_len, args.random_range_ratio)
+        built = DATASETS.entry(args.dataset_name).from_args(args, backend)
+        num = args.num_prompts if built.requests is None else built.requests
+        arrival = arrival if built.arrival is None else built.arrival
         if num is None and args.duration is None:
             num = 1000  # bench_serving's default
         return LoadSpec(
             base_url=base_url,
             backend=backend,
-            dataset=dataset,
+            dataset=built.dataset,
             arrival=arrival,
             request_rate=rate,
             max_concurrency=args.max_concurrency,
@@ -411,7 +308,7 @@ def _bench_command(args: argparse.Namespace) -> int:
     spec = build_spec(args)
     profile = profile_plan(args)
     check_outputs(args)
-    for warning in trace_warnings(args) + dataset_warnings(args):
+    for warning in dataset_warnings(args):
         print(f"sentinel bench: {warning}", file=sys.stderr)
     for line in dataset_notes(args):
         print(line, flush=True)
@@ -427,7 +324,7 @@ def _ramp(steps: list[tuple[str, argparse.Namespace]]) -> int:
     profile = profile_plan(steps[0][1])  # the same flags in every step; each step is profiled
     for _, ns in steps:
         check_outputs(ns)
-    for warning in trace_warnings(steps[0][1]) + dataset_warnings(steps[0][1]):
+    for warning in dataset_warnings(steps[0][1]):
         print(f"sentinel bench: {warning}", file=sys.stderr)
     for line in dataset_notes(steps[0][1]):
         print(line, flush=True)

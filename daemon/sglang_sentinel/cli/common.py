@@ -1,18 +1,20 @@
 """What every subcommand module shares: the error it raises and the options it takes.
 
-The bottom of :mod:`sglang_sentinel.cli`: it imports nothing of sentinel, so a command module, in
-this package or in a plugin (entry-point group ``sentinel.commands``), can use it without
-importing the parser that imports it.
+The bottom of :mod:`sglang_sentinel.cli`: it imports nothing of sentinel but `bounded` (from
+:mod:`sglang_sentinel.load.argtypes`, where the dataset modules' flags use it too), so a command
+module, in this package or in a plugin (entry-point group ``sentinel.commands``), can use it
+without importing the parser that imports it.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+
+from sglang_sentinel.load.argtypes import bounded
 
 __all__ = ["CliError", "add_common_options", "bounded", "flag_error", "ignoring_sighup"]
 
@@ -37,39 +39,6 @@ def flag_error(message: str) -> CliError:
     """A usage error (exit 2) from a spec's message, its field names replaced by their flags."""
     head, sep, rest = message.partition(" ")
     return CliError(f"{_FLAGS.get(head, head)}{sep}{rest}", 2)
-
-
-def bounded(
-    kind: type[int] | type[float],
-    *,
-    ge: float | None = None,
-    gt: float | None = None,
-    le: float | None = None,
-) -> Callable[[str], int | float]:
-    """An argparse ``type=`` for a number within bounds.
-
-    A bad value is refused while parsing, so the message names the flag as the user wrote it
-    (``argument --num-prompts: must be >= 1, got -5``, exit 2) rather than the field the value
-    would have been copied into."""
-
-    def convert(text: str) -> int | float:
-        try:
-            value = kind(text)
-        except ValueError:
-            what = "an integer" if kind is int else "a number"
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if isinstance(value, float) and math.isnan(value):
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
-        if ge is not None and value < ge:
-            raise argparse.ArgumentTypeError(f"must be >= {ge:g}, got {text}")
-        if gt is not None and value <= gt:
-            raise argparse.ArgumentTypeError(f"must be > {gt:g}, got {text}")
-        if le is not None and value > le:
-            raise argparse.ArgumentTypeError(f"must be <= {le:g}, got {text}")
-        return value
-
-    convert.__name__ = kind.__name__
-    return convert
 
 
 class CliError(Exception):

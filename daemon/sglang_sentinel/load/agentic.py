@@ -12,13 +12,17 @@ the run naming its place in the file (bench_serving fails mid-run with a ValueEr
 
 from __future__ import annotations
 
+import argparse
 import functools
+from collections.abc import Mapping
 from typing import Any
 
+from sglang_sentinel.load.argtypes import bounded
+from sglang_sentinel.load.dataset_entry import Built, DatasetEntry, FilePrompts
 from sglang_sentinel.load.prompt import Prompt, read_json_file
-from sglang_sentinel.load.spec import AgenticTraceDataset, SpecError
+from sglang_sentinel.load.spec import AgenticTraceDataset, Backend, LoadSpec, SpecError
 
-__all__ = ["load_agentic", "summary_lines"]
+__all__ = ["AGENTIC_TRACE", "load_agentic", "summary_lines"]
 
 
 def _round(messages: Any, where: str) -> list[dict[str, Any]]:
@@ -85,3 +89,89 @@ def summary_lines(prompts: list[Prompt], offset: int, output_len: int) -> list[s
         f"max={max(turns)} avg={sum(turns) / len(turns):.1f})",
         f"#Output tokens per turn: {output_len}",
     ]
+
+
+def add_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--dataset-offset",
+        type=bounded(int, ge=0),
+        default=0,
+        help="agentic-trace: rotate the conversation list by this many entries first",
+    )
+    group.add_argument(
+        "--agentic-max-turns",
+        type=bounded(int, ge=1),
+        default=None,
+        help="agentic-trace: at most this many turns each",
+    )
+
+
+def check_args(args: argparse.Namespace) -> None:
+    if args.dataset_name == "agentic-trace":
+        return
+    for flag, on in (
+        ("--dataset-offset", args.dataset_offset != 0),
+        ("--agentic-max-turns", args.agentic_max_turns is not None),
+    ):
+        if on:
+            # bench_serving 0.5.23 reads it in the agentic-trace dataset only.
+            raise SpecError(f"{flag} needs --dataset-name agentic-trace (the one dataset reading it)")
+
+
+def _dataset(args: argparse.Namespace) -> AgenticTraceDataset:
+    if args.dataset_path is None:
+        raise SpecError(
+            "--dataset-name agentic-trace needs --dataset-path  (sentinel bench downloads nothing)"
+        )
+    if not args.dataset_path.is_file():
+        raise SpecError(f"dataset file not found: {args.dataset_path}")
+    if args.agentic_max_turns is not None and args.agentic_max_turns < 1:
+        raise SpecError(f"--agentic-max-turns must be >= 1, got {args.agentic_max_turns}")
+    num = 1000 if args.num_prompts is None else args.num_prompts  # bench_serving's default
+    return AgenticTraceDataset(
+        args.dataset_path,
+        max_conversations=num if num > 0 else None,  # bench_serving: <= 0 keeps them all
+        output_len=args.sharegpt_output_len or 220,
+        offset=args.dataset_offset,
+        max_turns=args.agentic_max_turns,
+    )
+
+
+def from_args(args: argparse.Namespace, backend: Backend) -> Built:
+    """The dataset and its conversation count; the whole file is checked here (exit 2)."""
+    ds = _dataset(args)
+    prompts, _ = load_agentic(ds)
+    return Built(ds, len(prompts))
+
+
+def notes(args: argparse.Namespace) -> list[str]:
+    """What bench_serving prints about the trace it loaded, same wording."""
+    ds = _dataset(args)
+    prompts, offset = load_agentic(ds)
+    return summary_lines(prompts, offset, ds.output_len)
+
+
+def load(ds: AgenticTraceDataset, spec: LoadSpec) -> FilePrompts:
+    return FilePrompts(load_agentic(ds)[0])
+
+
+def result_keys(ds: AgenticTraceDataset, spec: LoadSpec) -> Mapping[str, Any]:
+    return {
+        "dataset_name": "agentic-trace",
+        "dataset_path": str(ds.path),
+        "dataset_offset": ds.offset,
+        "agentic_max_turns": ds.max_turns,
+        "sharegpt_output_len": ds.output_len,
+    }
+
+
+AGENTIC_TRACE = DatasetEntry(
+    "agentic-trace",
+    AgenticTraceDataset,
+    from_args,
+    load,
+    result_keys,
+    add_flags=add_flags,
+    check_args=check_args,
+    notes=notes,
+)

@@ -12,18 +12,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from sglang_sentinel.load.dataset_registry import DATASETS
 from sglang_sentinel.load.figures import RunMetrics
 from sglang_sentinel.load.records import RequestRecord
-from sglang_sentinel.load.spec import (
-    AgenticTraceDataset,
-    ArrivalProcess,
-    JsonlDataset,
-    LoadSpec,
-    MooncakeDataset,
-    RandomDataset,
-    SharedPrefixDataset,
-    ShareGPTDataset,
-)
+from sglang_sentinel.load.spec import ArrivalProcess, LoadSpec
 from sglang_sentinel.load.stats import Summary
 from sglang_sentinel.load.turns import per_turn_figures
 
@@ -85,52 +77,6 @@ class RunResult:
     def measured(self) -> list[RequestRecord]:
         return [r for r in self.records if not r.warmup]
 
-    def _dataset_keys(self) -> dict[str, Any]:
-        ds = self.spec.dataset
-        if isinstance(ds, RandomDataset):
-            return {
-                "dataset_name": "random-ids" if self.spec.backend == "sglang" else "random",
-                "random_input_len": ds.input_len,
-                "random_output_len": ds.output_len,
-                "random_range_ratio": ds.range_ratio,
-            }
-        if isinstance(ds, SharedPrefixDataset):
-            return {
-                "dataset_name": "generated-shared-prefix",
-                "random_input_len": ds.input_len,
-                "random_output_len": ds.output_len,
-                "random_range_ratio": ds.range_ratio,
-                "shared_prefix_len": ds.prefix_len,
-                "shared_prefix_groups": ds.num_groups,
-                "target_cache_hit_ratio": ds.cache_hit_ratio,
-                "gsp_prompts_per_group": ds.prompts_per_group,
-                "gsp_group_distribution": "uniform" if ds.zipf_alpha is None else "zipf",
-                "gsp_zipf_alpha": ds.zipf_alpha,
-            }
-        if isinstance(ds, ShareGPTDataset):
-            return {
-                "dataset_name": "sharegpt",
-                "dataset_path": str(ds.path),
-                "sharegpt_output_len": ds.output_len,
-            }
-        if isinstance(ds, MooncakeDataset):
-            return {
-                "dataset_name": "mooncake",
-                "dataset_path": str(ds.path),
-                "mooncake_slowdown_factor": ds.slowdown_factor,
-                "mooncake_num_rounds": ds.num_rounds,
-            }
-        if isinstance(ds, AgenticTraceDataset):
-            return {
-                "dataset_name": "agentic-trace",
-                "dataset_path": str(ds.path),
-                "dataset_offset": ds.offset,
-                "agentic_max_turns": ds.max_turns,
-                "sharegpt_output_len": ds.output_len,
-            }
-        assert isinstance(ds, JsonlDataset)
-        return {"dataset_name": "jsonl", "dataset_path": str(ds.path)}
-
     def to_dict(self, *, details: bool = False) -> dict[str, Any]:
         m = self.metrics
         spec = self.spec
@@ -141,7 +87,7 @@ class RunResult:
         out: dict[str, Any] = {
             "tag": None,
             "backend": str(spec.backend),
-            **self._dataset_keys(),
+            **DATASETS.result_keys(spec),  # the dataset's own keys (its registry entry)
             # bench_serving writes "trace" when the trace's timestamps drive the arrivals.
             "request_rate": "trace" if spec.arrival is ArrivalProcess.TRACE else _finite(float(rate)),
             "max_concurrency": spec.max_concurrency,

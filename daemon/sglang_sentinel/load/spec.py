@@ -114,8 +114,17 @@ def _check_len(name: str, value: int) -> None:
         raise SpecError(f"{name} must be >= 1, got {value}")
 
 
+class DatasetSpec:
+    """What every dataset's spec is: an immutable, validated value (a frozen dataclass).
+
+    Each `sentinel bench` dataset's spec type derives from it; how a run loads one and how its
+    result names it is its registry entry's (sglang_sentinel.load.dataset_registry)."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True, slots=True)
-class RandomDataset:
+class RandomDataset(DatasetSpec):
     """Random token lengths with bench_serving's semantics.
 
     Each request's input and output lengths are drawn independently and uniformly from
@@ -135,7 +144,7 @@ class RandomDataset:
 
 
 @dataclass(frozen=True, slots=True)
-class JsonlDataset:
+class JsonlDataset(DatasetSpec):
     """Prompts from a JSONL file, one object per line.
 
     Accepted keys per line: ``prompt`` (str) or ``text`` (str) or ``messages`` (OpenAI chat list)
@@ -163,7 +172,7 @@ class JsonlDataset:
 
 
 @dataclass(frozen=True, slots=True)
-class ShareGPTDataset:
+class ShareGPTDataset(DatasetSpec):
     """bench_serving's `sharegpt`: a JSON list of ``{"conversations": [{"from", "value"}...]}``.
 
     As bench_serving: conversations with at least two turns, shuffled with the seed; the first
@@ -195,7 +204,7 @@ class ShareGPTDataset:
 
 
 @dataclass(frozen=True, slots=True)
-class SharedPrefixDataset:
+class SharedPrefixDataset(DatasetSpec):
     """Prompts sharing a prefix, sized so a warm prefix cache serves `cache_hit_ratio` of input.
 
     Each prompt is `input_len` tokens: ``round(input_len * cache_hit_ratio)`` tokens of one of
@@ -250,7 +259,7 @@ class SharedPrefixDataset:
 
 
 @dataclass(frozen=True, slots=True)
-class MooncakeDataset:
+class MooncakeDataset(DatasetSpec):
     """bench_serving's `mooncake` trace replay: JSONL of ``{timestamp, hash_ids, output_length}``.
 
     As bench_serving 0.5.23 (`datasets/mooncake.py`): the first `max_sessions` lines
@@ -276,7 +285,7 @@ class MooncakeDataset:
 
 
 @dataclass(frozen=True, slots=True)
-class AgenticTraceDataset:
+class AgenticTraceDataset(DatasetSpec):
     """bench_serving's `agentic-trace`: multi-turn conversations replayed round by round.
 
     As bench_serving 0.5.23 (`datasets/agentic_trace.py`): a JSON object whose
@@ -301,16 +310,6 @@ class AgenticTraceDataset:
             _check_len("max_conversations", self.max_conversations)
         if self.max_turns is not None:
             _check_len("max_turns", self.max_turns)
-
-
-DatasetSpec = (
-    RandomDataset
-    | JsonlDataset
-    | ShareGPTDataset
-    | SharedPrefixDataset
-    | MooncakeDataset
-    | AgenticTraceDataset
-)
 
 
 def _frozen_mapping(value: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -451,9 +450,10 @@ class LoadSpec:
                 "multi-turn conversations (num_turns > 1, agentic-trace) "
                 "need the chat backend (sglang-oai-chat)"
             )
-        files = JsonlDataset | ShareGPTDataset | MooncakeDataset | AgenticTraceDataset
-        if isinstance(self.dataset, files) and not self.dataset.path.is_file():
-            raise SpecError(f"dataset file not found: {self.dataset.path}")
+        # A file dataset names its file `path` (every built-in one, and any added the same way).
+        path = getattr(self.dataset, "path", None)
+        if isinstance(path, Path) and not path.is_file():
+            raise SpecError(f"dataset file not found: {path}")
 
     @property
     def url(self) -> str:
