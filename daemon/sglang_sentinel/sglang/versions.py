@@ -114,15 +114,17 @@ def accepted_options(version: Version) -> frozenset[str]:
     return frozenset(_OPTIONS["releases"][str(release_row(version))]["options"])
 
 
-def check_supported(text: str, field: str) -> Version:
-    """``text`` parsed; ``ValueError`` naming ``field`` when unparsable or older than the oldest read."""
+def check_supported(text: str, field: str = "") -> Version:
+    """``text`` parsed; ``ValueError`` (naming ``field`` if given) when unparsable or older than the
+    oldest release read."""
+    where = f"{field}: " if field else ""
     try:
         version = parse_version(text)
     except ValueError:
-        raise ValueError(f"{field}: {text!r} is not an SGLang version") from None
+        raise ValueError(f"{where}{text!r} is not an SGLang version") from None
     if version < OLDEST_KNOWN:
         raise ValueError(
-            f"{field}: SGLang {version} is older than the oldest supported release ({OLDEST_KNOWN}); "
+            f"{where}SGLang {version} is older than the oldest supported release ({OLDEST_KNOWN}); "
             f"sentinel reads releases {OLDEST_KNOWN} – {NEWEST_KNOWN}"
         )
     return version
