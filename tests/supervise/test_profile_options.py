@@ -70,3 +70,21 @@ def test_a_post_release_behaves_as_its_read_release() -> None:
     assert accepted_options(Version(0, 5, 24)) == set(_DATA["releases"][str(NEWEST_KNOWN)]["options"])
     assert "--nsa-prefill-backend" in accepted_options(Version(0, 5, 19))
     assert "--nsa-prefill-backend" not in accepted_options(Version(0, 5, 20))
+
+
+@pytest.mark.parametrize(
+    ("version", "dsa", "graphs_off"),
+    [
+        ((0, 5, 12), "--nsa-prefill-backend", "--disable-cuda-graph"),
+        ((0, 5, 13), "--dsa-prefill-backend", "--disable-cuda-graph"),  # no per-phase flags yet
+        ((0, 5, 14), "--dsa-prefill-backend", "--cuda-graph-backend-decode=disabled"),
+    ],
+)
+def test_flag_spellings_switch_at_the_first_release_that_has_them(
+    version: tuple[int, int, int], dsa: str, graphs_off: str
+) -> None:
+    cmd = render_command(
+        ServerSettings.model_validate({"profile": "glm5-nvfp4-rtxpro6000"}), detected_version=version
+    )
+    assert dsa in cmd.argv
+    assert graphs_off in cmd.argv

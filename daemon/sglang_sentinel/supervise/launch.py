@@ -39,7 +39,7 @@ __all__ = [
 SGLangVersion = tuple[int, int, int]
 
 # The flagship deployment: GLM-5-NVFP4 (744B MoE) with TP over 8 RTX PRO 6000 (SM120, PCIe).
-# Flags follow the deployment's known launch line (reference sglang.md §1.1). The DSA backends and
+# Flags follow the deployment's known launch line. The DSA backends and
 # the KV-cache dtype are not fixed here: GLM5_NVFP4_TABLE (sglang/launch_facts.py) picks them per
 # SGLang version on SM120 (trtllm + bf16 for the deployment's 0.5.9; tilelang + bf16 from 0.5.19,
 # where trtllm-gen MLA is unsupported on SM120), and preflight checks the same table. A value set
@@ -58,7 +58,7 @@ _GLM5 = LaunchProfile(
     enable_metrics=True,
     reasoning_parser="glm45",
     tool_call_parser="glm47",
-    # PCIe-only 8-GPU box: community settings for GLM-5 on SM120 (reference §1.1).
+    # PCIe-only 8-GPU box: community settings for GLM-5 on SM120.
     extra_args=("--disable-custom-all-reduce",),
     # SGLANG_ENABLE_JIT_DEEPGEMM is the switch both 0.5.9 and 0.5.23 read (sglang/srt/environ.py);
     # the SGLANG_ENABLE_DEEP_GEMM of some recipes is read by neither, so it is not set.
@@ -83,8 +83,8 @@ _SIM = LaunchProfile(
 BUILTIN_PROFILES: dict[str, LaunchProfile] = {"sim": _SIM, "glm5-nvfp4-rtxpro6000": _GLM5}
 
 # Flag spellings, entrypoint and CUDA-graph flags per version come from launch_facts (the
-# versions table: --nsa-* aliases accepted through 0.5.19, rejected from 0.5.20; --dsa-* first
-# verified in 0.5.15). When the version cannot be determined, render for the newest known one.
+# versions table, read from every release's wheel: --dsa-* from 0.5.13, --nsa-* aliases accepted
+# through 0.5.19, rejected from 0.5.20; per-phase CUDA-graph flags from 0.5.14). When the version cannot be determined, render for the newest known one.
 _ASSUMED_VERSION: SGLangVersion = (NEWEST_KNOWN.major, NEWEST_KNOWN.minor, NEWEST_KNOWN.patch)
 
 
@@ -273,7 +273,7 @@ def _sglang_argv(
     if profile.mem_fraction_static is not None:
         argv += ["--mem-fraction-static", f"{profile.mem_fraction_static:g}"]
     if profile.disable_cuda_graph:
-        # --disable-cuda-graph is deprecated from 0.5.19 (per-phase graph backends replace it).
+        # --disable-cuda-graph is deprecated from 0.5.14 (per-phase graph backends replace it).
         argv += facts.disable_cuda_graph_flags
     if profile.enable_metrics:
         argv.append("--enable-metrics")
