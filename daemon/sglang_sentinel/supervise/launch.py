@@ -84,7 +84,8 @@ BUILTIN_PROFILES: dict[str, LaunchProfile] = {"sim": _SIM, "glm5-nvfp4-rtxpro600
 
 # Flag spellings, entrypoint and CUDA-graph flags per version come from launch_facts (the
 # versions table, read from every release's wheel: --dsa-* from 0.5.13, --nsa-* aliases accepted
-# through 0.5.19, rejected from 0.5.20; per-phase CUDA-graph flags from 0.5.14). When the version cannot be determined, render for the newest known one.
+# through 0.5.19, rejected from 0.5.20; per-phase CUDA-graph flags from 0.5.14). When the version
+# cannot be determined, render for the newest known one.
 _ASSUMED_VERSION: SGLangVersion = (NEWEST_KNOWN.major, NEWEST_KNOWN.minor, NEWEST_KNOWN.patch)
 
 
