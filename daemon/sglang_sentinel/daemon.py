@@ -542,6 +542,19 @@ class Daemon:
             ]
         capacity = self.calibration.capacity
         report = self.calibration.report_dir / "index.html"
+        if self._version_reader is not None and self._version_reader.latest is not None:
+            # Which release row the readers use; a release newer than every one read says so here.
+            from sglang_sentinel.sglang.versions import resolve
+
+            reported, source = self._version_reader.latest
+            res = resolve(reported)
+            server["sglang"] = {
+                "reported": reported,
+                "source": source,
+                "behaves_as": str(res.behaves_as),
+                "known": res.known,
+                "note": res.note,
+            }
         return {
             "generated_at": now,
             "version": sglang_sentinel.__version__,

@@ -28,6 +28,7 @@ from sglang_sentinel.sglang.series import loads_totals, server_total
 from sglang_sentinel.sglang.versions import (
     CHANGES,
     NEWEST_KNOWN,
+    OLDEST_KNOWN,
     Version,
     behaves_new,
     note_version,
@@ -167,7 +168,12 @@ def test_version_parse_and_resolve() -> None:
     assert (newer.known, newer.behaves_as) == (False, NEWEST_KNOWN)
     assert not resolve(None).known
     assert not behaves_new("loads.no_aggregate", Version(0, 5, 9))
-    assert behaves_new("loads.no_aggregate", Version(0, 5, 12))  # evidence gap: newer assumed
+    assert not behaves_new("loads.no_aggregate", Version(0, 5, 12, 1))  # read: no gap to assume over
+    assert behaves_new("loads.no_aggregate", Version(0, 5, 13))
+    older = resolve("0.5.8")
+    assert (older.known, older.behaves_as) == (False, OLDEST_KNOWN)
+    assert "oldest supported" in older.note
+    assert resolve("0.5.13").note == "release row 0.5.13 (read from its wheel)"
     assert not behaves_new("cli.nsa_rejected", Version(0, 5, 19))
     assert behaves_new("cli.nsa_rejected", Version(0, 5, 20))
 

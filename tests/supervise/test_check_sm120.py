@@ -140,7 +140,7 @@ def test_check_text_prints_the_row_and_its_source(
     assert "launch row:   glm5.sm120.tilelang_bf16 (known_good, SGLang 0.5.19 – now, SM120)" in out
     assert "prefill tilelang, decode tilelang, KV bf16" in out
     assert "source: sgl-project/sglang#37105" in out
-    assert "sglang:       pinned in the profile; known" in out
+    assert "sglang:       pinned in the profile; release row 0.5.23 (read from its wheel)" in out
 
 
 def test_check_says_an_unknown_newer_version_is_read_as_the_newest(

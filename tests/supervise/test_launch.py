@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from sglang_sentinel.supervise.launch import (
     BUILTIN_PROFILES,
@@ -149,11 +150,12 @@ def test_pinned_version_wins_and_bad_pin_is_an_error() -> None:
     cmd = render_command(pinned, detected_version=(0, 5, 23))
     assert flag(cmd.argv, "--nsa-decode-backend") == "fa3"
     assert cmd.version_source == "pinned in the profile"
-    bad = ServerSettings.model_validate(
-        {"profile": "b", "profiles": {"b": {"model_path": "/m", "sglang_version": "x"}}}
-    )
-    with pytest.raises(ProfileError, match="not a version"):
-        render_command(bad)
+    for pin, why in (("x", "not an SGLang version"), ("0.5.8", "older than the oldest supported")):
+        with pytest.raises(ValidationError, match=why) as exc:
+            ServerSettings.model_validate(
+                {"profile": "b", "profiles": {"b": {"model_path": "/m", "sglang_version": pin}}}
+            )
+        assert exc.value.errors()[0]["loc"][-1] == "sglang_version"
 
 
 def test_sim_profile_is_the_default_and_on_loopback() -> None:

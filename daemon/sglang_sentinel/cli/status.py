@@ -122,6 +122,10 @@ def summarize(status: dict[str, Any], now: float | None = None) -> str:
         f"server      {server.get('state', 'unknown')} ({server.get('mode')}, {server.get('url')}), "
         f"since {_ago(server.get('since'), now)}, restarts {server.get('restarts', 0)}",
     ]
+    sglang = server.get("sglang")
+    if isinstance(sglang, dict):
+        mark = "" if sglang.get("known") else "WARN "
+        lines.append(f"sglang      {mark}{sglang.get('reported') or 'not detected'}: {sglang.get('note')}")
     crash = server.get("last_crash")
     if isinstance(crash, dict):
         lines.append(f"last crash  {crash.get('reason')} {_ago(crash.get('at'), now)}: {crash.get('detail')}")

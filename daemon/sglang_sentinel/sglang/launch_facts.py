@@ -53,13 +53,13 @@ class LaunchFacts:
     entrypoint_args: tuple[str, ...]
     #: ``python -m sglang.launch_server`` still works but prints a UserWarning.
     launch_server_warns: bool
-    #: ``--nsa`` (below 0.5.15, the first read with ``--dsa``; alias accepted through 0.5.19, rejected
-    #: from 0.5.20) or ``--dsa`` for the DSA backends.
+    #: ``--nsa`` (through 0.5.12.post1; ``--dsa`` registered from 0.5.13, the ``--nsa`` alias accepted
+    #: through 0.5.19, rejected from 0.5.20) or ``--dsa`` for the DSA backends.
     dsa_flag_prefix: str
     #: Whether ``--nsa-prefill-backend``/``--nsa-decode-backend`` are accepted at all.
     nsa_flags_accepted: bool
     #: Flags that turn CUDA graphs off without a deprecation warning (``--disable-cuda-graph`` is
-    #: deprecated from 0.5.19).
+    #: deprecated from 0.5.14, where the per-phase graph backends first appear).
     disable_cuda_graph_flags: tuple[str, ...]
     disable_cuda_graph_deprecated: bool
     #: The DeepGEMM switch SGLang reads (``SGLANG_ENABLE_JIT_DEEPGEMM``, default on).
@@ -70,7 +70,7 @@ class LaunchFacts:
     dsa_default_kv_dtype: str
     #: (prefill, decode) backends SGLang picks for a DSA model with the default KV dtype.
     dsa_default_backends: tuple[str, str]
-    #: The same for GLM (``GlmMoeDsaForCausalLM``), which has its own SM12x rule from 0.5.19.
+    #: The same for GLM (``GlmMoeDsaForCausalLM``), which has its own SM12x rule from 0.5.17.
     glm_dsa_default_backends: tuple[str, str]
     #: GLM-5-NVFP4 on this architecture: the GLM5_NVFP4_TABLE rows that apply, as findings.
     glm5_findings: tuple[Finding, ...]
@@ -83,17 +83,16 @@ _SERVER_ARGS_059 = (
 _OVERRIDES_023 = (
     "sglang/srt/arg_groups/overrides.py _dsa_kv_cache_dtype_default/_dsa_split_backend_resolution (0.5.23)"
 )
-_GLM_SM12_FROM = Version(0, 5, 19)  # is_glm_sm12_fp8 present in 0.5.19/0.5.20/0.5.21/0.5.23 overrides.py
-# First version verified to have --dsa-* names (supervise/launch.py _DSA_NAMES_FROM; the deployment's launch line).
-_DSA_NAMES_FROM = Version(0, 5, 15)
+# is_glm_sm12_fp8 (sglang/srt/arg_groups/overrides.py): first in 0.5.17, in every release since.
+_GLM_SM12_FROM = Version(0, 5, 17)
 
 
 def dsa_defaults(version: Version, sm_arch: int, kv_cache_dtype: str, *, glm: bool) -> tuple[str, str]:
     """SGLang's own (prefill, decode) DSA backend choice for a CUDA GPU with nothing passed."""
     major = sm_arch // 10
     fp8 = kv_cache_dtype == "fp8_e4m3"
-    # 0.5.9's rule (server_args.py L1153-1179) up to the first read wheel with the new one (0.5.19:
-    # arg_groups/overrides.py, same as 0.5.23); 0.5.10-0.5.18 were not read and get 0.5.9's.
+    # 0.5.9's rule (server_args.py L1153-1179) up to the first release with the GLM SM12x rule
+    # (0.5.17 arg_groups/overrides.py is_glm_sm12_fp8, same as 0.5.23).
     if version < _GLM_SM12_FROM:
         if fp8:
             return ("flashmla_auto", "flashmla_kv")
@@ -129,7 +128,7 @@ def launch_facts(version: str | None, sm_arch: int) -> LaunchFacts:
         entrypoint=("sglang", "serve") if serve else ("python3", "-m", "sglang.launch_server"),
         entrypoint_args=("-c", SGLANG_CLI_STUB, "serve") if serve else ("-m", "sglang.launch_server"),
         launch_server_warns=serve,
-        dsa_flag_prefix="--dsa" if v >= _DSA_NAMES_FROM else "--nsa",
+        dsa_flag_prefix="--dsa" if behaves_new("cli.dsa_names", v) else "--nsa",
         nsa_flags_accepted=not nsa_gone,
         disable_cuda_graph_flags=(
             ("--cuda-graph-backend-decode=disabled", "--cuda-graph-backend-prefill=disabled")
@@ -149,7 +148,7 @@ def launch_facts(version: str | None, sm_arch: int) -> LaunchFacts:
         ),
         sources=(
             _SERVER_ARGS_059 if v < _GLM_SM12_FROM else _OVERRIDES_023,
-            "sglang/launch_server.py __main__ warning (0.5.19, 0.5.20, 0.5.21, 0.5.23)",
+            "sglang/launch_server.py __main__ warning (every release from 0.5.10)",
             "sglang/srt/environ.py SGLANG_ENABLE_JIT_DEEPGEMM",
         ),
     )
@@ -248,21 +247,21 @@ GLM5_NVFP4_TABLE: tuple[DsaRow, ...] = (
            "(fmhaRunner.cuh accepts SM100/103/107 only), flashinfer-ai/flashinfer#5445"),
     # FP8 KV on SM12x is not bad as such: 0.5.9's trtllm has an fp8 path (nsa_backend.py
     # _forward_trtllm: mla_quantize_and_rope_for_fp8) and the deployment ran it (SGLang's fp8_e4m3,
-    # no --kv-cache-dtype); 0.5.19+ make fp8 + flashinfer_sparse_mla GLM's SM12x default. What is
+    # no --kv-cache-dtype); 0.5.17+ make fp8 + flashinfer_sparse_mla GLM's SM12x default. What is
     # bad from then on is fp8 with another DSA backend, or that backend without fp8: SGLang refuses
     # both at start-up. SM12_FP8_DSA_BACKENDS is the allowed set; the simulator reads these rows.
-    DsaRow("glm5.sm120.fp8_kv_backend", "known_bad", 12, "0.5.19", None, (), "fp8",
+    DsaRow("glm5.sm120.fp8_kv_backend", "known_bad", 12, "0.5.17", None, (), "fp8",
            "FP8 KV with a DSA backend other than flashinfer_sparse_mla (or triton_sparse_mla for prefill) "
            "on SM120: SGLang refuses it at start-up ('GLM DSA with FP8 KV cache on NVIDIA SM120/SM121 "
            "supports only flashinfer_sparse_mla (default) or triton_sparse_mla (prefill)'); SGLang picks "
            "fp8_e4m3 for DSA on SM ≥ 10 when --kv-cache-dtype is omitted",
-           _FLASH_MLA_SM120 + "; " + _OVERRIDES_023 + " (is_glm_sm12_fp8; read in 0.5.23, assumed from 0.5.19 "
-           "where flashinfer_sparse_mla and is_glm_sm12_fp8 first appear)",
+           _FLASH_MLA_SM120 + "; " + _OVERRIDES_023 + " (is_glm_sm12_fp8; the refusal text is in "
+           "every release from 0.5.17, where flashinfer_sparse_mla and is_glm_sm12_fp8 first appear)",
            allowed=SM12_FP8_DSA_BACKENDS, effect="refused", glm_only=True),
-    DsaRow("glm5.sm120.flashinfer_sparse_mla_bf16", "known_bad", 12, "0.5.19", None, ("flashinfer_sparse_mla",), "bf16",
+    DsaRow("glm5.sm120.flashinfer_sparse_mla_bf16", "known_bad", 12, "0.5.17", None, ("flashinfer_sparse_mla",), "bf16",
            "flashinfer_sparse_mla without an FP8 KV cache: SGLang refuses it at start-up "
            "('flashinfer_sparse_mla supports only GLM DSA with FP8 KV cache on NVIDIA SM120/SM121')",
-           _FLASH_MLA_SM120 + " (read in 0.5.23, assumed from 0.5.19)", effect="refused"),
+           _FLASH_MLA_SM120 + " (the refusal text is in every release from 0.5.17)", effect="refused"),
 )  # fmt: skip
 
 

@@ -83,8 +83,9 @@ _SIM = LaunchProfile(
 BUILTIN_PROFILES: dict[str, LaunchProfile] = {"sim": _SIM, "glm5-nvfp4-rtxpro6000": _GLM5}
 
 # Flag spellings, entrypoint and CUDA-graph flags per version come from launch_facts (the
-# versions table: --nsa-* aliases accepted through 0.5.19, rejected from 0.5.20; --dsa-* first
-# verified in 0.5.15). When the version cannot be determined, render for the newest known one.
+# versions table, read from every release's wheel: --dsa-* from 0.5.13, --nsa-* aliases accepted
+# through 0.5.19, rejected from 0.5.20; per-phase CUDA-graph flags from 0.5.14). When the version
+# cannot be determined, render for the newest known one.
 _ASSUMED_VERSION: SGLangVersion = (NEWEST_KNOWN.major, NEWEST_KNOWN.minor, NEWEST_KNOWN.patch)
 
 
@@ -273,7 +274,7 @@ def _sglang_argv(
     if profile.mem_fraction_static is not None:
         argv += ["--mem-fraction-static", f"{profile.mem_fraction_static:g}"]
     if profile.disable_cuda_graph:
-        # --disable-cuda-graph is deprecated from 0.5.19 (per-phase graph backends replace it).
+        # --disable-cuda-graph is deprecated from 0.5.14 (per-phase graph backends replace it).
         argv += facts.disable_cuda_graph_flags
     if profile.enable_metrics:
         argv.append("--enable-metrics")

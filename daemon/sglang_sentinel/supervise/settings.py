@@ -15,6 +15,7 @@ from pydantic import AliasChoices, Field, field_validator, model_validator
 from sglang_sentinel.redact import register_secret
 from sglang_sentinel.router.settings import RouterTargetSettings
 from sglang_sentinel.section import Secret, Section
+from sglang_sentinel.sglang.versions import check_supported
 
 __all__ = [
     "CanarySettings",
@@ -237,6 +238,15 @@ class LaunchProfile(Section):
     api_key: Secret = ""
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("sglang_version")
+    @classmethod
+    def _supported_sglang(cls, v: str) -> str:
+        # A pin below the oldest release read renders flags nobody checked: refuse it here (config
+        # error naming the field) rather than start a server whose argparse may reject them.
+        if v.strip():
+            check_supported(v)  # pydantic names the field
+        return v
 
     @model_validator(mode="after")
     def _register_key(self) -> LaunchProfile:
