@@ -43,7 +43,7 @@ th,td{text-align:left;padding:3px 8px 3px 0;border-bottom:1px solid #eef0f3}
 th{font-weight:600;color:#56606b}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .badge{display:inline-block;white-space:nowrap;padding:1px 8px;border-radius:10px;font-weight:600;
 font-size:13px}
-.ok{background:#d7f5dd;color:#135c24}.warn{background:#fff1c9;color:#6b4d00}.bad{background:#fddcdc;color:#8a1111}
+.ok{background:#d7f5dd;color:#135c24}.na{background:#eef0f3;color:#56606b}.warn{background:#fff1c9;color:#6b4d00}.bad{background:#fddcdc;color:#8a1111}
 .muted{color:#7a838c}.big{font-size:22px;font-weight:600}
 .why h2{font-size:17px}.badbox{border-left:5px solid #c62828}.warnbox{border-left:5px solid #e0a800}
 .why pre{background:#1d232b;color:#e6e6e6;padding:8px;border-radius:4px;white-space:pre-wrap;
@@ -167,6 +167,7 @@ def _server(server: Mapping[str, Any], now: float) -> str:
         ("Last time to ready", _e(_seconds(server.get("start_duration_seconds")))),
         ("Launch config", f"<code>{_e(server.get('launch_hash') or '—')}</code>"),
         ("Mode", _e(server.get("mode"))),
+        ("Target kind", _kind(server)),
         ("Address", _e(server.get("url"))),
         ("Restarts", _e(server.get("restarts", "—"))),
         (
@@ -178,6 +179,15 @@ def _server(server: Mapping[str, Any], now: float) -> str:
     ]
     body = "".join(f"<tr><th>{_e(k)}</th><td>{v}</td></tr>" for k, v in rows)
     return f"<section><h2>Server</h2><table>{body}</table></section>"
+
+
+def _kind(server: Mapping[str, Any]) -> str:
+    if server.get("kind_undecided"):
+        return _badge("undecided", "warn") + (
+            ' <span class="muted">neither a server nor a router answered in time: read as a server; '
+            "set <code>[server] kind</code></span>"
+        )
+    return _e(server.get("kind") or "—")
 
 
 def _seconds(value: Any) -> str:
@@ -416,6 +426,8 @@ def _collectors(collectors: Sequence[Mapping[str, Any]], state: str) -> str:
     rows = []
     for c in collectors:
         badge = _outcome_badge(c.get("success"))
+        if c.get("state") == "not_applicable":
+            badge = _badge("not applicable", "na")
         if c.get("name") == "sglang" and c.get("success") is False and not serving:
             # Expected while there is no server to scrape: the server state says why.
             badge = _badge("no server", "warn")
