@@ -29,6 +29,9 @@ _STATE_CLASS = {
     "stopped": "bad",
 }
 
+# Cells stay on one line. A detail cell that may break anywhere lets the table squeeze its column
+# to one character (a long canary answer read one letter per line); width:100% + max-width:0 give
+# the detail column what the other columns leave, cut there with an ellipsis.
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#f6f7f9;
 color:#1d232b}
@@ -49,7 +52,10 @@ font-size:13px}
 .why pre{background:#1d232b;color:#e6e6e6;padding:8px;border-radius:4px;white-space:pre-wrap;
 word-break:break-all;font-size:12px;margin:6px 0}.action{font-size:15px}
 code{background:#eef0f3;padding:0 4px;border-radius:3px}
-.detail{overflow-wrap:anywhere}section{min-width:0;overflow-x:auto}td.num{white-space:nowrap}
+section{min-width:0;overflow-x:auto}th,td.num,td.detail{white-space:nowrap}
+td.detail{width:100%;max-width:0;overflow:hidden;text-overflow:ellipsis}
+td.detail summary{overflow:hidden;text-overflow:ellipsis;cursor:pointer}
+td.detail .full{white-space:pre-wrap;overflow-wrap:anywhere;font-size:12px;color:#56606b}
 """
 
 
@@ -195,11 +201,17 @@ def _seconds(value: Any) -> str:
     return text if text == "—" else f"{text} s"
 
 
-def _detail(text: Any, n: int = 90) -> str:
-    """A cell's detail, cut to fit the card; the whole text (as the status document has it) on hover."""
+def _detail_td(text: Any, n: int = 90) -> str:
+    """A detail cell: one line, cut with an ellipsis to the card's width (CSS), the whole text (as
+    the status document has it) on hover and, for a long one, behind a click (<details>)."""
     full = "" if text is None else str(text)
-    shown = full if len(full) <= n else full[: n - 1] + "…"
-    return f'<span class="detail" title="{_e(full)}">{_e(shown)}</span>'
+    if len(full) <= n:
+        return f'<td class="detail" title="{_e(full)}">{_e(full)}</td>'
+    shown = full[: n - 1] + "…"
+    return (
+        f'<td class="detail" title="{_e(full)}"><details><summary>{_e(shown)}</summary>'
+        f'<div class="full">{_e(full)}</div></details></td>'
+    )
 
 
 def _outcome_badge(ok: object, stale: bool = False) -> str:
@@ -220,7 +232,7 @@ def _probes(probes: Sequence[Mapping[str, Any]], state: str, now: float) -> str:
                 _td(_outcome_badge(p.get("success"), stale and p.get("success") is not None)),
                 _td(_e(relative(p.get("at"), now)), num=True),
                 _td(_e(_ms(p.get("duration_seconds"))), num=True),
-                _td(_detail(p.get("detail") or "")),
+                _detail_td(p.get("detail") or ""),
             ]
         )
     note = ""
@@ -431,7 +443,7 @@ def _collectors(collectors: Sequence[Mapping[str, Any]], state: str) -> str:
         if c.get("name") == "sglang" and c.get("success") is False and not serving:
             # Expected while there is no server to scrape: the server state says why.
             badge = _badge("no server", "warn")
-        rows.append([_td(_e(c.get("name"))), _td(badge), _td(_detail(c.get("detail") or ""))])
+        rows.append([_td(_e(c.get("name"))), _td(badge), _detail_td(c.get("detail") or "")])
     table = _table(["Collector", "Status", "Detail"], rows, "None enabled.")
     return f"<section><h2>Collectors</h2>{table}</section>"
 
