@@ -56,6 +56,7 @@ section{min-width:0;overflow-x:auto}th,td.num,td.detail{white-space:nowrap}
 td.detail{width:100%;max-width:0;overflow:hidden;text-overflow:ellipsis}
 td.detail summary{overflow:hidden;text-overflow:ellipsis;cursor:pointer}
 td.detail .full{white-space:pre-wrap;overflow-wrap:anywhere;font-size:12px;color:#56606b}
+@media (min-width:1000px){section.probes{grid-column:span 2}}
 """
 
 
@@ -242,7 +243,7 @@ def _probes(probes: Sequence[Mapping[str, Any]], state: str, now: float) -> str:
             "life, no verdict on the server now (unknown until it serves again).</p>"
         )
     table = _table(["Probe", "Result", "Age", "Duration", "Detail"], rows, "No probe has run yet.")
-    return f"<section><h2>Probes and canaries</h2>{note}{table}</section>"
+    return f'<section class="probes"><h2>Probes and canaries</h2>{note}{table}</section>'
 
 
 def _restarts(restarts: Sequence[Mapping[str, Any]], now: float) -> str:
