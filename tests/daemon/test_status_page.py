@@ -425,3 +425,16 @@ def test_cards_hold_long_details_on_one_line(tmp_path: Path, width: int) -> None
     assert dom.count("<details>") == 3
     assert 'title="' + "x" * 300 + '"' in dom
     shutil.copy(shot, tmp_path.parent / f"status-layout-{width}.png")
+
+
+def test_an_undecided_target_kind_is_shown_on_the_page_and_in_the_summary() -> None:
+    doc = snapshot()
+    doc["server"] = dict(doc["server"], mode="external", kind="server", kind_undecided=True)
+    page = render_status_page(doc)
+    assert '<span class="badge warn">undecided</span>' in page
+    text = summarize(doc, now=doc["generated_at"])
+    assert "target      kind undecided" in text
+    decided = snapshot()
+    decided["server"] = dict(decided["server"], mode="external", kind="router", kind_undecided=False)
+    assert "undecided" not in render_status_page(decided)
+    assert "undecided" not in summarize(decided, now=decided["generated_at"])

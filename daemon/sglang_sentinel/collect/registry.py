@@ -230,7 +230,7 @@ class CollectorSet:
         return []
 
     def collect(self) -> Iterator[Metric]:
-        self._last_collect = time.monotonic()
+        began = time.monotonic()
         yield from self._build_info.collect()
         yield from self._process.collect()
         success = GaugeMetricFamily(
@@ -268,6 +268,9 @@ class CollectorSet:
                 if ts is not None:
                     last.add_metric([name], ts)
             yield from metrics
+        # Recorded once every source has answered, as of when it began: a collection still in
+        # flight (the status loop's, say) must not make a caller think the flags are current.
+        self._last_collect = began
         yield success
         yield states
         yield duration
