@@ -266,3 +266,15 @@ def test_bad_numeric_flags_name_the_flag(
     err = capsys.readouterr().err
     assert f"argument {flag}:" in err, err
     assert "Traceback" not in err
+
+
+def test_kind_is_auto_in_external_mode_unless_written() -> None:
+    from sglang_sentinel.supervise.settings import ServerSettings
+
+    assert ServerSettings(mode="external").kind == "auto"
+    assert ServerSettings().kind == "server"  # child: sentinel launches a server, never a router
+    assert ServerSettings(mode="systemd").kind == "server"
+    assert ServerSettings(mode="external", kind="server").kind == "server"  # an explicit kind wins
+    assert ServerSettings(mode="external", kind="router").kind == "router"
+    with pytest.raises(ValueError, match='kind = "auto" needs mode = "external"'):
+        ServerSettings(kind="auto")

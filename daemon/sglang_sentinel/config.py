@@ -121,6 +121,24 @@ class Settings(BaseSettings):
             update={"server": server, "collectors": _collectors_for(kind, self.collectors)}
         )
 
+    def with_gpu_expectation(self) -> Settings:
+        """These settings with ``[collectors.gpu] expected`` resolved: as written, else whether the
+        launch (child or systemd mode) needs GPUs. An unusable profile counts as needing them:
+        validation refuses it anyway, and the cautious reading of a missing driver is a failure."""
+        gpu = self.collectors.gpu
+        if gpu.expected is not None:
+            return self
+        from sglang_sentinel.supervise.launch import ProfileError, resolve_profile
+
+        expected = False
+        if self.server.mode != "external":
+            try:
+                expected = resolve_profile(self.server)[1].required_gpus > 0
+            except ProfileError:
+                expected = True
+        collectors = self.collectors.model_copy(update={"gpu": gpu.model_copy(update={"expected": expected})})
+        return self.model_copy(update={"collectors": collectors})
+
     @classmethod
     def settings_customise_sources(
         cls,

@@ -142,6 +142,8 @@ class Daemon:
         self.started_at = time.time()
         # The settings as the configuration declared them, when sentinel resolved kind = "auto".
         self._declared_settings: Settings | None = None
+        # kind = "auto" found neither a server nor a router in time: read as a server (shown).
+        self._kind_undecided = False
 
     # -- URLs -----------------------------------------------------------------------------------
 
@@ -253,7 +255,7 @@ class Daemon:
         evidence = await self._resolve_target_kind() if declared == "auto" else ""
         s = self.settings
         try:
-            collectors = build_collector_set(s)
+            collectors = build_collector_set(s.with_gpu_expectation())
         except (ValueError, KeyError) as exc:
             raise DaemonError(f"collectors: {exc}", 2) from None
         from sglang_sentinel.group import build_group, member_of
@@ -266,7 +268,9 @@ class Daemon:
         collectors.add("supervisor", supervisor.collector())
         if group is not None:
             collectors.add("group", group.collector())
-        collectors.add("target", TargetInfo(s.server.kind, declared, evidence))
+        collectors.add(
+            "target", TargetInfo(s.server.kind, declared, evidence, undecided=self._kind_undecided)
+        )
         collectors.add("schedule", self.metrics)
         log_source = collectors.get("sglang_log")
         if isinstance(log_source, SGLangLogCollector):
@@ -397,6 +401,7 @@ class Daemon:
         self._checkpoint()
         assert found is not None  # None only when stopped, and _checkpoint raised then
         self._declared_settings = self.settings
+        self._kind_undecided = found.kind is None
         self.settings = self.settings.with_target_kind(found.kind or "server")
         return found.evidence
 
@@ -491,7 +496,12 @@ class Daemon:
         current = self.scheduler.snapshot()["current"] if self.scheduler is not None else None
         load = f"; load {current['profile']} running" if current else ""
         hint = f" (crash loop; `{RESET_COMMAND}` to retry)" if state == "failed" else ""
-        return f"server {state}{hint}{load}"
+        return f"server {state}{hint}{load}{self._kind_note()}"
+
+    def _kind_note(self) -> str:
+        if not self._kind_undecided:
+            return ""
+        return "; target kind undecided (read as a server): set [server] kind = router or server"
 
     def _on_state_change(self, change: StateChange) -> None:
         if change.new.value == "failed":
@@ -528,16 +538,27 @@ class Daemon:
         """The snapshot behind ``/``, ``/status.json`` and ``sentinel status``."""
         now = time.time()
         snap = self.supervisor.snapshot() if self.supervisor is not None else None
-        server: dict[str, Any] = {"mode": self.settings.server.mode, "url": self.server_url}
+        server: dict[str, Any] = {
+            "mode": self.settings.server.mode,
+            "url": self.server_url,
+            "kind": self.settings.server.kind,
+            "kind_undecided": self._kind_undecided,
+        }
         probes: list[dict[str, Any]] = []
         if snap is not None:
             server.update(server_section(snap, self.settings.server, self.server_url, now))
             probes = probe_rows(snap, now)
         collectors: list[dict[str, Any]] = []
         if self.collectors is not None:
-            failing = self.collectors.failing
+            # success: True/False/None (None also while not applicable: no verdict, not a failure).
+            why = {**self.collectors.failing, **self.collectors.not_applicable}
             collectors = [
-                {"name": n, "success": self.collectors.outcome(n), "detail": failing.get(n, "")}
+                {
+                    "name": n,
+                    "success": self.collectors.outcome(n),
+                    "state": self.collectors.state(n),
+                    "detail": why.get(n, ""),
+                }
                 for n in self.collectors.names
             ]
         capacity = self.calibration.capacity

@@ -29,6 +29,9 @@ _STATE_CLASS = {
     "stopped": "bad",
 }
 
+# Cells stay on one line. A detail cell that may break anywhere lets the table squeeze its column
+# to one character (a long canary answer read one letter per line); width:100% + max-width:0 give
+# the detail column what the other columns leave, cut there with an ellipsis.
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#f6f7f9;
 color:#1d232b}
@@ -43,13 +46,17 @@ th,td{text-align:left;padding:3px 8px 3px 0;border-bottom:1px solid #eef0f3}
 th{font-weight:600;color:#56606b}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .badge{display:inline-block;white-space:nowrap;padding:1px 8px;border-radius:10px;font-weight:600;
 font-size:13px}
-.ok{background:#d7f5dd;color:#135c24}.warn{background:#fff1c9;color:#6b4d00}.bad{background:#fddcdc;color:#8a1111}
+.ok{background:#d7f5dd;color:#135c24}.na{background:#eef0f3;color:#56606b}.warn{background:#fff1c9;color:#6b4d00}.bad{background:#fddcdc;color:#8a1111}
 .muted{color:#7a838c}.big{font-size:22px;font-weight:600}
 .why h2{font-size:17px}.badbox{border-left:5px solid #c62828}.warnbox{border-left:5px solid #e0a800}
 .why pre{background:#1d232b;color:#e6e6e6;padding:8px;border-radius:4px;white-space:pre-wrap;
 word-break:break-all;font-size:12px;margin:6px 0}.action{font-size:15px}
 code{background:#eef0f3;padding:0 4px;border-radius:3px}
-.detail{overflow-wrap:anywhere}section{min-width:0;overflow-x:auto}td.num{white-space:nowrap}
+section{min-width:0;overflow-x:auto}th,td.num,td.detail{white-space:nowrap}
+td.detail{width:100%;max-width:0;overflow:hidden;text-overflow:ellipsis}
+td.detail summary{overflow:hidden;text-overflow:ellipsis;cursor:pointer}
+td.detail .full{white-space:pre-wrap;overflow-wrap:anywhere;font-size:12px;color:#56606b}
+@media (min-width:1000px){section.probes{grid-column:span 2}}
 """
 
 
@@ -181,6 +188,7 @@ def _server(server: Mapping[str, Any], now: float) -> str:
         ("Last time to ready", _e(_seconds(server.get("start_duration_seconds")))),
         ("Launch config", f"<code>{_e(server.get('launch_hash') or '—')}</code>"),
         ("Mode", _e(server.get("mode"))),
+        ("Target kind", _kind(server)),
         ("Address", _e(server.get("url"))),
         ("Restarts", _e(server.get("restarts", "—"))),
         (
@@ -194,16 +202,31 @@ def _server(server: Mapping[str, Any], now: float) -> str:
     return f"<section><h2>Server</h2><table>{body}</table></section>"
 
 
+def _kind(server: Mapping[str, Any]) -> str:
+    if server.get("kind_undecided"):
+        return _badge("undecided", "warn") + (
+            ' <span class="muted">neither a server nor a router answered in time: read as a server; '
+            "set <code>[server] kind</code></span>"
+        )
+    return _e(server.get("kind") or "—")
+
+
 def _seconds(value: Any) -> str:
     text = _num(value, 1)
     return text if text == "—" else f"{text} s"
 
 
-def _detail(text: Any, n: int = 90) -> str:
-    """A cell's detail, cut to fit the card; the whole text (as the status document has it) on hover."""
+def _detail_td(text: Any, n: int = 90) -> str:
+    """A detail cell: one line, cut with an ellipsis to the card's width (CSS), the whole text (as
+    the status document has it) on hover and, for a long one, behind a click (<details>)."""
     full = "" if text is None else str(text)
-    shown = full if len(full) <= n else full[: n - 1] + "…"
-    return f'<span class="detail" title="{_e(full)}">{_e(shown)}</span>'
+    if len(full) <= n:
+        return f'<td class="detail" title="{_e(full)}">{_e(full)}</td>'
+    shown = full[: n - 1] + "…"
+    return (
+        f'<td class="detail" title="{_e(full)}"><details><summary>{_e(shown)}</summary>'
+        f'<div class="full">{_e(full)}</div></details></td>'
+    )
 
 
 def _outcome_badge(ok: object, stale: bool = False) -> str:
@@ -224,7 +247,7 @@ def _probes(probes: Sequence[Mapping[str, Any]], state: str, now: float) -> str:
                 _td(_outcome_badge(p.get("success"), stale and p.get("success") is not None)),
                 _td(_e(relative(p.get("at"), now)), num=True),
                 _td(_e(_ms(p.get("duration_seconds"))), num=True),
-                _td(_detail(p.get("detail") or "")),
+                _detail_td(p.get("detail") or ""),
             ]
         )
     note = ""
@@ -234,7 +257,7 @@ def _probes(probes: Sequence[Mapping[str, Any]], state: str, now: float) -> str:
             "life, no verdict on the server now (unknown until it serves again).</p>"
         )
     table = _table(["Probe", "Result", "Age", "Duration", "Detail"], rows, "No probe has run yet.")
-    return f"<section><h2>Probes and canaries</h2>{note}{table}</section>"
+    return f'<section class="probes"><h2>Probes and canaries</h2>{note}{table}</section>'
 
 
 def _restarts(restarts: Sequence[Mapping[str, Any]], now: float) -> str:
@@ -430,10 +453,12 @@ def _collectors(collectors: Sequence[Mapping[str, Any]], state: str) -> str:
     rows = []
     for c in collectors:
         badge = _outcome_badge(c.get("success"))
+        if c.get("state") == "not_applicable":
+            badge = _badge("not applicable", "na")
         if c.get("name") == "sglang" and c.get("success") is False and not serving:
             # Expected while there is no server to scrape: the server state says why.
             badge = _badge("no server", "warn")
-        rows.append([_td(_e(c.get("name"))), _td(badge), _td(_detail(c.get("detail") or ""))])
+        rows.append([_td(_e(c.get("name"))), _td(badge), _detail_td(c.get("detail") or "")])
     table = _table(["Collector", "Status", "Detail"], rows, "None enabled.")
     return f"<section><h2>Collectors</h2>{table}</section>"
 

@@ -174,7 +174,7 @@ async def test_incremental_estimates_a_ceiling_it_cannot_afford_to_reprobe(
     # third of the full sweep's requests cannot buy again; the incremental run probes as high as it
     # can and scales the old ceiling by the change it measured there.
     base = synthetic(ceiling=600.0, max_running=None, per_stream=12.5, metrics=True)
-    cfg = settings()
+    cfg = settings(max_concurrency=64)  # below where this server would saturate
     full = await run_search(base, cfg, WORKLOAD)
     assert full.stop_reason == "max-concurrency"
     changed = synthetic(ceiling=600.0 * scale, per_stream=12.5 * scale, max_running=None, seed=3)

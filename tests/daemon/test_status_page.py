@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import struct
@@ -334,3 +335,106 @@ def test_page_and_summary_show_energy_per_token_and_why_a_run_has_none() -> None
     # Not metered: no energy section, no energy line.
     assert "GPU energy" not in render_status_page(snapshot())
     assert "energy " not in summarize(snapshot())
+
+
+# After layout: for every card its scroll and client widths, for every detail cell its height and
+# line height, written into the DOM as JSON (the page itself has no script).
+_MEASURE = """<script>
+window.addEventListener("load", () => {
+  const cards = [...document.querySelectorAll("main > section")].map(s => ({
+    title: (s.querySelector("h2") || {}).textContent || "",
+    scroll: s.scrollWidth, client: s.clientWidth,
+  }));
+  const cells = [...document.querySelectorAll("td.detail")].map(td => ({
+    height: td.getBoundingClientRect().height,
+    line: parseFloat(getComputedStyle(td).lineHeight) || 20,
+    width: td.getBoundingClientRect().width,
+    text: td.textContent.slice(0, 40),
+  }));
+  const out = document.createElement("pre");
+  out.id = "measured";
+  out.style.display = "none";
+  out.textContent = JSON.stringify({cards, cells, page: document.documentElement.scrollWidth,
+                                    viewport: window.innerWidth});
+  document.body.appendChild(out);
+});
+</script>"""
+
+
+def long_snapshot() -> dict[str, Any]:
+    doc = snapshot()
+    now = doc["generated_at"]
+    unbroken = "x" * 300  # a canary answer with no space to wrap at
+    words = "the answer goes on and on " * 20
+    doc["probes"] = [
+        {
+            "name": "canary_arithmetic",
+            "success": False,
+            "at": now - 5,
+            "duration_seconds": 0.2,
+            "detail": unbroken,
+        },
+        {
+            "name": "canary_is_prime",
+            "success": False,
+            "at": now - 5,
+            "duration_seconds": 0.3,
+            "detail": words,
+        },
+        {"name": "health", "success": True, "at": now - 1, "duration_seconds": 0.01, "detail": ""},
+    ]
+    doc["probes"][0]["detail"] = unbroken
+    doc["probes"][1]["detail"] = words
+    doc["collectors"] = [
+        {"name": "sglang", "success": True, "state": "ok", "detail": ""},
+        {"name": "gpu", "success": None, "state": "not_applicable", "detail": "no NVIDIA GPU " + words},
+    ]
+    return doc
+
+
+@requires_chromium
+@pytest.mark.parametrize("width", [1400, 800])
+def test_cards_hold_long_details_on_one_line(tmp_path: Path, width: int) -> None:
+    page = tmp_path / "status.html"
+    page.write_text(
+        render_status_page(long_snapshot()).replace("</body>", _MEASURE + "</body>"), encoding="utf-8"
+    )
+    shot = tmp_path / f"status-{width}.png"
+    dom = dump_dom_and_screenshot(
+        page, shot, profile=tmp_path / "profile", virtual_time_ms=3000, window=f"{width},1600"
+    )
+    m = re.search(r'<pre id="measured"[^>]*>(.*?)</pre>', dom, re.S)
+    assert m is not None, dom[-2000:]
+    measured = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    assert measured["viewport"] == width
+    cards = {c["title"]: c for c in measured["cards"]}
+    # The cards with long details fit their width: nothing to scroll sideways.
+    for title in ("Probes and canaries", "Collectors", "Server"):
+        card = cards[title]
+        assert card["scroll"] <= card["client"], (title, card)
+    # The page as a whole does not scroll sideways either.
+    assert measured["page"] <= width, measured["page"]
+    # Every detail cell is one line (no letter-per-line column), and has room to show something.
+    cells = measured["cells"]
+    assert len(cells) == 5
+    for cell in cells:
+        assert cell["height"] < 2 * cell["line"], cell
+        if cell["text"]:
+            assert cell["width"] >= 100, cell
+    # The long texts are cut, the whole of them behind a click (<details>) and on hover (title).
+    assert dom.count("<details>") == 3
+    assert 'title="' + "x" * 300 + '"' in dom
+    shutil.copy(shot, tmp_path.parent / f"status-layout-{width}.png")
+
+
+def test_an_undecided_target_kind_is_shown_on_the_page_and_in_the_summary() -> None:
+    doc = snapshot()
+    doc["server"] = dict(doc["server"], mode="external", kind="server", kind_undecided=True)
+    page = render_status_page(doc)
+    assert '<span class="badge warn">undecided</span>' in page
+    text = summarize(doc, now=doc["generated_at"])
+    assert "target      kind undecided" in text
+    decided = snapshot()
+    decided["server"] = dict(decided["server"], mode="external", kind="router", kind_undecided=False)
+    assert "undecided" not in render_status_page(decided)
+    assert "undecided" not in summarize(decided, now=decided["generated_at"])

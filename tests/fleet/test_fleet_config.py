@@ -26,7 +26,7 @@ def test_a_file_sd_entry_names_one_target() -> None:
         ]
     )
     assert [(t.name, t.url, t.kind, t.canaries) for t in targets] == [
-        ("gpu-a", "http://10.0.0.5:30000", "server", True),
+        ("gpu-a", "http://10.0.0.5:30000", "auto", True),  # kind defaults to auto
         ("router-1", "http://10.0.0.9:30000", "router", False),
     ]
 

@@ -319,3 +319,18 @@ async def test_a_stop_during_detection_does_not_wait_for_its_timeout(tmp_path: P
     with pytest.raises(_Stopped):
         await asyncio.wait_for(start, 10)  # not the 600 s of detect_timeout_seconds
     await daemon._shutdown()
+
+
+def test_target_info_says_when_auto_decided_nothing() -> None:
+    from sglang_sentinel.router.detect import TargetInfo
+
+    def samples(info: TargetInfo) -> dict[str, float]:
+        return {s.name: s.value for m in info.collect() for s in m.samples}
+
+    assert samples(TargetInfo("server", "auto", "readiness=no_answer", undecided=True)) == {
+        "sentinel_target_info": 1.0,
+        "sentinel_target_kind_undecided": 1.0,
+    }
+    assert samples(TargetInfo("router", "auto", "readiness=router"))["sentinel_target_kind_undecided"] == 0.0
+    # A declared kind was never detected: no undecided series at all.
+    assert "sentinel_target_kind_undecided" not in samples(TargetInfo("router", "router"))

@@ -197,7 +197,8 @@ def test_run_and_fleet_against_the_real_router(
         wait_for("router not ready", lambda: _client().get(router_url + "/readiness").status_code == 503, 30)
         assert _client().get(router_url + "/health").status_code == 200
 
-        # kind = "auto" tells the router from a server by its routes, even with no worker up.
+        # kind = "auto" (external mode's default) tells the router from a server by its routes,
+        # even with no worker up.
         found = asyncio.run(detect_kind(router_url, within_s=0))
         assert (found.kind, found.evidence) == (
             "router",
@@ -207,7 +208,8 @@ def test_run_and_fleet_against_the_real_router(
         config = tmp_path / "run.toml"
         config.write_text(
             f'state_dir = "{tmp_path / "state"}"\n'
-            '[server]\nmode = "external"\nkind = "auto"\nhost = "127.0.0.1"\n'
+            # No kind: "auto" is the default in external mode.
+            '[server]\nmode = "external"\nhost = "127.0.0.1"\n'
             f"port = {rport}\nstartup_poll_interval = 0.5\n"
             f'[server.router]\nmetrics_url = "http://127.0.0.1:{rmetrics}/metrics"\nexpected_workers = 3\n'
             "[server.checks.health]\ninterval = 1\n"
@@ -228,6 +230,7 @@ def test_run_and_fleet_against_the_real_router(
                 sample(sentinel, "sentinel_target_info", kind="router", declared="auto", evidence=evidence)
                 == 1
             )
+            assert sample(sentinel, "sentinel_target_kind_undecided") == 0
 
             # The workers come back on their ports: the router readmits them, sentinel is ready.
             sims = start_sims(sim_factory, *[("--enable-metrics", "--port", str(p)) for p in ports])

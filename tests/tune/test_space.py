@@ -124,7 +124,7 @@ def test_short_round_is_one_probe_step_once_the_race_knows_where_to_probe() -> N
     from sglang_sentinel.calibrate.settings import CalibrationSettings
     from sglang_sentinel.tune.measure import tune_calibration
 
-    base = CalibrationSettings()
+    base = CalibrationSettings(max_concurrency=64)
     kw: dict[str, Any] = {"short_requests": 150, "short_max_concurrency": None, "ttft_p99_s": 2.0}
     ramp = tune_calibration(base, "short", tpot_p99_s=None, **kw)
     assert (ramp.start_concurrency, ramp.max_concurrency, ramp.max_requests) == (16, 64, 150)

@@ -47,9 +47,12 @@ class CalibrationSettings(Section):
 
     # --- search shape ---
     start_concurrency: int = Field(default=1, ge=1)
-    # The seed deployment was measured up to 64 in flight (and a 1..128 sweep at 64 prompts per
-    # step never holds more than 64): raise it for larger deployments.
-    max_concurrency: int = Field(default=64, ge=1)
+    # Above the simulated seed deployment's ceiling (the embedded default's `sentinel sim`, 256+256
+    # tokens: the 64->128 step gains ~13% of linear scaling, a plateau; `sentinel sweep --port P
+    # --max-concurrency 512` against `sentinel sim --speed 30` stops there), so a first calibration
+    # measures the ceiling instead of reporting a lower bound. A ceiling needs one step past it,
+    # hence 256, not 128. Raise it for larger deployments.
+    max_concurrency: int = Field(default=256, ge=1)
     # Escalation multiplies concurrency by this until the server saturates.
     growth_factor: float = Field(default=2.0, gt=1, le=16)
     # Requests of a step at concurrency c: max(step_min_requests, ceil(c * step_requests_per_slot)).

@@ -56,7 +56,7 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
     from sglang_sentinel.collect.registry import build_collector_set
     from sglang_sentinel.collect.render import render
 
-    collectors = build_collector_set(settings)
+    collectors = build_collector_set(settings.with_gpu_expectation())
     await collectors.start()
     try:
         gpu = collectors.get("gpu")

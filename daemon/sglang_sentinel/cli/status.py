@@ -6,7 +6,8 @@ kept for configuration errors as everywhere in the CLI):
 
 - 0: the server is ready, every probe and canary passes and every collector collects;
 - 1: degraded: the server is not ready, a probe or canary fails, or a collector fails (a GPU
-  host that lost NVML is not healthy);
+  host that lost NVML is not healthy; a collector that is *not applicable*, such as the GPU
+  collector on a host without an NVIDIA driver whose launch needs no GPU, is not a failure);
 - 3: the daemon cannot be reached (not running, wrong address) or answered nonsense.
 """
 
@@ -142,6 +143,11 @@ def summarize(status: dict[str, Any], now: float | None = None) -> str:
             lines.append(f"  differs   {diff}")
     if server.get("action"):
         lines.append(f"do          {server['action']}")
+    if server.get("kind_undecided"):
+        lines.append(
+            "target      kind undecided: neither a server nor a router answered in time, read as a server "
+            "(a router with no worker would pass as up); set [server] kind = router or server"
+        )
     for probe in status.get("probes") or []:
         ok = probe.get("success")
         mark = "?   " if ok is None else "ok  " if ok else "FAIL"
@@ -215,6 +221,9 @@ def summarize(status: dict[str, Any], now: float | None = None) -> str:
     failing = [c for c in status.get("collectors") or [] if c.get("success") is False]
     for c in failing:
         lines.append(f"collector   FAIL {c.get('name')}: {c.get('detail')}")
+    for c in status.get("collectors") or []:
+        if c.get("state") == "not_applicable":
+            lines.append(f"collector   n/a  {c.get('name')}: {c.get('detail')}")
     code = health_code(status)
     lines.insert(0, "sentinel: " + ("healthy" if code == EXIT_OK else "DEGRADED"))
     return "\n".join(lines)

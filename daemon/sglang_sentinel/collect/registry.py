@@ -4,7 +4,9 @@ Each source module registers a factory under a name, with the part of the config
 needs (``@register("gpu", section=lambda s: s.collectors.gpu)``: the factory sees its section,
 never the whole configuration); ``[collectors] enabled`` picks which run; :class:`CollectorSet`
 is the one prometheus_client Collector that wraps them all and adds, on every scrape,
-``sentinel_collector_success{collector}`` and ``sentinel_collector_duration_seconds{collector}``
+``sentinel_collector_state{collector,state}`` (ok, failing, not_applicable: 1 on the current one),
+``sentinel_collector_success{collector}`` (absent while not applicable) and
+``sentinel_collector_duration_seconds{collector}``
 (and, for sources that know it, ``sentinel_collector_last_success_timestamp_seconds{collector}``),
 and the daemon's own ``process_*`` series (prometheus_client's ProcessCollector: resident memory,
 CPU seconds, open and max fds, start time), which the usual exporter alerts and dashboards read.
@@ -20,14 +22,14 @@ import asyncio
 import importlib
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from sglang_sentinel.collect.build_info import BuildInfoCollector
-from sglang_sentinel.collect.source import Background, CollectionFailed, Source, Timestamped
+from sglang_sentinel.collect.source import Background, CollectionFailed, NotApplicable, Source, Timestamped
 from sglang_sentinel.log import get_logger
 
 if TYPE_CHECKING:
@@ -47,6 +49,9 @@ _log = get_logger(__name__)
 # A collector that has never worked is taken for "server still starting" this long (sglang.service's
 # TimeoutStartSec=1800: weights load for many minutes) before its failure is a warning.
 NOT_UP_GRACE_SECONDS = 1800.0
+
+CollectorState = Literal["ok", "failing", "not_applicable"]
+_STATES: tuple[CollectorState, ...] = ("ok", "failing", "not_applicable")
 
 
 class ServerEndpoint(Protocol):
@@ -134,6 +139,7 @@ class CollectorSet:
     def __init__(self, sources: Iterable[tuple[str, Source]] = ()) -> None:
         self._sources: dict[str, Source] = {}
         self._failing: dict[str, str] = {}
+        self._not_applicable: dict[str, str] = {}
         self._collected: set[str] = set()
         # Collectors that have succeeded once, and when the others first failed (monotonic).
         self._succeeded: set[str] = set()
@@ -167,11 +173,25 @@ class CollectorSet:
         """Collectors whose latest collection failed, with the reason (for the status page)."""
         return dict(self._failing)
 
+    @property
+    def not_applicable(self) -> dict[str, str]:
+        """Collectors with nothing to read on this host (and none expected), with the reason."""
+        return dict(self._not_applicable)
+
     def outcome(self, name: str) -> bool | None:
-        """True/False for the latest collection of ``name``; None before its first one."""
-        if name not in self._collected:
+        """True/False for the latest collection of ``name``; None before its first one, and while
+        it is not applicable (no verdict: nothing was there to collect)."""
+        if name not in self._collected or name in self._not_applicable:
             return None
         return name not in self._failing
+
+    def state(self, name: str) -> CollectorState | None:
+        """ok / failing / not_applicable for the latest collection of ``name``; None before its first."""
+        if name not in self._collected:
+            return None
+        if name in self._not_applicable:
+            return "not_applicable"
+        return "failing" if name in self._failing else "ok"
 
     def is_stale(self, max_age: float) -> bool:
         """No full collection (a scrape or :meth:`refresh`) in the last ``max_age`` seconds."""
@@ -217,7 +237,7 @@ class CollectorSet:
         return []
 
     def collect(self) -> Iterator[Metric]:
-        self._last_collect = time.monotonic()
+        began = time.monotonic()
         yield from self._build_info.collect()
         yield from self._process.collect()
         success = GaugeMetricFamily(
@@ -235,26 +255,47 @@ class CollectorSet:
             "When this collector last had good data (background reads, log lines).",
             labels=["collector"],
         )
+        states = GaugeMetricFamily(
+            "sentinel_collector_state",
+            "1 on this collector's state after its latest collection: ok, failing, or not_applicable "
+            "(nothing to read on this host and none expected, e.g. no NVIDIA driver where the launch "
+            "needs no GPU; sentinel_collector_success is absent then).",
+            labels=["collector", "state"],
+        )
         for name, source in self._sources.items():
             start = time.perf_counter()
-            ok, metrics = self._run(name, source)
+            state, metrics = self._run(name, source)
             duration.add_metric([name], time.perf_counter() - start)
-            success.add_metric([name], 1.0 if ok else 0.0)
+            if state != "not_applicable":
+                success.add_metric([name], 1.0 if state == "ok" else 0.0)
+            for each in _STATES:
+                states.add_metric([name, each], 1.0 if each == state else 0.0)
             if isinstance(source, Timestamped):
                 ts = source.last_success_timestamp()
                 if ts is not None:
                     last.add_metric([name], ts)
             yield from metrics
+        # Recorded once every source has answered, as of when it began: a collection still in
+        # flight (the status loop's, say) must not make a caller think the flags are current.
+        self._last_collect = began
         yield success
+        yield states
         yield duration
         yield last
 
-    def _run(self, name: str, source: Source) -> tuple[bool, list[Metric]]:
+    def _run(self, name: str, source: Source) -> tuple[CollectorState, list[Metric]]:
         metrics: list[Metric] = []
         reason: str | None = None
         try:
             for metric in source.collect():
                 metrics.append(metric)
+        except NotApplicable as exc:
+            self._collected.add(name)
+            self._failing.pop(name, None)
+            if name not in self._not_applicable:
+                _log.info("collector_not_applicable", collector=name, reason=str(exc))
+            self._not_applicable[name] = str(exc) or "not applicable"
+            return "not_applicable", metrics
         except CollectionFailed as exc:
             reason = str(exc) or "failed"
         except Exception as exc:
@@ -262,6 +303,7 @@ class CollectorSet:
             _log.exception("collector_crashed", collector=name)
         # Log on change only: a server that is down for an hour must not log every 15 s scrape.
         self._collected.add(name)
+        self._not_applicable.pop(name, None)
         previous = self._failing.get(name)
         if reason is None:
             self._succeeded.add(name)
@@ -282,4 +324,4 @@ class CollectorSet:
         elif reason is None and previous is not None:
             _log.info("collector_recovered", collector=name)
             del self._failing[name]
-        return reason is None, metrics
+        return ("ok" if reason is None else "failing"), metrics

@@ -75,6 +75,12 @@ class GpuSettings(Section):
 
     # "fake" serves 8 H200s replaying real readings: demos and dashboards on a box without GPUs.
     backend: Literal["nvml", "fake"] = "nvml"
+    # Whether this host must have NVIDIA GPUs. Unset: when the launch profile needs them (child and
+    # systemd mode; the embedded default's simulator needs none; external mode launches nothing).
+    # Where none are expected and no NVIDIA driver is present (NVML library not found, driver not
+    # loaded, no GPU, and none seen since start), the collector is *not applicable*, not failing.
+    # A GPU host watched in external mode: set true, so a lost driver is a failure.
+    expected: bool | None = None
     fake_devices: int = Field(default=8, ge=1, le=64)
     interval_seconds: float = Field(default=5.0, gt=0, le=300)
     # Per-cycle deadline for every GPU's read; a read still running then is abandoned.

@@ -7,7 +7,7 @@ from typing import Protocol, runtime_checkable
 
 from prometheus_client.metrics_core import Metric
 
-__all__ = ["Background", "CollectionFailed", "Source", "Timestamped"]
+__all__ = ["Background", "CollectionFailed", "NotApplicable", "Source", "Timestamped"]
 
 
 class CollectionFailed(Exception):
@@ -15,6 +15,16 @@ class CollectionFailed(Exception):
 
     The message is a short human reason ("sglang /metrics: connect refused"); the registry logs
     it on change and reports ``sentinel_collector_success{collector} 0``.
+    """
+
+
+class NotApplicable(Exception):
+    """Raised by ``collect()`` when there is nothing for this source to read on this host, and
+    none was expected (the GPU collector without an NVIDIA driver, where the launch needs no GPU).
+
+    Not a failure: the registry reports ``sentinel_collector_state{state="not_applicable"} 1``
+    and no ``sentinel_collector_success`` for it (not collected is not "failed"), the status page
+    shows it grey. The message says why ("no NVIDIA driver ...; the launch needs no GPU").
     """
 
 

@@ -46,6 +46,7 @@ class TargetResult:
     # the detected one, "server" while undecided) and the routes that decided it.
     declared_kind: str = ""
     kind_evidence: str = ""
+    kind_undecided: bool = False  # "auto" and no verdict yet: probed as a server this round
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +175,19 @@ class Prober:
                             _log.exception("fleet_slo_failed", target=target.name)
                     rounds += 1
                     took = time.monotonic() - start
-                    result = TargetResult(probed, probes, snap, err, wall, took, lag, slo, declared, evidence)
+                    result = TargetResult(
+                        probed,
+                        probes,
+                        snap,
+                        err,
+                        wall,
+                        took,
+                        lag,
+                        slo,
+                        declared,
+                        evidence,
+                        target.kind == "auto",
+                    )
                 # The results dict maps names to immutable results; a scrape reads one entry.
                 self.results = {**self.results, target.name: result}
                 ok = bool(probes) and all(p.ok for p in probes) and err is None

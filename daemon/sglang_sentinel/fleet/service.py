@@ -59,7 +59,8 @@ def result_families(result: TargetResult) -> list[Metric]:
     round_s.add_metric([], result.duration)
     out: list[Metric] = [success, duration, failure, ts, round_s]
     if result.declared_kind == "auto":
-        out.extend(TargetInfo(result.target.kind, "auto", result.kind_evidence).collect())
+        info = TargetInfo(result.target.kind, "auto", result.kind_evidence, undecided=result.kind_undecided)
+        out.extend(info.collect())
     if result.target.kind == "router":
         read = GaugeMetricFamily(
             "sentinel_router_read_success",

@@ -17,7 +17,8 @@ __all__ = ["NAME_PATTERN", "FleetFile", "FleetSettings", "FleetSloSettings", "Fl
 # A target's name is a label value and the ``?target=`` of a scrape: kept to what needs no quoting.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 
-# auto: told apart each round until decided (sglang_sentinel.router.detect); "server" until then.
+# auto (the default): told apart each round until decided (sglang_sentinel.router.detect); probed as
+# a "server" until then, with sentinel_target_kind_undecided 1 on the target's scrape.
 TargetKind = Literal["server", "router", "auto"]
 
 
@@ -25,7 +26,7 @@ class FleetTarget(Section):
     # From the configuration (or the file_sd ``name`` label), never from what the target says.
     name: str = Field(pattern=NAME_PATTERN)
     url: str = Field(pattern=r"^https?://[^/\s]+/?$")
-    kind: TargetKind = "server"
+    kind: TargetKind = "auto"
     # Run the canaries against this target (off: readiness only).
     canaries: bool = True
     # A router's own metrics listener (smg --prometheus-port), where its breakers show.

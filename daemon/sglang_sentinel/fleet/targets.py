@@ -5,7 +5,7 @@ deploy/fleet/) and the fleet itself. Each entry names one target::
 
     [{"targets": ["10.0.0.5:30000"], "labels": {"name": "gpu-a", "kind": "server"}}]
 
-``name`` is required and is what ``/probe?target=`` takes; ``kind`` is ``server`` (default) or
+``name`` is required and is what ``/probe?target=`` takes; ``kind`` is ``auto`` (default), ``server`` or
 ``router``; ``canaries`` ``"false"`` turns them off, ``router_metrics_url`` is a router's metrics
 listener (its breakers); other labels are Prometheus's business. An entry with several addresses is refused:
 one name per target, decided by whoever writes the file, never derived from discovery.
@@ -56,7 +56,7 @@ def parse_file_sd(data: Any, origin: str = "file_sd") -> tuple[FleetTarget, ...]
                 FleetTarget(
                     name=labels["name"],
                     url=_url(addrs[0]),
-                    kind=labels.get("kind", "server"),
+                    kind=labels.get("kind", "auto"),
                     canaries=str(labels.get("canaries", "true")).lower() != "false",
                     router_metrics_url=labels.get("router_metrics_url", ""),
                 )

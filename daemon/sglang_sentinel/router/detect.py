@@ -176,10 +176,14 @@ async def resolve_kind(
 
 
 class TargetInfo:
-    """``sentinel_target_info{kind, declared, evidence}``: what sentinel treats the target as (constant 1)."""
+    """``sentinel_target_info{kind, declared, evidence}``: what sentinel treats the target as (constant 1);
+    for ``kind = "auto"`` also ``sentinel_target_kind_undecided``: 1 while the routes decided nothing
+    (the target is read as a server then, which a router with no worker would pass as up)."""
 
-    def __init__(self, kind: str, declared: str, evidence: str = "") -> None:
+    def __init__(self, kind: str, declared: str, evidence: str = "", *, undecided: bool = False) -> None:
         self._labels = [kind, declared, evidence]
+        self._declared = declared
+        self._undecided = undecided
 
     def collect(self) -> Iterator[Metric]:
         family = GaugeMetricFamily(
@@ -190,3 +194,10 @@ class TargetInfo:
         )
         family.add_metric(self._labels, 1.0)
         yield family
+        if self._declared == "auto":
+            yield GaugeMetricFamily(
+                "sentinel_target_kind_undecided",
+                "1 when [server] kind = auto could not tell a server from a router by its routes "
+                "(read as a server until decided), else 0.",
+                value=1.0 if self._undecided else 0.0,
+            )

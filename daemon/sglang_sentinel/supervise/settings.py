@@ -308,11 +308,12 @@ class ServerSettings(Section):
     # What answers at host:port in external mode: an SGLang server, or SGLang's router (smg):
     # readiness from /readiness (its /health is 200 with no worker), canaries name the model
     # of /v1/models, the "router" collector reports the worker pool ([server.router]).
-    # auto: detected at start from the routes the target serves (sglang_sentinel.router.detect), within
-    # [server.router] detect_timeout_seconds; undecided -> "server". Not the default: a target
-    # that is down when sentinel starts could not be told apart, and "server" is what an
-    # external config meant before routers were known.
-    kind: Literal["server", "router", "auto"] = "server"
+    # auto (the default in external mode): detected at start from the routes the target serves
+    # (sglang_sentinel.router.detect), within [server.router] detect_timeout_seconds. Undecided
+    # (the target did not answer in either shape in time) reads as "server", and says so:
+    # sentinel_target_kind_undecided 1 and a line on the status page and in `sentinel status`.
+    # A child or systemd server is always "server" (sentinel never launches a router).
+    kind: Literal["server", "router", "auto"] = "auto"
     router: RouterTargetSettings = Field(default_factory=RouterTargetSettings)
     # Launch profile for child mode: a built-in name ("sim", "glm5-nvfp4-rtxpro6000") or a key of
     # `profiles`. "sim" is the embedded default: `sentinel sim` on loopback.
@@ -350,6 +351,8 @@ class ServerSettings(Section):
 
     @model_validator(mode="after")
     def _router_is_external(self) -> ServerSettings:
+        if self.mode != "external" and "kind" not in self.model_fields_set:
+            object.__setattr__(self, "kind", "server")  # the default "auto" means external targets only
         if self.kind in ("router", "auto") and self.mode != "external":
             raise ValueError(
                 f'kind = "{self.kind}" needs mode = "external" (sentinel never launches a router)'

@@ -21,7 +21,7 @@ from sglang_sentinel.collect.gpu.poller import GpuPoller, GpuSnapshot
 from sglang_sentinel.collect.gpu.reading import DeviceIdentity, DeviceReading, Nvml
 from sglang_sentinel.collect.registry import register
 from sglang_sentinel.collect.render import render_families
-from sglang_sentinel.collect.source import CollectionFailed
+from sglang_sentinel.collect.source import CollectionFailed, NotApplicable
 
 if TYPE_CHECKING:
     from sglang_sentinel.collect.settings import GpuSettings
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 __all__ = ["GpuCollector"]
 
 _ID = ["gpu", "uuid", "name", "pci_bus_id"]
+# NVML states that mean "no NVIDIA driver or GPU on this host" (not "a GPU went wrong").
+_NO_DRIVER = frozenset({"library_not_found", "driver_not_loaded", "no_devices"})
 # deploy/alerts.yml's GpuXidCritical list: uncorrectable ECC (48), GSP/firmware (62, 119, 120),
 # row-remap failure (64), NVLink (74), fell off the bus (79), uncontained ECC (95).
 ALERTED_XIDS = (48, 62, 64, 74, 79, 95, 119, 120)
@@ -119,8 +121,12 @@ def _labels(identity: DeviceIdentity) -> list[str]:
 class GpuCollector:
     """The ``gpu`` collector: renders :class:`GpuPoller` snapshots. Start it to start reading."""
 
-    def __init__(self, poller: GpuPoller, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, poller: GpuPoller, *, expected: bool = True, clock: Callable[[], float] = time.time
+    ) -> None:
         self.poller = poller
+        # False: a host without a driver is not applicable rather than failing (see collect()).
+        self.expected = expected
         self._clock = clock
         self._cache: tuple[GpuSnapshot, object, list[Metric]] | None = None
         poller.on_publish = self._prepare
@@ -146,6 +152,13 @@ class GpuCollector:
         families, problems = self._families()
         yield from families
         if problems:
+            snap = self.poller.snapshot
+            # Only a host that never showed a GPU: one that had GPUs and lost its driver is failing.
+            if not self.expected and snap.status in _NO_DRIVER and snap.most_devices_seen == 0:
+                raise NotApplicable(
+                    f"no NVIDIA GPU or driver here (nvml {snap.status}); the launch needs none "
+                    "([collectors.gpu] expected = true makes this a failure)"
+                )
             raise CollectionFailed("; ".join(problems))
 
     def _prepare(self) -> None:
@@ -378,4 +391,5 @@ def _factory(cfg: GpuSettings) -> GpuCollector:
         processes=cfg.processes,
         xid_events=cfg.xid_events,
     )
-    return GpuCollector(poller)
+    # Unset (a collector set built without Settings.with_gpu_expectation): the cautious reading.
+    return GpuCollector(poller, expected=cfg.expected is not False)
