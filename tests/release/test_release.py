@@ -141,3 +141,31 @@ def test_install_sh_rejects_a_missing_wheel(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "no such wheel" in result.stderr
     assert list(root.iterdir()) == []
+
+
+WORKFLOW = REPO / ".github" / "workflows" / "release.yml"
+
+
+def _lint_workflow(path: Path) -> subprocess.CompletedProcess[str]:
+    """GitHub's workflow schema as check-jsonschema vendors it (offline)."""
+    checker = Path(sys.executable).parent / "check-jsonschema"
+    return subprocess.run(
+        [str(checker), "--builtin-schema", "vendor.github-workflows", str(path)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_release_workflow_is_a_valid_workflow(tmp_path: Path) -> None:
+    result = _lint_workflow(WORKFLOW)
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = WORKFLOW.read_text(encoding="utf-8")
+    assert 'tags: ["v*"]' in text
+    assert "id-token: write" in text  # PyPI trusted publishing
+    assert "pypa/gh-action-pypi-publish" in text
+    assert "scripts/release-check" in text
+    assert "scripts/build-image" in text
+    assert "helm push" in text
+    # The lint fails on a broken workflow (a job without runs-on or steps).
+    broken = tmp_path / "broken.yml"
+    broken.write_text("name: x\non: push\njobs:\n  a:\n    runs-on: ubuntu-24.04\n    step: []\n")
+    assert _lint_workflow(broken).returncode != 0
