@@ -169,3 +169,13 @@ def test_release_workflow_is_a_valid_workflow(tmp_path: Path) -> None:
     broken = tmp_path / "broken.yml"
     broken.write_text("name: x\non: push\njobs:\n  a:\n    runs-on: ubuntu-24.04\n    step: []\n")
     assert _lint_workflow(broken).returncode != 0
+
+
+def test_readme_names_the_current_wheel_and_floors() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert f"dist/sglang_sentinel-{package_version()}-py3-none-any.whl" in readme
+    assert "Python 3.11 or newer" in readme
+    pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    deps = pyproject.split("dependencies = [", 1)[1].split("]\n", 1)[0]
+    for name, low in re.findall(r'^    "([a-z-]+)>=([0-9.]+)', deps, re.M):
+        assert f"{name} {low}" in readme, f"README does not state the floor {name} {low}"
