@@ -1,6 +1,6 @@
 # sglang-sentinel in a container.
 #
-#   docker build -t sglang-sentinel .
+#   scripts/build-image                   # tagged sglang-sentinel:<version>, labels set, size printed
 #   docker run --rm -p 9480:9480 sglang-sentinel            # embedded default: the simulator
 #   docker run --rm --network host --gpus all \
 #     -v /etc/sentinel:/etc/sentinel:ro -v sentinel-state:/var/lib/sentinel \
@@ -21,21 +21,37 @@
 # (replaces unhealthy tasks), or an autoheal container (willfarrell/autoheal, label
 # autoheal=true). A stalled scheduler does not make the daemon exit by itself (README, "Docker").
 
-FROM python:3.11-slim-bookworm AS build
+# The base pinned by exact tag and by the digest of its multi-architecture index: a rebuild gets the
+# same bytes. To move it: `docker buildx imagetools inspect python:3.11.N-slim-bookworm` for the new
+# digest; tests/release/test_release.py requires both the tag and the digest.
+ARG BASE=python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d
+
+FROM ${BASE} AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE CHANGELOG.md MANIFEST.in ./
 COPY daemon ./daemon
 RUN python -m venv /opt/sentinel \
  && /opt/sentinel/bin/pip install --no-cache-dir --disable-pip-version-check .
 
-FROM python:3.11-slim-bookworm
+FROM ${BASE}
+# Set by scripts/build-image: the package version (sglang_sentinel.__version__) and the git commit.
+ARG VERSION=unknown
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="sglang-sentinel" \
+      org.opencontainers.image.description="Keeps an SGLang server up, loads it on a schedule, exports it all to Prometheus." \
+      org.opencontainers.image.source="https://pypi.org/project/sglang-sentinel/" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}"
 COPY --from=build /opt/sentinel /opt/sentinel
-RUN groupadd --system --gid 10001 sentinel && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/sentinel --create-home --shell /usr/sbin/nologin sentinel
+RUN groupadd --system --gid 10001 sentinel \
+ && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/sentinel --create-home --shell /usr/sbin/nologin sentinel
 ENV PATH=/opt/sentinel/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     SENTINEL_STATE_DIR=/var/lib/sentinel \
     SENTINEL_LOG__FORMAT=json
-USER sentinel
+# Numeric, so that Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
+USER 10001:10001
 WORKDIR /var/lib/sentinel
 VOLUME ["/var/lib/sentinel"]
 EXPOSE 9480

@@ -28,6 +28,8 @@
 #                  are built at their final paths under DIR (a venv cannot be moved).
 #   --start        also start sentinel.service now (not with --root)
 #   --no-venv      skip the venvs (units and users only; the package is installed some other way)
+#   --from SOURCE  what goes into /opt/sentinel/.venv: a wheel file (sglang_sentinel-X.Y.Z-py3-none-any.whl),
+#                  a version (0.3.0: sglang-sentinel==0.3.0 from the index) or a checkout (default: this one)
 #   --uninstall    stop and disable the units, remove units, polkit rule and /opt/sentinel;
 #   --purge        with --uninstall: also /etc/sentinel, /var/lib/sentinel and the sentinel user.
 #                  /opt/sglang, /etc/sglang, /var/lib/sglang and the sglang user are always kept (model caches,
@@ -43,6 +45,7 @@ uninstall=0
 purge=0
 start=0
 venv=1
+from=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --root) root=${2:?--root needs a directory}; shift 2 ;;
@@ -51,6 +54,8 @@ while [ $# -gt 0 ]; do
         --purge) purge=1; shift ;;
         --start) start=1; shift ;;
         --no-venv) venv=0; shift ;;
+        --from) from=${2:?--from needs a wheel, a version or a directory}; shift 2 ;;
+        --from=*) from=${1#--from=}; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "install.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -63,6 +68,29 @@ fi
 PY=${PYTHON:-python3}
 say() { printf 'install.sh: %s\n' "$*"; }
 die() { printf 'install.sh: %s\n' "$*" >&2; exit 1; }
+
+# The host's Python first, before anything is written: sglang-sentinel needs 3.11 or newer
+# (Ubuntu 22.04's python3 is 3.10). Exit 2, nothing touched.
+if [ "$uninstall" = 0 ] && [ "$venv" = 1 ]; then
+    if ! command -v "$PY" >/dev/null 2>&1; then
+        printf 'install.sh: no %s found. Install Python 3.11 or newer (Debian/Ubuntu: apt-get install -y python3.11 python3.11-venv) and run again with PYTHON=python3.11, or run the container image instead (Dockerfile, scripts/build-image)\n' "$PY" >&2
+        exit 2
+    fi
+    pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo unknown)
+    if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+        printf 'install.sh: %s is Python %s; sglang-sentinel needs 3.11 or newer. Install one (Ubuntu 22.04: apt-get install -y python3.11 python3.11-venv, from universe) and run again with PYTHON=python3.11, or run the container image instead (Dockerfile, scripts/build-image). Nothing was installed.\n' "$PY" "$pyver" >&2
+        exit 2
+    fi
+fi
+# What pip installs: a wheel file, a version from the index, or a checkout.
+case "$from" in
+    "") pkg=$src ;;
+    *.whl) [ -f "$from" ] || { echo "install.sh: --from $from: no such wheel" >&2; exit 2; }
+           pkg=$(cd "$(dirname "$from")" && pwd)/$(basename "$from") ;;
+    [0-9]*) pkg="sglang-sentinel==$from" ;;
+    *) [ -f "$from/pyproject.toml" ] || { echo "install.sh: --from $from: not a wheel, a version or a checkout" >&2; exit 2; }
+       pkg=$(cd "$from" && pwd) ;;
+esac
 [ "$(id -u)" = 0 ] || die "run as root (it creates users and writes /etc)"
 
 units="$root/etc/systemd/system"
@@ -104,7 +132,6 @@ fi
 if [ ${#missing[@]} -gt 0 ]; then
     die "missing: ${missing[*]} (apt-get install -y ${missing[*]})"
 fi
-"$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || die "$PY is older than 3.11 (set PYTHON=)"
 
 # --- users ------------------------------------------------------------------------------------
 install -D -m 0644 "$here/sentinel.sysusers" "$sysusers"
@@ -157,7 +184,7 @@ if [ "$venv" = 1 ]; then
     [ -x "$root/opt/sentinel/.venv/bin/python" ] || "$PY" -m venv "$root/opt/sentinel/.venv"
     # shellcheck disable=SC2086  # PIP_ARGS is a list of words
     "$root/opt/sentinel/.venv/bin/python" -m pip install -q --disable-pip-version-check \
-        ${PIP_ARGS:-} "$src"
+        ${PIP_ARGS:-} "$pkg"
     [ -x "$root/opt/sglang/.venv/bin/python" ] || "$PY" -m venv "$root/opt/sglang/.venv"
     "$root/opt/sentinel/.venv/bin/sentinel" --version >/dev/null
 fi

@@ -55,6 +55,12 @@ SKIP: dict[str, str] = {
         "install + daemon"
     ),
     "bash scripts/test": "the whole test suite (this test is part of it)",
+    # scripts/test runs it before pytest; it installs the wheel with uv tool and pipx in throwaway dirs.
+    "bash scripts/release-check": "the release artifacts step of scripts/test",
+    "uv tool install dist/sglang_sentinel-0.3.0-py3-none-any.whl": (
+        "installs into the user's tool dir: scripts/release-check runs it into a throwaway one"
+    ),
+    "scripts/build-image": "needs a container engine and Docker Hub (docs/release.md)",
     ".venv/bin/python -m pytest tests/deploy tests/grafana": "test suites of their own",
     # Need a running daemon on the default port (and another helper's daemon may hold it).
     "sentinel status": "needs a running daemon",

@@ -2,7 +2,7 @@
 
 Everything ``sentinel run`` rejects before it starts is rejected here too (exit 2, each problem
 naming its field): the settings' own checks, the exporter's TLS/users files, the launch profile,
-a simulator profile's arguments (sentinel/validate.py). ``state_dir`` is the directory the daemon
+a simulator profile's arguments (sglang_sentinel/validate.py). ``state_dir`` is the directory the daemon
 will really use (systemd's ``$STATE_DIRECTORY``, the XDG fallback), not only the configured one.
 
 Output is JSON (default) or TOML (``--toml``: a complete config file of the effective values,

@@ -36,7 +36,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # Returns (healthy, short text); /healthz answers 200 or 503 with the text.
 HealthCheck = Callable[[], tuple[bool, str]]
 
-# /verdict: the orchestrator's liveness probe of the SGLang container (sentinel/verdict.py).
+# /verdict: the orchestrator's liveness probe of the SGLang container (sglang_sentinel/verdict.py).
 _UNAUTHENTICATED = frozenset({"/healthz", "/verdict"})
 # Seconds before Prometheus' own scrape timeout at which /metrics stops waiting and answers 503.
 _SCRAPE_MARGIN_S = 0.5
