@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -86,8 +85,6 @@ async def test_report_renders_in_headless_chromium(tmp_path: Path, synthetic: An
     pixels = mpimg.imread(str(shot))[..., :3]
     non_white = (pixels < 0.9).any(axis=-1).mean()
     assert non_white > 0.05, f"page looks blank ({non_white:.1%} non-white pixels)"
-    keep = Path("/tmp/sentinel-calibrate-report-screenshot.png")
-    shutil.copy(shot, keep)
 
 
 async def test_lower_bound_is_labelled_and_no_slo_means_no_slo_rows(tmp_path: Path, synthetic: Any) -> None:

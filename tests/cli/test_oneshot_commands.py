@@ -67,7 +67,12 @@ def test_bench_ignores_sighup_and_reads_sentinel_api_key(sim_factory: Any, tmp_p
         env=_env(SENTINEL_API_KEY=key),
         text=True,
     )
-    time.sleep(1.0)
+    # SIGHUP once the bench is sending (its handlers are set before the first request), not after
+    # a fixed time: a busy box can take longer than that just to import.
+    deadline = time.monotonic() + 60
+    while not sim.control("/requests")["requests"] and proc.poll() is None:
+        assert time.monotonic() < deadline, "the bench sent no request within 60 s"
+        time.sleep(0.05)
     proc.send_signal(signal.SIGHUP)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr

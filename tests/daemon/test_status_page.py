@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import struct
 import time
 import zlib
@@ -214,7 +213,6 @@ def test_page_renders_in_headless_chromium(tmp_path: Path) -> None:
         assert re.search(rf"<h2>{heading}", dom), heading
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom
     assert _png_is_not_blank(shot) > 0.02
-    shutil.copy(shot, "/tmp/sentinel-status-page-screenshot.png")
 
 
 def test_page_and_summary_mark_client_bound_runs_lower_bounds_and_long_answers() -> None:

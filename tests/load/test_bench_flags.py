@@ -3,8 +3,7 @@
 Fixtures (tests/load/fixtures/): the flag list and the block's row labels were extracted from the
 sglang==0.5.23 wheel's `sglang/benchmark/serving.py` (sources in their headers); the two
 `sglang-bench-serving-output-*.txt` are bench_serving outputs posted on SGLang pull requests,
-copied from the project's reference samples (/work/shared/reference/samples) with their
-`# source:` line.
+copied with their `# source:` line (the pull request they were posted on).
 """
 
 from __future__ import annotations

@@ -13,8 +13,10 @@ import pytest
 from support.sglang_metricnames import FAMILIES, VERSIONS, MetricFamily, by_name, of_version
 
 # Where the unpacked wheels are: $SGLANG_WHEEL_DIR/s59/sglang and $SGLANG_WHEEL_DIR/s23/sglang
-# (``pip download --no-deps sglang==0.5.9`` / ``==0.5.23``, then unzip each into s59 / s23).
-WHEEL_DIR = Path(os.environ.get("SGLANG_WHEEL_DIR", "/tmp/sgl"))
+# (``pip download --no-deps sglang==0.5.9`` / ``==0.5.23``, then unzip each into s59 / s23);
+# scripts/test does that into the repository's .cache/sglang-wheels, the default here.
+REPO = Path(__file__).resolve().parents[2]
+WHEEL_DIR = Path(os.environ.get("SGLANG_WHEEL_DIR", REPO / ".cache" / "sglang-wheels"))
 WHEELS = {"0.5.9": WHEEL_DIR / "s59" / "sglang", "0.5.23": WHEEL_DIR / "s23" / "sglang"}
 # Real SGLang output (copies of the project's reference samples, kept in the repository).
 SAMPLES = Path(__file__).resolve().parents[1] / "collect" / "samples"
@@ -24,7 +26,7 @@ SCHEDULER_LABELS = ("model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_r
 def test_reference_matches_the_wheel_source() -> None:
     missing = [str(p) for p in WHEELS.values() if not (p / "srt").is_dir()]
     if missing:
-        pytest.skip(f"unpacked SGLang wheels not found: {', '.join(missing)} (set SGLANG_WHEEL_DIR)")
+        pytest.skip("unpacked SGLang wheels not found (scripts/test downloads them; or set SGLANG_WHEEL_DIR)")
     spec = importlib.util.spec_from_file_location(
         "extract", Path(__file__).parents[1] / "support" / "extract_sglang_metricnames.py"
     )

@@ -13,7 +13,7 @@ is listed once per version.
 Usage: ``python tests/support/extract_sglang_metricnames.py WHEELS > OUT.py`` where ``WHEELS`` holds
 ``s59/sglang`` and ``s23/sglang`` (each an unpacked wheel), then ``ruff format``.
 ``tests/sglang/test_metricnames.py`` runs it and compares with the committed module when
-``$SGLANG_WHEEL_DIR`` (default ``/tmp/sgl``) has both.
+``$SGLANG_WHEEL_DIR`` (default: the repository's ``.cache/sglang-wheels``, filled by scripts/test) has both.
 """
 
 from __future__ import annotations
