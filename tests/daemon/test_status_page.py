@@ -422,7 +422,6 @@ def test_cards_hold_long_details_on_one_line(tmp_path: Path, width: int) -> None
     # The long texts are cut, the whole of them behind a click (<details>) and on hover (title).
     assert dom.count("<details>") == 3
     assert 'title="' + "x" * 300 + '"' in dom
-    shutil.copy(shot, tmp_path.parent / f"status-layout-{width}.png")
 
 
 def test_an_undecided_target_kind_is_shown_on_the_page_and_in_the_summary() -> None:

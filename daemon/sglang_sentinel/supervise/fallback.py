@@ -30,7 +30,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ from sglang_sentinel.supervise.knowngood import (
 from sglang_sentinel.supervise.launch import LaunchCommand, version_text
 from sglang_sentinel.supervise.probes import ProbeResult
 from sglang_sentinel.supervise.settings import FallbackSettings
-from sglang_sentinel.supervise.snapshot import frozen
+from sglang_sentinel.supervise.snapshot import FallbackView, frozen
 
 __all__ = ["FALLBACK_FILE", "FALLBACK_REASONS", "LIVES_FILE", "Fallback", "FallbackView", "HostFacts"]
 
@@ -70,29 +70,6 @@ _DSA_FLAGS = (
     "--nsa-decode-backend",
     "--dsa-decode-backend",
 )
-
-
-@dataclass(frozen=True, slots=True)
-class FallbackView:
-    """What the snapshot shows of the fallback (immutable)."""
-
-    enabled: bool
-    source: str  # "configured" or "fallback": which command the current life runs
-    configured_hash: str
-    running_hash: str
-    since: float | None  # wall clock of the fallback decision
-    reason: str  # a FALLBACK_REASONS value ("" while configured)
-    example: str  # what the configured launch answered (or its crash line)
-    origin: str  # "history" or "table: <row key>"
-    differences: tuple[str, ...]  # configured → fallback, one line per flag
-    running_argv: tuple[str, ...]  # secrets masked
-    fallbacks: Mapping[str, int]
-    known_good: int  # records on this host
-    unreadable: int  # known-good files or records set aside
-    recent_failures: int  # correctness failures of the running launch within the window
-    exhausted: str = ""  # why no fallback was possible (or "fallback failing too"), "" otherwise
-    # The last launches: {"at", "argv_hash", "source", "argv"}, newest last.
-    lives: tuple[Mapping[str, Any], ...] = ()
 
 
 def _with_flags(base: LaunchCommand, flags: Flags) -> LaunchCommand:

@@ -13,18 +13,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sglang_sentinel.supervise.state import ServerState
 
 if TYPE_CHECKING:
     from sglang_sentinel.supervise.classify import Crash
-    from sglang_sentinel.supervise.fallback import FallbackView
     from sglang_sentinel.supervise.launch import SGLangVersion
     from sglang_sentinel.supervise.preflight import PreflightResult
     from sglang_sentinel.supervise.probes import ProbeResult
 
-__all__ = ["SupervisorSnapshot", "frozen"]
+__all__ = ["FallbackView", "SupervisorSnapshot", "frozen"]
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")
@@ -33,6 +32,30 @@ _V = TypeVar("_V")
 def frozen(mapping: Mapping[_K, _V]) -> Mapping[_K, _V]:
     """A read-only copy: a snapshot must not change after it was published."""
     return MappingProxyType(dict(mapping))
+
+
+@dataclass(frozen=True, slots=True)
+class FallbackView:
+    """What the snapshot shows of the fallback (supervise/fallback.py), immutable; defined here
+    so that the snapshot does not import the module that builds it."""
+
+    enabled: bool
+    source: str  # "configured" or "fallback": which command the current life runs
+    configured_hash: str
+    running_hash: str
+    since: float | None  # wall clock of the fallback decision
+    reason: str  # a FALLBACK_REASONS value ("" while configured)
+    example: str  # what the configured launch answered (or its crash line)
+    origin: str  # "history" or "table: <row key>"
+    differences: tuple[str, ...]  # configured → fallback, one line per flag
+    running_argv: tuple[str, ...]  # secrets masked
+    fallbacks: Mapping[str, int]
+    known_good: int  # records on this host
+    unreadable: int  # known-good files or records set aside
+    recent_failures: int  # correctness failures of the running launch within the window
+    exhausted: str = ""  # why no fallback was possible (or "fallback failing too"), "" otherwise
+    # The last launches: {"at", "argv_hash", "source", "argv"}, newest last.
+    lives: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
