@@ -31,12 +31,11 @@ EXAMPLES = ROOT / "docs" / "examples"
 DOCS = ROOT / "docs" / "bench.md"
 
 
-def _bench_parser() -> argparse.ArgumentParser:
-    parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    bench = sub.choices["bench"]
-    assert isinstance(bench, argparse.ArgumentParser)
-    return bench
+def _dataset_choices() -> tuple[str, ...]:
+    """`sentinel bench --dataset-name`'s choices, as the real parser has them."""
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    action = next(a for a in sub.choices["bench"]._actions if a.dest == "dataset_name")
+    return tuple(action.choices or ())
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -44,8 +43,7 @@ def _args(*argv: str) -> argparse.Namespace:
 
 
 def test_the_cli_choices_are_the_registry_then_the_refused() -> None:
-    action = next(a for a in _bench_parser()._actions if a.dest == "dataset_name")
-    assert tuple(action.choices or ()) == (*DATASETS.names, *REJECTED_DATASETS)
+    assert _dataset_choices() == (*DATASETS.names, *REJECTED_DATASETS)
     assert not set(DATASETS.names) & set(REJECTED_DATASETS)
 
 
@@ -67,7 +65,7 @@ def _command_line(name: str, tmp_path: Path) -> list[str]:
 
 
 def test_every_registered_dataset_has_a_choice_a_loader_and_result_keys(tmp_path: Path) -> None:
-    choices = next(a for a in _bench_parser()._actions if a.dest == "dataset_name").choices or ()
+    choices = _dataset_choices()
     for entry in DATASETS:
         assert entry.name in choices
         spec = build_spec(_args(*_command_line(entry.name, tmp_path), "--num-prompts", "3"))
