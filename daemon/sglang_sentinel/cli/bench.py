@@ -84,8 +84,7 @@ def register(sub: Any) -> None:
         default="random",
         # The registry's names, in its order, then bench_serving's that sentinel bench refuses.
         choices=(*DATASETS.names, *REJECTED_DATASETS),
-        help="random, random-ids, generated-shared-prefix; with --dataset-path: sharegpt, openai, custom, "
-        "mooncake, agentic-trace",
+        help="the prompts to send (docs/bench.md, Datasets); a file dataset needs --dataset-path",
     )
     d.add_argument(
         "--dataset-path", type=Path, default=None, help="JSONL prompts (prompt|messages|input_ids)"

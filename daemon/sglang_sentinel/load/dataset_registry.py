@@ -15,7 +15,14 @@ import argparse
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from sglang_sentinel.load import agentic, jsonl, random_prompts, shared_prefix, sharegpt, trace
+from sglang_sentinel.load import (
+    agentic,
+    jsonl,
+    random_prompts,
+    shared_prefix,
+    sharegpt,
+    trace,
+)
 from sglang_sentinel.load.dataset_entry import DatasetEntry
 from sglang_sentinel.load.spec import DatasetSpec, LoadSpec, SpecError
 
