@@ -108,7 +108,13 @@ def test_daemon_end_to_end(
     m = d.metrics()
     assert d.value(m, "sentinel_server_up") == 1
     assert d.value(m, "sentinel_probe_success", probe="health") == 1
-    assert d.value(m, "sentinel_collector_success", collector="gpu") is not None
+    # The GPU collector has a verdict: ok/failing where NVML is there, not_applicable on a host
+    # without a driver (the simulated server needs no GPU), exactly one state at 1.
+    gpu_states = [
+        d.value(m, "sentinel_collector_state", collector="gpu", state=s)
+        for s in ("ok", "failing", "not_applicable")
+    ]
+    assert sorted(v or 0.0 for v in gpu_states) == [0, 0, 1], gpu_states
     assert (d.value(m, "sentinel_load_runs_total", profile="reference", outcome="completed") or 0) >= 2
     assert (d.value(m, "sentinel_request_ttft_seconds_count", profile="reference") or 0) >= 1
     # The server's log lines reach the log collector through the supervisor.

@@ -12,6 +12,7 @@ resume without repeating a finished trial.
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import subprocess
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 
 from sglang_sentinel.supervise.pidfile import process_start_ticks
+from sglang_sentinel.tune.settings import TuneSettings
 from support.daemon_proc import clean_env, free_port
 from support.headless_chromium import CHROMIUM, check_report_page
 
@@ -109,7 +111,12 @@ def test_the_fastest_correct_configuration_wins_and_garbage_is_rejected(tmp_path
     assert winner["server_version"] == "0.5.9"
     assert winner["started_at"].endswith("Z")
     kinds = [r["kind"] for r in winner["rounds"]]
-    assert kinds[:3] == ["short", "full", "reference"]
+    # Its probe, repeated in the same life while it is within noise of the best probe so far (how
+    # close two probes come depends on the box's load, so how many is not fixed), then the full
+    # calibration and the reference profile.
+    probes = len(kinds) - len(list(itertools.dropwhile(lambda k: k == "short", kinds)))
+    assert 1 <= probes <= TuneSettings().repeats, kinds
+    assert kinds[probes : probes + 2] == ["full", "reference"], kinds
     assert '"--cuda-graph-max-bs", "16"' in doc["winner_toml"]
     assert doc["finished_at"] is not None
     page = tmp_path / "report" / "index.html"

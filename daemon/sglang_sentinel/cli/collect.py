@@ -69,8 +69,16 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
         await collectors.stop(grace=2.0)
     text = body.decode()
     sys.stdout.write(text)
-    # The success series of the very exposition printed above (collecting again could differ).
+    # The success series of the very exposition printed above (collecting again could differ), with
+    # the reason that collection recorded: a collector that never worked logs at info only (a server
+    # still loading is no failure), so the log above may not say it.
     failed = _FAILED.findall(text)
+    reasons = collectors.failing
     for name in failed:
-        print(f"sentinel collect: collector {name} failed (reason logged above)", file=sys.stderr)
+        print(
+            f"sentinel collect: collector {name} failed: {reasons.get(name, 'no reason recorded')}",
+            file=sys.stderr,
+        )
+    for name, reason in collectors.not_applicable.items():
+        print(f"sentinel collect: collector {name} not applicable: {reason}", file=sys.stderr)
     return 1 if failed else 0
