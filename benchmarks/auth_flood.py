@@ -1,6 +1,6 @@
 """Legitimate /metrics scrapes with basic auth, without and with a flood of bad passwords.
 
-Issue 15: 24 clients sending bad passwords let only 2 legitimate scrapes through in 12 s, because
+Before the limiter, 24 clients sending bad passwords let only 2 legitimate scrapes through in 12 s, because
 every bad password paid a bcrypt check in the thread pool that renders /metrics. Usage:
 
     .venv/bin/python benchmarks/auth_flood.py [--seconds 12] [--flooders 24] [--cost 10]

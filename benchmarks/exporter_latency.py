@@ -1,6 +1,6 @@
 """/metrics latency with 8 fake GPUs, the log collector, and a realistic SGLang payload fetched over HTTP.
 
-Target (issue 5): p99 ≤ 10 ms. Usage:
+Target: p99 ≤ 10 ms. Usage:
 
     .venv/bin/python benchmarks/exporter_latency.py [--requests 300]
 

@@ -2,7 +2,7 @@
 
 Used by ``bench_serving_vs_sim.py`` (format/number agreement with the simulator), by the opt-in
 ``tests/peer`` test, and by the load-engine benchmark that compares client CPU efficiency side by
-side with bench_serving (issue 3).
+side with bench_serving.
 
 API::
 

@@ -32,8 +32,26 @@ def _files() -> list[Path]:
     return found
 
 
-def offending_lines(path: Path, root: Path = REPO) -> list[str]:
-    code = path.suffix != ".md"
+def _workshop_files() -> list[Path]:
+    """What is not shipped but read by whoever works on the project: the tests (their captured
+    samples aside: those are real output, paths of other people's machines included), benchmarks,
+    scripts, deploy files, dashboards' generator, the CHANGELOG."""
+    found = [REPO / "CHANGELOG.md"]
+    for top in ("tests", "benchmarks", "scripts", "deploy", "grafana", ".github", ".ci"):
+        for path in sorted((REPO / top).rglob("*")):
+            parts = set(path.relative_to(REPO).parts)
+            if (
+                path.is_file()
+                and path.suffix in (".py", ".md", ".sh", ".toml", ".yml", ".yaml", ".tpl", "")
+                and not parts & {"node_modules", "samples", "data", "__pycache__"}
+                and path != Path(__file__).resolve()
+            ):
+                found.append(path)
+    return found
+
+
+def offending_lines(path: Path, root: Path = REPO, *, product: bool = True) -> list[str]:
+    code = product and path.suffix != ".md"
     out = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         hits = [p for p in (_MACHINE_PATH, _PRIVATE_DOC, _BARE_NUMBER) if p.search(line)]
@@ -48,6 +66,14 @@ def test_every_source_is_the_repository_or_public() -> None:
     files = _files()
     assert len(files) > 100  # the walk found the code
     bad = [hit for path in files for hit in offending_lines(path)]
+    assert bad == []
+
+
+def test_the_workshop_cites_no_private_source_either() -> None:
+    """Tests, benchmarks and scripts may write to /tmp (they run here), but cite as the product does."""
+    files = _workshop_files()
+    assert len(files) > 100
+    bad = [hit for path in files for hit in offending_lines(path, product=False)]
     assert bad == []
 
 

@@ -31,7 +31,6 @@ sglang:num_retracted_requests_total{{{L0}}} {x}
 V059 = V059_TEMPLATE.replace("{L0}", _L + '"0"').replace("{L1}", _L + '"1"')
 
 
-@pytest.mark.skipif(not REAL.is_file(), reason="shared reference samples not present")
 def test_parse_real_sglang_exposition() -> None:
     values = parse_sample(REAL.read_text())
     assert values == {

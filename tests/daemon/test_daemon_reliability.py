@@ -1,4 +1,4 @@
-"""Issue #15 end to end: a real daemon process with the simulator as its child.
+"""Reliability end to end: a real daemon process with the simulator as its child.
 
 * SIGKILL of the daemon takes the server with it (PR_SET_PDEATHSIG through supervise/pdeath.py);
 * a server a previous daemon left behind (pidfile present) is reaped by the next one;

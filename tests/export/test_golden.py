@@ -107,7 +107,7 @@ async def test_promtool_check_metrics(collectors: CollectorSet, exporter_factory
 
 
 def test_no_percent_or_mib_units_in_names() -> None:
-    """What promtool does not flag (monitoring.md §2.4): ratios and bytes only."""
+    """What promtool does not flag (https://prometheus.io/docs/practices/naming/): ratios and bytes only."""
     names = {line.split(" ")[2] for line in GOLDEN.read_text().splitlines() if line.startswith("# TYPE")}
     assert names
     for name in names:

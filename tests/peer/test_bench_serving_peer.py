@@ -1,4 +1,4 @@
-"""SGLang's own bench_serving (0.5.9, unchanged) against `sentinel sim` (issue 2 acceptance).
+"""SGLang's own bench_serving (0.5.9, unchanged) against `sentinel sim` (the drop-in claim).
 
 Opt-in: ``pytest --run-peer tests/peer`` after ``benchmarks/peer_setup.sh``. Every request must
 succeed with both backends, token totals must equal the simulator's ground truth, and the timing

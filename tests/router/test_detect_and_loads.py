@@ -2,7 +2,7 @@
 
 The router side is replies captured from smg 1.13.0 (tests/router/data); the server side is the
 simulator itself over HTTP, in both SGLang versions. sglang-router 0.3.2's ``sglang_x`` spelling
-at /engine_metrics is documented (issue 17), not captured: its fixture is the smg capture renamed.
+at /engine_metrics is documented (its 0.3.2 source), not captured: its fixture is the smg capture renamed.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python tests/sglang/capture_version_fixtures.py /tmp/sgl/s59/sglang /tmp/sgl/s23/sglang
+    python tests/sglang/capture_version_fixtures.py WHEELS/s59/sglang WHEELS/s23/sglang
 
 (the two arguments are the ``sglang/`` directories of unpacked 0.5.9 and 0.5.23 wheels). Writes
 ``tests/sglang/fixtures/versions/``. The wheels' modules import torch, so nothing is imported:

@@ -90,7 +90,7 @@ async def test_layout_matches_real_samples() -> None:
     real_decode = _real_events(DecodeBatch)
     real_prefill = _real_events(PrefillBatch)
     assert real_decode, "reference samples missing"
-    # The plain v0.5.9 decode layout (PR #22331 sample): same fields, nothing unknown.
+    # The plain v0.5.9 decode layout (sgl-project/sglang#22331's sample): same fields, nothing unknown.
     assert any(_fields(r) == _fields(sim_decode) for r in real_decode)
     assert sim_decode.extra == ()
     assert sim_prefill.extra == ()

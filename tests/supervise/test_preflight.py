@@ -136,7 +136,7 @@ def test_version_without_a_known_good_choice_warns_about_the_version() -> None:
     warns = dsa_warnings(check_known_bad(glm_at((0, 5, 15)), rtx(8)))
     assert len(warns) == 1
     assert "glm5.sm120.none_known" in warns[0]
-    assert "#26087" in warns[0]
+    assert "sgl-project/sglang#26087" in warns[0]
 
 
 async def test_run_preflight_collects_everything() -> None:

@@ -154,10 +154,12 @@ class BasicAuth:
     A legitimate scraper cannot be locked out by a flood from other addresses: checks from a
     configured scraper address (``scraper_addresses``, ``[exporter] scraper_addresses``) skip the
     per-address bucket and the shared pending bound; checks from an address that already logged in
-    successfully in this process, or that failed no check in the last minute, skip the shared
-    bound (their failures are still limited: an attacker may share the address). Each of the two
-    runs in a lane of its own (one bcrypt thread, its own bound of ``max_pending``), so a
-    first-time valid login there never waits behind the flood's queue.
+    successfully in this process (``known``), or that failed no check in the last minute
+    (``clean``), skip the shared bound (their failures are still limited: an attacker may share the
+    address). Each of the three runs in a lane of its own (one bcrypt thread, its own bound of
+    ``max_pending``), so a first-time valid login there never waits behind the flood's queue. The
+    known lane is apart from the clean one because a flood from ever-new addresses is "clean" at
+    first: it may fill the clean lane, never the one of addresses that gave the password before.
     """
 
     def __init__(
@@ -178,7 +180,7 @@ class BasicAuth:
         self._good_clients: OrderedDict[str, None] = OrderedDict()
         # Address -> when it last failed a check (bounded): a failing address leaves the clean lane.
         self._failed: OrderedDict[str, float] = OrderedDict()
-        self._lane_pending = {"scraper": 0, "clean": 0}
+        self._lane_pending = {"scraper": 0, "known": 0, "clean": 0}
         self._lane_executors: dict[str, ThreadPoolExecutor] = {}
         self._key = secrets.token_bytes(32)
         self._ok: OrderedDict[bytes, None] = OrderedDict()
@@ -249,9 +251,9 @@ class BasicAuth:
         if self._cached(key):
             return AuthVerdict.OK
         lane = self._priority(client)
-        if lane == "scraper" or (lane == "clean" and self._buckets.take(client)):
+        if lane == "scraper" or (lane in ("known", "clean") and self._buckets.take(client)):
             return await self._lane_verdict(lane, header, key, client)
-        if lane == "clean":
+        if lane in ("known", "clean"):
             self.limited += 1
             return AuthVerdict.LIMITED
         if self._pending >= self._max_pending or not self._buckets.take(client):
@@ -267,9 +269,10 @@ class BasicAuth:
         return self._settle(ok, key, client)
 
     def _priority(self, client: str) -> str | None:
-        """The lane of a check: ``scraper`` (a configured address: no failure limit), ``clean`` (an
-        address that logged in before, or has not failed a check within the last minute: its
-        failures are still limited, an attacker may share it) or None (the shared lane)."""
+        """The lane of a check: ``scraper`` (a configured address: no failure limit), ``known`` (an
+        address that logged in before), ``clean`` (one that has not failed a check within the last
+        minute) — failures from these two are still limited, an attacker may share the address —
+        or None (the shared lane)."""
         if self._scrapers:
             try:
                 address = ipaddress.ip_address(client)
@@ -282,7 +285,7 @@ class BasicAuth:
         now = self._clock()
         with self._lock:
             if client in self._good_clients:
-                return "clean"
+                return "known"
             failed = self._failed.get(client)
         # An address that is not failing is not the flood: its first-time login (a scraper after
         # sentinel restarted) goes before the addresses that keep failing.
