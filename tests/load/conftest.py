@@ -2,9 +2,9 @@
 
 It streams what SGLang streams (its routes: sglang/srt/entrypoints/http_server.py in the wheel):
 native events with cumulative `text` and running `meta_info.completion_tokens`, chat chunks
-with a role chunk, reasoning chunks with `content: null`, content chunks, a finish chunk, a usage chunk, `[DONE]`; and it
-can misbehave on demand (HTTP errors, in-band error events, malformed JSON, a dropped
-connection, short output, an abort).
+with a role chunk, reasoning chunks with `content: null`, content chunks, a finish chunk, a
+usage chunk, `[DONE]`; and it can misbehave on demand (HTTP errors, in-band error events,
+malformed JSON, a dropped connection, short output, an abort).
 """
 
 from __future__ import annotations
