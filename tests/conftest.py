@@ -80,6 +80,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Slow tests first (a stable sort: the order within each half is unchanged). xdist's loadgroup
+    # scheduler hands tests out in collection order as workers free up, so a 50 s test collected
+    # last would start when the others are done and run alone at the end; started first, the
+    # short tests fill the other workers around it. The same order on every worker (xdist checks).
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     if config.getoption("--run-peer"):
         return
     skip = pytest.mark.skip(reason="peer test: opt in with --run-peer")

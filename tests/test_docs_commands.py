@@ -228,6 +228,7 @@ def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("command", sorted(RUN))
+@pytest.mark.slow
 def test_documented_command_runs(command: str, checkout: Path) -> None:
     run = RUN[command]
     if run.tool is not None and shutil.which(run.tool) is None:

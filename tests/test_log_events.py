@@ -8,6 +8,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 DAEMON = Path(__file__).resolve().parent.parent / "daemon"
 PACKAGES = ("sglang_sentinel", "sglang_sentinel_sim")
 LEVELS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "fatal", "msg"})
@@ -66,6 +68,7 @@ def bad_events(source: str) -> list[str]:
     return bad
 
 
+@pytest.mark.slow
 def test_every_log_event_is_a_snake_case_literal() -> None:
     problems = []
     calls = 0

@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from sglang_sentinel.calibrate import CalibrationSettings, SloSettings, Workload, run_search
 from sglang_sentinel.calibrate.report import render_html, write_report
 from support.headless_chromium import check_report_page, requires_chromium, screenshot
@@ -63,6 +65,7 @@ def test_report_escapes_untrusted_text() -> None:
 
 
 @requires_chromium
+@pytest.mark.slow
 async def test_report_renders_in_headless_chromium(tmp_path: Path, synthetic: Any) -> None:
     page = await _report(tmp_path, synthetic)
     profile = tmp_path / "chromium-profile"
@@ -129,6 +132,7 @@ def test_report_without_data_leaves_empty_plots_out(tmp_path: Path) -> None:
     assert "Not plotted, no data" in text
 
 
+@pytest.mark.slow
 async def test_energy_per_token_plot_and_the_efficient_point(tmp_path: Path, synthetic: Any) -> None:
     from sglang_sentinel.calibrate import CalibrationResult
     from sglang_sentinel.calibrate.model import StepEnergy

@@ -133,6 +133,7 @@ def test_every_exported_name_resolves_to_what_type_checkers_see(package: str) ->
         _ = module.not_exported
 
 
+@pytest.mark.slow
 def test_commands_of_the_entry_point_group_are_registered_after_the_built_in_ones(tmp_path: Path) -> None:
     """A distribution on the path with a ``sentinel.commands`` entry point adds its subcommand."""
     (tmp_path / "hello_cmd.py").write_text(

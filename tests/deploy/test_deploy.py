@@ -176,6 +176,7 @@ def test_sglang_unit_runs_what_sentinel_check_renders_for_its_version() -> None:
     assert {k: env[k] for k in command.env} == dict(command.env)
 
 
+@pytest.mark.slow
 def test_alert_rules_check_and_unit_tests_as_shipped() -> None:
     assert PROMTOOL is not None
     rules = DEPLOY / "alerts.yml"

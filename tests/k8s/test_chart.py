@@ -308,6 +308,7 @@ def test_prometheus_rule_is_deploy_alerts(rendered: dict[str, list[dict[str, Any
 
 
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool missing (Debian package prometheus)")
+@pytest.mark.slow
 def test_promtool_checks_and_unit_tests_the_extracted_rules(
     rendered: dict[str, list[dict[str, Any]]], tmp_path: Path
 ) -> None:

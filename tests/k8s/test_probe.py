@@ -150,6 +150,7 @@ def test_sentinels_verdict_decides_while_it_answers(stubs: list[Stub], tmp_path:
     assert run(probes["livenessProbe"], 60)[:2] == (0, "sentinel 200: unsure: server starting")
 
 
+@pytest.mark.slow
 def test_a_hung_sidecar_falls_back_within_the_probe_timeout(tmp_path: Path, stubs: list[Stub]) -> None:
     """A sidecar that accepts connections and never answers (a wedged event loop)."""
     sglang = Stub(200, "")

@@ -180,6 +180,7 @@ def _updates(raw: str) -> list[str]:
     return [u for u in head.split("\r\x1b[K") if u]
 
 
+@pytest.mark.slow
 def test_progress_line_updates_in_place_then_leaves_a_summary_above_the_block(
     sim_factory: Any, bench_on_pty: Callable[..., PtyRun]
 ) -> None:
@@ -261,6 +262,7 @@ def test_ctrl_c_leaves_a_clean_line_and_the_partial_result(
     assert "sentinel bench: interrupted; partial results above" in screen
 
 
+@pytest.mark.slow
 def test_no_progress_output_without_a_terminal_or_with_disable_tqdm(
     sim_factory: Any, bench_on_pty: Callable[..., PtyRun]
 ) -> None:

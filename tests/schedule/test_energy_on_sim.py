@@ -147,6 +147,7 @@ async def test_joules_per_token_is_the_counter_delta_over_output_tokens(
     )
 
 
+@pytest.mark.slow
 async def test_idle_baseline_between_runs_and_the_marginal_energy(
     tmp_path: Path,
     sim_factory: Callable[..., Any],

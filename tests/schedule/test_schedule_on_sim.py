@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from sglang_sentinel.load import ArrivalProcess, LoadSpec, RandomDataset, run_load
@@ -92,6 +93,7 @@ async def test_breaker_aborts_on_injected_errors(tmp_path: Path, sim_factory: Ca
     assert sum(record["requests"].values()) < 48
 
 
+@pytest.mark.slow
 async def test_reference_run_then_foreign_traffic(tmp_path: Path, sim_factory: Callable[..., Any]) -> None:
     sim = sim_factory("--enable-metrics", "--speed", "30", "--decode-log-interval", "1")
     sched, reader = _scheduler(tmp_path, sim.base_url)
@@ -141,6 +143,7 @@ async def test_reference_run_then_foreign_traffic(tmp_path: Path, sim_factory: C
     assert run["reference"] is False
 
 
+@pytest.mark.slow
 async def test_repeated_reference_runs_alone_are_never_foreign_traffic(
     tmp_path: Path, sim_factory: Callable[..., Any]
 ) -> None:

@@ -115,6 +115,7 @@ async def test_systemd_check_failure_restarts_through_systemctl(
         await sup.stop()
 
 
+@pytest.mark.slow
 async def test_systemd_stop_by_someone_else_is_recorded_as_external_without_an_error(
     fast: Fast, fake_cmd: FakeCmd, port: int, unit_dir: Path
 ) -> None:
@@ -197,6 +198,7 @@ async def test_external_mode_observes_but_never_restarts(
 
 
 @pytest.mark.parametrize("polkit_allows_reset", [True, False])
+@pytest.mark.slow
 async def test_systemd_start_limit_is_a_refusal_cleared_or_waited_out_never_a_crash_loop(
     fast: Fast, fake_cmd: FakeCmd, port: int, unit_dir: Path, polkit_allows_reset: bool
 ) -> None:
