@@ -68,3 +68,18 @@ def test_every_command_is_on_the_map() -> None:
 )
 def test_the_layer_contract_is_quoted_from_pyproject(layer: str) -> None:
     assert f'"{layer}"' in MAP.read_text(encoding="utf-8")
+
+
+def test_the_quoted_contract_is_pyprojects_importlinter_section_verbatim() -> None:
+    """The map's toml block is [tool.importlinter] and its contracts as pyproject.toml has them,
+    nothing more (no neighbouring sections) and nothing less."""
+    lines = (REPO / "pyproject.toml").read_text(encoding="utf-8").splitlines()
+    start = lines.index("[tool.importlinter]")
+    end = next(
+        (i for i in range(start + 1, len(lines)) if lines[i].startswith("[") and "importlinter" not in lines[i]),
+        len(lines),
+    )
+    section = "\n".join(lines[start:end]).rstrip() + "\n"
+    text = MAP.read_text(encoding="utf-8")
+    body = text.split("## Layer contract", 1)[1].split("```toml\n", 1)[1].split("```\n", 1)[0]
+    assert body == section
