@@ -75,10 +75,8 @@ def test_the_quoted_contract_is_pyprojects_importlinter_section_verbatim() -> No
     nothing more (no neighbouring sections) and nothing less."""
     lines = (REPO / "pyproject.toml").read_text(encoding="utf-8").splitlines()
     start = lines.index("[tool.importlinter]")
-    end = next(
-        (i for i in range(start + 1, len(lines)) if lines[i].startswith("[") and "importlinter" not in lines[i]),
-        len(lines),
-    )
+    later = range(start + 1, len(lines))
+    end = next((i for i in later if lines[i].startswith("[") and "importlinter" not in lines[i]), len(lines))
     section = "\n".join(lines[start:end]).rstrip() + "\n"
     text = MAP.read_text(encoding="utf-8")
     body = text.split("## Layer contract", 1)[1].split("```toml\n", 1)[1].split("```\n", 1)[0]
