@@ -42,10 +42,10 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="an image build without a user namespace needs root"),
 ]
 
-# What python:3.11-slim-bookworm has that the Dockerfile relies on: `python` (3.11) with venv, the
-# shadow tools for its groupadd/useradd, CA certificates for pip, tzdata (the scheduler reads the
-# local zone; without it every start warns).
-BASE_PACKAGES = "python3,python3-venv,python-is-python3,passwd,ca-certificates,tzdata"
+# What python:3.11-slim-bookworm has that the Dockerfile relies on: `python` (3.11) with venv and
+# the shadow tools for its groupadd/useradd; and what that image's own Dockerfile installs beside
+# Python (ca-certificates, netbase, tzdata: without a zone the scheduler warns at every start).
+BASE_PACKAGES = "python3,python3-venv,python-is-python3,passwd,ca-certificates,netbase,tzdata"
 
 
 def _run(args: list[str], timeout: float = 600) -> str:
