@@ -20,6 +20,7 @@ from sglang_sentinel_sim.routes_native import NativeRoutes
 from sglang_sentinel_sim.routes_openai import OpenAIRoutes
 from sglang_sentinel_sim.routes_profile import ProfileRoutes
 from sglang_sentinel_sim.rxtime import receive_time
+from sglang_sentinel_sim.versions import has
 
 if TYPE_CHECKING:
     from sglang_sentinel_sim.context import SimContext
@@ -117,8 +118,8 @@ def build_api_app(srv: SimContext, profiler: SimProfiler) -> web.Application:
     r.add_get("/v1/models", api.models)
     r.add_get("/v1/models/{model:.+}", api.model)
     r.add_get("/v1/loads", api.loads)
-    if srv.version == "0.5.9":
-        r.add_get("/get_load", api.get_load)  # removed by 0.5.23 (http_server.py): a 404 there
+    if not has("http.get_load_removed", srv.version):
+        r.add_get("/get_load", api.get_load)  # removed in 0.5.21 (http_server.py): a 404 from there
     r.add_get("/metrics", api.metrics_route)
     r.add_post("/generate", api.generate)
     r.add_put("/generate", api.generate)

@@ -19,7 +19,7 @@ from sglang_sentinel.cli.common import CliError, add_common_options, ignoring_si
 __all__ = ["main", "register"]
 
 _DESCRIPTION = (
-    "Serve SGLang's HTTP API, metrics and log lines (v0.5.23 or v0.5.9) from a simulated GLM-5 "
+    "Serve SGLang's HTTP API, metrics and log lines (any release 0.5.9 – 0.5.23) from a simulated GLM-5 "
     "deployment. Contract: docs/sim.md."
 )
 
@@ -77,7 +77,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="every TP rank writes the scheduler metrics (tp_rank label)",
     )
-    g.add_argument("--enable-hisparse", action="store_true", help="0.5.23 only")
+    g.add_argument("--enable-hisparse", action="store_true", help="from 0.5.10")
     add_launch_arguments(parser)
     _add_multinode_arguments(parser)
     disagg.add_arguments(g)
@@ -92,7 +92,10 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         "--sglang-version",
         default=DEFAULT_VERSION,
         choices=VERSIONS,
-        help=f"SGLang to speak: log lines, /metrics, /v1/loads, crash texts (default {DEFAULT_VERSION})",
+        metavar="VERSION",
+        help=f"SGLang release to speak, any of {VERSIONS[0]} – {VERSIONS[-1]} read by the daemon's "
+        "version table: log lines, /metrics, /v1/loads, crash texts, flags accepted "
+        f"(default {DEFAULT_VERSION})",
     )
     s.add_argument("--speed", type=float, default=1.0, help="run S times faster in every respect (default 1)")
     s.add_argument(

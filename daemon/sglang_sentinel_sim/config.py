@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sglang_sentinel_sim.launchflags import LaunchFlags, check_version
+from sglang_sentinel_sim.launchflags import LaunchFlags, check_version, has_option, releases_with
 from sglang_sentinel_sim.launchmodel import apply_launch
 from sglang_sentinel_sim.profiles import DEFAULT_PROFILE, Profile, get_profile
 from sglang_sentinel_sim.versions import DEFAULT_VERSION, VERSIONS
@@ -51,13 +51,14 @@ class SimConfig:
     access_log: bool = True
     skip_server_warmup: bool = False
     enable_cache_report: bool = False
-    # Which SGLang the simulator speaks (log lines, /metrics, /v1/loads, crash texts): see versions.py.
+    # Which SGLang release the simulator speaks (log lines, /metrics, /v1/loads, crash texts, flags
+    # accepted): any release the daemon's table read (versions.VERSIONS); see versions.BEHAVIOURS.
     sglang_version: str = DEFAULT_VERSION
     enable_priority_scheduling: bool = False
     enable_metrics_for_all_schedulers: bool = False
     # None = the profile's tensor-parallel size.
     tp_size: int | None = None
-    # 0.5.23 only (0.5.9 has no such flag): Decode lines print the GPU and CPU pools.
+    # A flag from 0.5.10 (options.json); Decode lines print the GPU and CPU pools from 0.5.11.
     enable_hisparse: bool = False
     # The launch flags the performance model reacts to (launchflags.py, launchmodel.py).
     launch: LaunchFlags = field(default_factory=LaunchFlags)
@@ -143,13 +144,18 @@ class SimConfig:
             raise ValueError(f"--context-length must be at least 2, got {self.context_length}")
         if self.sglang_version not in VERSIONS:
             known = ", ".join(VERSIONS)
-            raise ValueError(f"--sglang-version must be one of {known}, got {self.sglang_version!r}")
+            raise ValueError(
+                f"--sglang-version must be a release read: one of {known}, got {self.sglang_version!r}"
+            )
         check_version(self.launch, self.sglang_version)
         if self.tp_size is not None and self.tp_size < 1:
             raise ValueError(f"--tp-size must be at least 1, got {self.tp_size}")
-        if self.enable_hisparse and self.sglang_version == "0.5.9":
-            # SGLang 0.5.9's argparse has no such option (srt/server_args.py).
-            raise ValueError("--enable-hisparse: unrecognized by SGLang 0.5.9 (use --sglang-version 0.5.23)")
+        if self.enable_hisparse and not has_option(self.sglang_version, "--enable-hisparse"):
+            # That release's argparse has no such option (options.json: from 0.5.10).
+            raise ValueError(
+                f"--enable-hisparse: unrecognized by SGLang {self.sglang_version} "
+                f"({releases_with('--enable-hisparse')} have it)"
+            )
         if self.disaggregation_mode not in ("null", "prefill", "decode"):
             raise ValueError(
                 f"--disaggregation-mode must be null, prefill or decode, got {self.disaggregation_mode!r}"

@@ -5,7 +5,9 @@ cause ends with the lines a real server prints: the scheduler's ``Scheduler hit 
 record with a Python traceback (continuation lines carry no timestamp), then the main process's
 SIGQUIT line. File paths and line numbers are those of the 0.5.9 wheel.
 
-The other texts (``crash:text=...`` faults), per version:
+The other texts (``crash:text=...`` faults), per version: "0.5.23" below is every release from the
+daemon's row for that text (``sglang_sentinel_sim.versions.BEHAVIOURS``: 0.5.10 for ``nan``,
+``died_init`` and ``subprocess``, 0.5.14 for the sanitizer), "0.5.9" every release before it:
 
 - ``tokenizer``: ``TokenizerManager hit an exception: <traceback>``, then
   ``kill_process_tree(include_parent=True)``: SIGKILL with no SIGQUIT line (both versions,
@@ -29,6 +31,8 @@ The other texts (``crash:text=...`` faults), per version:
 from __future__ import annotations
 
 from typing import Final, Literal
+
+from sglang_sentinel_sim.versions import has, wheel
 
 __all__ = [
     "CRASH_TEXTS",
@@ -183,9 +187,9 @@ def _launch_failure(kind: CrashKind, detail: str, version: str, used_gb: float, 
     if kind == "kv_pool":
         # 0.5.9 model_runner_kv_cache_mixin.py init_memory_pool; 0.5.23 pool_configurator.py.
         value = (
-            f"self.server_args.mem_fraction_static={detail}"
-            if version == "0.5.9"
-            else f"mem_fraction_static={detail}"
+            f"mem_fraction_static={detail}"
+            if has("crash.kv_pool_text", version)
+            else f"self.server_args.mem_fraction_static={detail}"
         )
         return (
             _INIT
@@ -199,7 +203,7 @@ def _launch_failure(kind: CrashKind, detail: str, version: str, used_gb: float, 
             + "    self.init_device_graphs()\n"
             + "Exception: Capture cuda graph failed: "
             + _oom(used_gb, total_gb).removeprefix("torch.OutOfMemoryError: ")
-            + _CAPTURE_HINTS.get(version, _CAPTURE_HINTS["0.5.23"])
+            + _CAPTURE_HINTS[wheel("cli.disable_cuda_graph_deprecated", version)]
             + "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose \n"
         )
     if kind == "refused":  # SGLang's own check of the backends, in the attention backend's __init__
@@ -238,8 +242,9 @@ def crash_lines(
     return "Scheduler hit an exception: " + body.splitlines()[0], _after_first(body)
 
 
-# 0.5.9: a second plain /start_profile while torch's profiler runs (scheduler_profiler_mixin.py
-# start_profile has no try/except around torch_profiler.start(); 0.5.23 catches it).
+# Through 0.5.13.post1: a second plain /start_profile while torch's profiler runs
+# (scheduler_profiler_mixin.py start_profile has no try/except around torch_profiler.start();
+# from 0.5.14 it is caught: versions.BEHAVIOURS profile.double_start_caught). 0.5.9's frames.
 _PROFILER: Final = (
     "Traceback (most recent call last):\n"
     f'  File "{_SITE}/sglang/srt/managers/scheduler.py", line 3170, in run_scheduler_process\n'
@@ -282,7 +287,7 @@ def tokenizer_lines() -> tuple[str, str]:
 
 def nan_assert_lines(version: str) -> tuple[str, str, str]:
     """(raw device-assert text or "", scheduler record, traceback body) of a NaN crash."""
-    if version == "0.5.9":
+    if not has("crash.nan_detected", version):
         body = (
             _HEAD
             + "    batch_result.next_token_ids = self.model_runner.sample(\n"
@@ -312,7 +317,7 @@ def nan_assert_lines(version: str) -> tuple[str, str, str]:
 
 def died_init_lines(version: str, rank: int, exit_code: int = -9) -> str:
     """The main process's traceback when a scheduler died while loading (printed unstamped)."""
-    if version == "0.5.9":
+    if not has("crash.scheduler_died_init", version):
         where = "line 897, in _launch_scheduler_processes"
         message = f"RuntimeError: Rank {rank} scheduler is dead. Please check if there are relevant logs."
     else:

@@ -92,7 +92,7 @@ FAULTS: Final[dict[str, FaultSpec]] = {
         ),
         FaultSpec(
             "nan_sanitized",
-            "0.5.23 SGLANG_SANITIZE_NAN_LOGITS: log 'NaN detected in ...; values were sanitized' once; "
+            "SGLANG_SANITIZE_NAN_LOGITS (0.5.14 on): log 'NaN detected in ...; values were sanitized' once; "
             "serving goes on",
             dict(_AFTER),
         ),
@@ -250,10 +250,19 @@ def _check_crash_text(text: str, phase: str) -> None:
 
 
 def check_fault_version(fault: Fault, version: str) -> None:
-    """Faults whose text only one SGLang version prints; raises :class:`FaultError` for the other."""
-    if version != "0.5.9":
-        return
-    if fault.name == "nan_sanitized":
-        raise FaultError("fault nan_sanitized: SGLang 0.5.9 has no SGLANG_SANITIZE_NAN_LOGITS (0.5.23 only)")
-    if fault.name == "crash" and fault.text("text") == "subprocess":
-        raise FaultError("fault crash: text=subprocess is 0.5.23's subprocess watchdog (not in 0.5.9)")
+    """Faults whose text only releases from some row on print (``versions.BEHAVIOURS``); raises
+    :class:`FaultError` for an older release."""
+    from sglang_sentinel_sim.versions import BEHAVIOURS, has
+
+    if fault.name == "nan_sanitized" and not has("log.nan_sanitized", version):
+        first = BEHAVIOURS["log.nan_sanitized"].first
+        raise FaultError(
+            f"fault nan_sanitized: SGLang {version} has no SGLANG_SANITIZE_NAN_LOGITS (from {first})"
+        )
+    subprocess = fault.name == "crash" and fault.text("text") == "subprocess"
+    if subprocess and not has("crash.subprocess_watchdog", version):
+        first = BEHAVIOURS["crash.subprocess_watchdog"].first
+        raise FaultError(
+            f"fault crash: text=subprocess is the subprocess watchdog of SGLang {first} and later "
+            f"(not in {version})"
+        )

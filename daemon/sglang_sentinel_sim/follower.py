@@ -7,8 +7,9 @@ a *dummy* health server on ``--host:--port``: ``GET /ping``, ``/health`` and ``/
 answer 200 with an empty body, unconditionally (they check nothing), ``/metrics`` with
 ``--enable-metrics``; everything else is FastAPI's 404 (405 for another method); uvicorn at log
 level warning (no access lines). It logs ``Dummy health check server started in background
-thread at HOST:PORT``. 0.5.23 ignores SIGTERM there (it logs that it waits for rank 0's
-ShutdownReq broadcast); 0.5.9 has no handler, so SIGTERM ends it at once.
+thread at HOST:PORT``. From 0.5.21 (``versions.BEHAVIOURS`` multinode.sigterm_waits) SGLang ignores
+SIGTERM there (it logs that it waits for rank 0's ShutdownReq broadcast); before, it has no handler,
+so SIGTERM ends it at once.
 
 The rendezvous is the simulator's own (:mod:`sglang_sentinel_sim.rendezvous`); losing rank 0 ends this
 node after the NCCL timeout, as a collective with a dead peer would.
@@ -26,6 +27,7 @@ from aiohttp import web
 
 from sglang_sentinel_sim.rendezvous import DEFAULT_TIMEOUT_S, join, nccl_timeout_line, parse_dist_init_addr
 from sglang_sentinel_sim.sglang_log import SGLangLog
+from sglang_sentinel_sim.versions import has
 
 if TYPE_CHECKING:
     from sglang_sentinel_sim.config import SimConfig
@@ -85,7 +87,7 @@ async def run_follower(
     loop = asyncio.get_running_loop()
     signals = stop is None
     stop = stop or asyncio.Event()
-    if signals and config.sglang_version != "0.5.9":
+    if signals and has("multinode.sigterm_waits", config.sglang_version):
 
         def on_sigterm() -> None:
             log.main(

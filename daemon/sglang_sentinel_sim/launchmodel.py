@@ -22,9 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Final
 
-from sglang_sentinel.sglang.launch_facts import DsaRow, dsa_verdicts
+from sglang_sentinel.sglang.launch_facts import DsaRow, dsa_defaults, dsa_verdicts
+from sglang_sentinel.sglang.versions import parse_version
 from sglang_sentinel_sim.launchflags import LaunchFlags
 from sglang_sentinel_sim.profiles import Profile
+from sglang_sentinel_sim.versions import has
 
 __all__ = [
     "Backend",
@@ -154,14 +156,11 @@ def _sglang_max_bs(p: Profile) -> int:
 def _sglang_defaults(p: Profile, version: str) -> Launch:
     kv = _kv_dtype(p, "auto")
     if _dsa_model(p):
-        attention = "nsa" if version == "0.5.9" else "dsa"
-        fp8 = kv == "fp8_e4m3"
-        if version != "0.5.9" and fp8 and p.sm_arch // 10 == 12:
-            dsa = ("flashinfer_sparse_mla", "flashinfer_sparse_mla")  # 0.5.19+ GLM on SM12x
-        elif fp8:
-            dsa = ("flashmla_auto", "flashmla_kv")
-        else:
-            dsa = ("flashmla_sparse", "trtllm" if p.sm_arch >= 100 else "fa3")
+        # SGLang fills in "dsa" from the release of the daemon's cli.dsa_names row ("nsa" before).
+        attention = "dsa" if has("cli.dsa_names", version) else "nsa"
+        # The daemon's reading of SGLang's own pick, per release (the GLM SM12x rule from 0.5.17).
+        glm = p.architecture == "GlmMoeDsaForCausalLM"
+        dsa = dsa_defaults(parse_version(version), p.sm_arch, kv, glm=glm)
     else:
         attention, dsa = ("fa3" if p.sm_arch // 10 == 9 else "flashinfer"), ("", "")
     max_bs = _sglang_max_bs(p)
@@ -374,7 +373,9 @@ def apply_launch(p: Profile, f: LaunchFlags, version: str, *, max_total_given: b
 
 
 def server_args_fields(p: Profile, version: str) -> dict[str, object]:
-    """The launch as SGLang ``version`` reports it in /server_info (its server-args names)."""
+    """The launch as SGLang ``version`` reports it in /server_info (its server-args names: the
+    dsa_* fields from the cli.dsa_names row, the -decode graph fields from
+    cli.disable_cuda_graph_deprecated, as ``ServerArgs`` of those releases names them)."""
     graphs = p.cuda_graph
     out: dict[str, object] = {
         "prefill_attention_backend": p.prefill_attention_backend or None,
@@ -384,11 +385,13 @@ def server_args_fields(p: Profile, version: str) -> dict[str, object]:
     }
     dsa = (p.dsa_prefill_backend or None, p.dsa_decode_backend or None)
     sizes = capture_sizes(p.cuda_graph_max_bs, p.mtp_accept_length > 1.0) if graphs else None
-    if version == "0.5.9":
+    if has("cli.dsa_names", version):
+        out |= {"dsa_prefill_backend": dsa[0], "dsa_decode_backend": dsa[1]}
+    else:
         out |= {"nsa_prefill_backend": dsa[0], "nsa_decode_backend": dsa[1]}
+    if not has("cli.disable_cuda_graph_deprecated", version):
         out |= {"cuda_graph_max_bs": p.cuda_graph_max_bs or None, "cuda_graph_bs": sizes}
     else:
-        out |= {"dsa_prefill_backend": dsa[0], "dsa_decode_backend": dsa[1]}
         out |= {
             "cuda_graph_backend_decode": "full" if graphs else "disabled",
             "cuda_graph_max_bs_decode": p.cuda_graph_max_bs or None,

@@ -1,7 +1,8 @@
-"""SGLang's ``/metrics`` (0.5.9 or 0.5.23): the ``sglang:*`` families, types, labels, help, buckets.
+"""SGLang's ``/metrics``: the ``sglang:*`` families, types, labels, help, buckets.
 
 Names, help strings, label sets and bucket edges are those of ``srt/metrics/collector.py`` (0.5.9)
-and ``srt/observability/metrics_collector.py`` (0.5.23); what differs is tabled in
+and ``srt/observability/metrics_collector.py`` (0.5.23), the second from the release of the
+daemon's ``metrics.module_moved`` row on (0.5.10); what differs is tabled in
 :mod:`sglang_sentinel_sim.versions`. Semantics follow the real server:
 
 - scheduler gauges are snapshots written only on log events (each Prefill batch, every
@@ -37,8 +38,8 @@ from typing import Final
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.utils import floatToGoString
 
+from sglang_sentinel_sim.versions import OLD_WHEEL, SCHED_CONSTANTS, SCHED_GAUGES, has, wheel
 from sglang_sentinel_sim.versions import QUEUE_TIME_BUCKETS as _QUEUE_TIME_BY_VERSION
-from sglang_sentinel_sim.versions import SCHED_CONSTANTS, SCHED_GAUGES
 
 __all__ = [
     "E2E_BUCKETS",
@@ -56,7 +57,7 @@ ITL_BUCKETS: Final = (
     0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060, 0.080,
     0.100, 0.200, 0.400, 0.600, 0.800, 1.000, 2.000, 4.000, 6.000, 8.000,
 )  # fmt: skip
-QUEUE_TIME_BUCKETS: Final = _QUEUE_TIME_BY_VERSION["0.5.9"]
+QUEUE_TIME_BUCKETS: Final = _QUEUE_TIME_BY_VERSION[OLD_WHEEL]
 # prometheus_client's own value formatter (Go's float formatting), typed for mypy.
 _go_float: Final[Callable[[float], str]] = floatToGoString
 
@@ -75,7 +76,7 @@ class SimMetrics:
         tp_size: int,
         page_size: int,
         max_total_num_tokens: int,
-        version: str = "0.5.9",
+        version: str = OLD_WHEEL,
         priority_scheduling: bool = False,
         all_schedulers: bool = False,
         constants: dict[str, float] | None = None,
@@ -85,7 +86,9 @@ class SimMetrics:
         # (sample name, *label items) -> 'name{labels}', see render().
         self._line_heads: dict[tuple[object, ...], str] = {}
         self.version = version
-        new = version != "0.5.9"
+        # The family set: 0.5.9's, or 0.5.23's from the daemon's metrics.module_moved row on.
+        new = self._new = has("metrics.module_moved", version)
+        table = wheel("metrics.module_moved", version)
         self.tp_size = tp_size
         self._pid = str(os.getpid())
         self.sched_labels = {
@@ -96,7 +99,7 @@ class SimMetrics:
             "moe_ep_rank": "0",
         }
         # 0.5.23 init_new: labels["priority"] = "" under --enable-priority-scheduling.
-        self.priority_scheduling = priority_scheduling and new
+        self.priority_scheduling = priority_scheduling and has("metrics.priority_label", version)
         if self.priority_scheduling:
             self.sched_labels["priority"] = ""
         rank_labels = [{**self.sched_labels, "tp_rank": str(r)} for r in range(tp_size)]
@@ -112,12 +115,12 @@ class SimMetrics:
             self.tok_labels["priority"] = ""
         self._itl_children: dict[str, Histogram] = {}
         sl = list(self.sched_labels)
-        self._gauge_table = SCHED_GAUGES[version]
+        self._gauge_table = SCHED_GAUGES[table]
 
         self.gauges: dict[str, Gauge] = {}
         for name, doc in self._gauge_table:
             self.gauges[name] = Gauge(f"sglang:{name}", doc, sl, registry=reg)
-        for name, doc in SCHED_CONSTANTS[version]:
+        for name, doc in SCHED_CONSTANTS[table]:
             g = Gauge(f"sglang:{name}", doc, sl, registry=reg)
             value = (constants or {}).get(name)
             if value is not None:
@@ -169,7 +172,7 @@ class SimMetrics:
             "sglang:queue_time_seconds",
             "Histogram of queueing time in seconds.",
             sl,
-            buckets=_QUEUE_TIME_BY_VERSION[version],
+            buckets=_QUEUE_TIME_BY_VERSION[table],
             registry=reg,
         )
         self.queue_time_children = [queue_time.labels(**lbl) for lbl in rank_labels]
@@ -281,7 +284,7 @@ class SimMetrics:
         return self.tok_labels
 
     def _stream_labels(self, stream: bool, priority: int | None) -> dict[str, str]:
-        if self.version == "0.5.9":
+        if not self._new:
             return self.tok_labels
         return {**self._tok(priority), "is_streaming": "true" if stream else "false"}
 
@@ -318,8 +321,8 @@ class SimMetrics:
             c.inc()
 
     def prefill_cuda_graph_pass(self) -> None:
-        """0.5.23 only: ``increment_prefill_cuda_graph_pass`` per Prefill report (metrics ranks)."""
-        if self.version == "0.5.9":
+        """0.5.23's set only: ``increment_prefill_cuda_graph_pass`` per Prefill report (metrics ranks)."""
+        if not self._new:
             return
         for lbl in self._writing_ranks:
             self._cg_family.labels(**lbl, mode="prefill_none").inc()

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from sglang_sentinel_sim.engine import Engine, EngineHooks, Request, RequestState
 from sglang_sentinel_sim.profiler import SimProfiler
-from sglang_sentinel_sim.versions import decode_line, prefill_line, retract_line
+from sglang_sentinel_sim.versions import decode_line, has, prefill_line, retract_line
 
 if TYPE_CHECKING:
     from sglang_sentinel_sim.context import SimContext
@@ -41,8 +41,9 @@ class EngineObserver(EngineHooks):
         s = m.stats
         s["num_used_tokens"] = engine.kv_used
         s["token_usage"] = engine.token_usage
-        if self.srv.version != "0.5.9":
-            # pool_stats_observer.py update_scheduler_stats: the gauge is rounded, the pool parts not.
+        if has("metrics.module_moved", self.srv.version):
+            # 0.5.23 pool_stats_observer.py update_scheduler_stats: the gauge is rounded, the pool
+            # parts not (the 0.5.23 family set, served from the metrics.module_moved row on).
             s["token_usage"] = round(engine.token_usage, 2)
             s["full_token_usage"] = engine.token_usage
             s["kv_used_tokens"] = engine.kv_used
@@ -66,9 +67,9 @@ class EngineObserver(EngineHooks):
         gap = now - self.last_prefill_log
         self.last_prefill_log = now
         version = self.srv.version
-        # v0.5.9 quirk: the previous batch's tokens over the time since the previous line
-        # (0.5.23 metrics_reporter.py: this batch's tokens).
-        tokens = self.last_prefill_tokens if version == "0.5.9" else new_tokens
+        # Through 0.5.10.post1: the previous batch's tokens over the time since the previous line
+        # (from 0.5.11, as 0.5.23's metrics_reporter.py: this batch's tokens).
+        tokens = new_tokens if has("log.prefill_throughput_this_batch", version) else self.last_prefill_tokens
         throughput = tokens / gap if gap > 0 else 0.0
         self.last_prefill_tokens = new_tokens
         joined = {id(r) for r in finished_prefill if r.state == RequestState.RUNNING}
@@ -125,13 +126,13 @@ class EngineObserver(EngineHooks):
         if p.mtp_accept_length > 1.0:
             forwards = engine.spec_forwards
             accept_len = engine.spec_accepted / forwards if forwards else 0.0
-            if self.srv.version == "0.5.9":
+            if not has("log.spec_accept_rate_drafts", self.srv.version):
                 accept_rate = (
                     engine.spec_accepted / (forwards * (p.mtp_draft_tokens + 1)) if forwards else 0.0
                 )
             else:
-                # 0.5.23 metrics_reporter.py: accepted drafts (without the bonus token of each
-                # verify) over proposed drafts (speculative_num_draft_tokens - 1 per verify).
+                # From 0.5.11 (0.5.23 metrics_reporter.py): accepted drafts (without the bonus token
+                # of each verify) over proposed drafts (speculative_num_draft_tokens - 1 per verify).
                 proposed = forwards * p.mtp_draft_tokens
                 accept_rate = (engine.spec_accepted - forwards) / proposed if proposed else 0.0
             engine.spec_accepted = engine.spec_forwards = 0
@@ -156,8 +157,8 @@ class EngineObserver(EngineHooks):
             s["num_running_reqs"] = batch_size
             s["gen_throughput"] = self.last_gen_throughput
             s["decode_sum_seq_lens"] = engine.decode_sum_seq_lens()
-            if self.srv.version == "0.5.9":
-                s["cache_hit_rate"] = 0.0  # v0.5.9 writes 0 on every decode log (0.5.23 keeps prefill's)
+            if not has("metrics.decode_keeps_cache_hit_rate", self.srv.version):
+                s["cache_hit_rate"] = 0.0  # through 0.5.19: 0 on every decode log (then prefill's kept)
             s["spec_accept_length"] = accept_len
             s["spec_accept_rate"] = accept_rate
             m.log_stats(_by_priority(engine.running, engine.waiting))

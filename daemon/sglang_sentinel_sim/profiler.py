@@ -1,7 +1,10 @@
 """SGLang's torch-profiler control (``/start_profile``, ``/stop_profile``) as the TP schedulers run it.
 
 The state machine of 0.5.9's ``scheduler_profiler_mixin.py`` and 0.5.23's
-``scheduler_components/profiler_manager.py`` (the default, non-``SGLANG_PROFILE_V2`` path):
+``scheduler_components/profiler_manager.py`` (the default, non-``SGLANG_PROFILE_V2`` path); "0.5.23"
+below is every release from the one its ``profile.*`` row in ``versions.BEHAVIOURS`` names
+(XPU 0.5.10, the caught double start 0.5.14, ``ProfileReq`` 0.5.15, ``+ 1`` 0.5.16, the MEM
+prefix 0.5.17), "0.5.9" every release before it:
 
 - a start with ``start_step`` or ``profile_by_stage`` only arms the profiler (it starts at that
   forward step, or at the first prefill / decode batch); "already in progress" refuses it;
@@ -29,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sglang_sentinel_sim.versions import has
+
 if TYPE_CHECKING:
     from sglang_sentinel_sim.context import SimContext
 
@@ -36,11 +41,12 @@ __all__ = ["ProfileOutcome", "SimProfiler", "TorchDoubleStart"]
 
 # torch's TORCH_CHECK in enableProfiler (profiler_kineto.cpp), raised by torch.profiler.profile.start.
 TORCH_ALREADY_ENABLED = "Profiler is already enabled on this thread."
-_TORCH_ACTIVITIES = {"0.5.9": ("CPU", "GPU"), "0.5.23": ("CPU", "GPU", "XPU")}
+_TORCH_ACTIVITIES = {False: ("CPU", "GPU"), True: ("CPU", "GPU", "XPU")}  # by profile.xpu_activity
 
 
 class TorchDoubleStart(RuntimeError):
-    """0.5.9: torch's refusal escapes the scheduler (no try/except around start()), which dies."""
+    """Before profile.double_start_caught: torch's refusal escapes the scheduler (no try/except
+    around start()), which dies."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +80,7 @@ class SimProfiler:
     # ---- the routes ---------------------------------------------------------------------------
     def start(self, req: dict[str, Any], forward_ct: int) -> ProfileOutcome:
         """``req``: the validated body (``sglang_sentinel_sim.routes_profile``)."""
-        profile_id = (req.get("profile_id") if self.srv.version != "0.5.9" else None) or str(time.time())
+        profile_id = req.get("profile_id") or str(time.time())  # a field of ProfileReq only
         configured = self._init(req, profile_id, forward_ct)
         if req.get("profile_by_stage") or req.get("start_step"):
             return configured
@@ -140,7 +146,7 @@ class SimProfiler:
             elif start_step and self.start_ct is not None:
                 self.target_ct = self.start_ct + num_steps
             else:
-                extra = 0 if self.srv.version == "0.5.9" else 1
+                extra = 1 if has("profile.num_steps_plus_one", self.srv.version) else 0
                 self.target_ct = forward_ct + num_steps + extra
         else:
             self.target_ct = None
@@ -153,9 +159,10 @@ class SimProfiler:
             f"Profiling starts{stage_str}. Traces will be saved to: {self.output_dir} "
             f"(with profile id: {self.profile_id})"
         )
-        if any(a in _TORCH_ACTIVITIES[self.srv.version] for a in self.activities):
+        version = self.srv.version
+        if any(a in _TORCH_ACTIVITIES[has("profile.xpu_activity", version)] for a in self.activities):
             if self.torch_running:
-                if self.srv.version == "0.5.9":
+                if not has("profile.double_start_caught", version):
                     raise TorchDoubleStart(TORCH_ALREADY_ENABLED)
                 return ProfileOutcome(False, TORCH_ALREADY_ENABLED)
             self.torch_running = True
@@ -181,7 +188,7 @@ class SimProfiler:
                     name = f"{prefix}{self.profile_id}-TP-{rank}{suffix}.trace.json.gz"
                     self._write(name, gzip.compress(json.dumps(_placeholder_trace(rank)).encode()))
                 if self.mem:
-                    mem_prefix = prefix if self.srv.version != "0.5.9" else ""
+                    mem_prefix = prefix if has("profile.mem_prefix", self.srv.version) else ""
                     name = f"{mem_prefix}{time.time()}-TP-{rank}-memory{suffix}.pickle"
                     self._write(name, pickle.dumps({"segments": [], "device_traces": [[]]}))
         except OSError as exc:

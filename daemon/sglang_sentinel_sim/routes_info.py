@@ -1,5 +1,5 @@
 """SGLang's health and information routes: /health, /health_generate, /ping, /model_info,
-/server_info, /v1/models, /v1/loads, /get_load (0.5.9 only), /metrics, /flush_cache, /abort_request."""
+/server_info, /v1/models, /v1/loads, /get_load (through 0.5.20), /metrics, /flush_cache, /abort_request."""
 
 from __future__ import annotations
 
@@ -163,7 +163,7 @@ class InfoRoutes(ApiBase):
         )
 
     async def get_load(self, request: web.Request) -> web.Response:
-        """0.5.9's deprecated ``/get_load`` (gone in 0.5.23): one ``GetLoadReqOutput`` per DP rank.
+        """The deprecated ``/get_load`` (gone from 0.5.21): one ``GetLoadReqOutput`` per DP rank.
 
         srt/managers/scheduler_metrics_mixin.py ``get_load``: num_reqs = running + waiting,
         num_tokens = the KV tokens in use plus the waiting requests' prompt lengths; ts_tic is

@@ -12,7 +12,7 @@ from aiohttp import web
 from sglang_sentinel_sim.engine import Request, RequestState
 from sglang_sentinel_sim.generation import ApiBase, dumps, json_response, native_error, text_json
 from sglang_sentinel_sim.requests import GenParams, parse_generate
-from sglang_sentinel_sim.versions import retractions_key
+from sglang_sentinel_sim.versions import has, retractions_key
 
 __all__ = ["NativeRoutes"]
 
@@ -36,8 +36,8 @@ class _NativeStream:
         self.rid_json = json.dumps(req.rid).encode()
         key = retractions_key(api.srv.version)
         self.head_tail = f',"prompt_tokens":{req.prompt_tokens},"weight_version":"default","{key}":'.encode()
-        # 0.5.23 adds reasoning_tokens before completion_tokens (none: /generate does not reason).
-        self.reasoning = b"" if api.srv.version == "0.5.9" else b'"reasoning_tokens":0,'
+        # From 0.5.10 reasoning_tokens comes before completion_tokens (0: /generate does not reason).
+        self.reasoning = b'"reasoning_tokens":0,' if has("meta.reasoning_tokens", api.srv.version) else b""
 
     def chunks(self, seen: int, n: int, done: bool) -> list[bytes]:
         req = self.req
@@ -127,7 +127,7 @@ class NativeRoutes(ApiBase):
             "weight_version": "default",
             retractions_key(self.srv.version): req.retractions,
         }
-        if self.srv.version != "0.5.9":
+        if has("meta.reasoning_tokens", self.srv.version):
             meta["reasoning_tokens"] = 0
         meta |= {
             "completion_tokens": n,

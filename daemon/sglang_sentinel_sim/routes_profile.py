@@ -18,6 +18,7 @@ from aiohttp import web
 from sglang_sentinel_sim.crash import SITE
 from sglang_sentinel_sim.generation import ApiBase, json_response
 from sglang_sentinel_sim.profiler import ProfileOutcome, SimProfiler, TorchDoubleStart
+from sglang_sentinel_sim.versions import has, wheel
 
 __all__ = ["ProfileRoutes", "parse_profile_body"]
 
@@ -26,7 +27,7 @@ _STR = ("output_dir", "profile_prefix")
 _LIST = ("activities", "profile_stages")
 _BOOL = ("profile_by_stage", "merge_profiles")
 _OPT_BOOL = ("with_stack", "record_shapes")
-_NEW = {"profile_id": "str", "detailed_annotations": "bool"}  # 0.5.23's ProfileReq only
+_NEW = {"profile_id": "str", "detailed_annotations": "bool"}  # ProfileReq only (profile.req_struct)
 _TRUE = {"1", "on", "t", "true", "y", "yes"}
 _FALSE = {"0", "off", "f", "false", "n", "no"}
 
@@ -84,12 +85,12 @@ def parse_profile_body(raw: bytes, version: str) -> dict[str, Any]:
     if body is None:
         return {}
     if not isinstance(body, dict):
-        name = "ProfileReqInput" if version == "0.5.9" else "ProfileReq"
+        name = "ProfileReq" if has("profile.req_struct", version) else "ProfileReqInput"
         raise _err("dict_type", None, f"Input should be a valid dictionary or instance of {name}", body)
     out: dict[str, Any] = {}
     fields = {**{f: "str" for f in _STR}, **{f: "int" for f in _INT}, **{f: "list" for f in _LIST}}
     fields |= {f: "bool" for f in _BOOL} | {f: "opt_bool" for f in _OPT_BOOL}
-    if version != "0.5.9":
+    if has("profile.req_struct", version):
         fields |= _NEW
     for field, kind in fields.items():
         value = body.get(field)
@@ -130,7 +131,8 @@ def _validation_error(error: dict[str, Any]) -> web.Response:
     )
 
 
-# (http_server.py line of the route's await, its call) and the tokenizer mixin, per version.
+# (http_server.py line of the route's await, its call) and the tokenizer mixin, per wheel: a release
+# gets the wheel of its side of profile.req_struct (the frames' line numbers are that wheel's).
 _ROUTE_LINES = {
     "0.5.9": {"start_profile": (839, "start_profile("), "stop_profile": (861, "stop_profile()")},
     "0.5.23": {
@@ -147,8 +149,8 @@ _MIXIN = {
 def _traceback(route: str, version: str) -> str:
     """uvicorn's traceback of the route's RuntimeError, from the SGLang frames on (the
     Starlette and uvicorn frames above them are left out)."""
-    line, call = _ROUTE_LINES[version][route]
-    mixin, entry, raised = _MIXIN[version]
+    line, call = _ROUTE_LINES[wheel("profile.req_struct", version)][route]
+    mixin, entry, raised = _MIXIN[wheel("profile.req_struct", version)]
     return (
         "Traceback (most recent call last):\n"
         f'  File "{SITE}/sglang/srt/entrypoints/http_server.py", line {line}, in {route}_async\n'
@@ -179,7 +181,7 @@ class ProfileRoutes(ApiBase):
         try:
             outcome = self.profiler.start(req, self.engine.stats.forward_ct)
         except TorchDoubleStart:
-            self.srv.crash("profiler")  # 0.5.9: the scheduler dies; the request gets no answer
+            self.srv.crash("profiler")  # before 0.5.14: the scheduler dies; the request gets no answer
             if request.transport is not None:
                 request.transport.close()
             return web.Response(status=500, text="Internal Server Error")

@@ -40,7 +40,7 @@ from sglang_sentinel_sim.crash import CrashKind
 from sglang_sentinel_sim.crashing import Crasher
 from sglang_sentinel_sim.engine import Engine, Request
 from sglang_sentinel_sim.faults import Fault, FaultSet, check_fault_version, parse_fault_spec
-from sglang_sentinel_sim.launchflags import deprecation_warnings
+from sglang_sentinel_sim.launchflags import deprecation_warnings, has_option
 from sglang_sentinel_sim.launchmodel import server_args_fields
 from sglang_sentinel_sim.listen import bind_api, bound_port, http_url
 from sglang_sentinel_sim.looplag import LoopLag
@@ -51,11 +51,12 @@ from sglang_sentinel_sim.profiles import Profile
 from sglang_sentinel_sim.sglang_log import SGLangLog
 from sglang_sentinel_sim.text import make_script
 from sglang_sentinel_sim.truth import GroundTruth
+from sglang_sentinel_sim.versions import DEFAULT_VERSION
 
 __all__ = ["SGLANG_VERSION", "SimServer", "serve"]
 
 # The version of the in-process default (the CLI's --sglang-version picks per server: SimServer.version).
-SGLANG_VERSION: Final = "0.5.23"
+SGLANG_VERSION: Final = DEFAULT_VERSION
 WARMUP_PROMPT: Final = "The capital city of France is"
 
 
@@ -331,6 +332,7 @@ class SimServer:
     def server_args(self) -> dict[str, Any]:
         p = self.profile
         c = self.config
+        hisparse_flag = has_option(self.version, "--enable-hisparse")
         return {
             "model_path": p.model_path,
             "tokenizer_path": p.model_path,
@@ -378,7 +380,8 @@ class SimServer:
             "skip_server_warmup": c.skip_server_warmup,
             "enable_priority_scheduling": c.enable_priority_scheduling,
             "enable_metrics_for_all_schedulers": c.enable_metrics_for_all_schedulers,
-            **({"enable_hisparse": c.enable_hisparse} if self.version != "0.5.9" else {}),
+            # A field of the releases that have the flag (options.json: from 0.5.10).
+            **({"enable_hisparse": c.enable_hisparse} if hisparse_flag else {}),
             "disaggregation_mode": c.disaggregation_mode,
             "disaggregation_transfer_backend": c.disaggregation_transfer_backend,
             "disaggregation_bootstrap_port": c.disaggregation_bootstrap_port,

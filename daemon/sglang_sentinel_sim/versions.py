@@ -1,46 +1,227 @@
 # ruff: noqa: E501  (help strings are SGLang's, one per line to stay greppable against the wheel)
-"""What differs between the SGLang versions the simulator speaks: 0.5.9 and 0.5.23 (the default).
+"""What differs between the SGLang releases the simulator speaks: every release the daemon's
+version table read (``sglang_sentinel.sglang.versions.RELEASES_READ``, 0.5.9 – 0.5.23 with the
+``.postN`` releases; the default is the newest).
 
-Every text here is copied from the unpacked wheels (paths inside ``sglang/``); the daemon's own
-table of the same differences is ``sglang_sentinel.sglang.versions`` (and docs/sglang-versions.md).
+The simulator's texts were copied from two wheels, 0.5.9 and 0.5.23 (paths inside ``sglang/``);
+every release between them gets, per behaviour, the text of the side its release row falls on:
+:data:`BEHAVIOURS` names, for each behaviour the simulator varies, the first release that behaves
+the new way, either a row of the daemon's table (``sglang_sentinel.sglang.versions``, also in
+docs/sglang-versions.md) or, for what the daemon does not read, the release where a grep of the
+unpacked wheels finds the change (the source says which file and marker). Flags a release accepts
+come from the same table's ``options.json`` (``launchflags.check_version``).
 
 - Scheduler log lines: 0.5.9 ``srt/managers/scheduler_metrics_mixin.py`` ``log_prefill_stats`` /
   ``log_decode_stats``; 0.5.23 ``srt/managers/scheduler_components/metrics_reporter.py``
   ``report_prefill_stats`` / ``report_decode_stats`` with the pool parts of
-  ``scheduler_components/pool_stats_observer.py`` ``PoolStats.get_*_usage_msg_parts``. 0.5.23's
-  Prefill line adds ``#pending-token`` and puts ``cuda graph`` *before* ``input throughput``,
-  whose figure is now this batch's tokens over the gap (0.5.9: the previous batch's).
-  ``--enable-hisparse`` (0.5.23) prints ``#gpu token/gpu token usage/#cpu token/cpu token usage``
-  on Decode lines instead of ``#token/token usage``; the Prefill line keeps ``token usage``.
+  ``scheduler_components/pool_stats_observer.py`` ``PoolStats.get_*_usage_msg_parts``. From 0.5.10
+  the Prefill line puts ``cuda graph`` *before* ``input throughput``; from 0.5.11 it adds
+  ``#pending-token`` and the throughput figure is this batch's tokens over the gap (before: the
+  previous batch's). ``--enable-hisparse`` (a flag from 0.5.10) prints ``#gpu token/gpu token
+  usage/#cpu token/cpu token usage`` on Decode lines instead of ``#token/token usage`` from 0.5.11;
+  the Prefill line keeps ``token usage``.
 - Retraction line: ``srt/managers/scheduler.py`` in both; 0.5.23 adds ``#mamba_num_gained`` only
   for hybrid-SSM models (none of the profiles), so the line is the same here.
 - Metrics: 0.5.9 ``srt/metrics/collector.py``; 0.5.23 ``srt/observability/metrics_collector.py``
-  (:data:`SCHED_GAUGES`, tokenizer families with ``is_streaming``, queue-time buckets).
+  (:data:`SCHED_GAUGES`, tokenizer families with ``is_streaming``, queue-time buckets), the whole
+  family set switching at the daemon's ``metrics.module_moved`` row (0.5.10): the simulator has
+  these two sets only, so 0.5.10 – 0.5.22 serve 0.5.23's.
 - ``/v1/loads``: ``srt/entrypoints/v1_loads.py`` (0.5.23 has no ``aggregate``/``dp_rank_count`` and
-  the ``LoadSnapshot`` core fields of ``srt/managers/load_snapshot.py``).
+  the ``LoadSnapshot`` core fields of ``srt/managers/load_snapshot.py``), from the daemon's
+  ``loads.no_aggregate`` row (0.5.13).
 """
 
 from __future__ import annotations
 
+import functools
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from sglang_sentinel.sglang.versions import NEWEST_KNOWN, RELEASES_READ, change, parse_version
+
 __all__ = [
+    "BEHAVIOURS",
     "DEFAULT_VERSION",
+    "NEW_WHEEL",
+    "OLD_WHEEL",
     "QUEUE_TIME_BUCKETS",
     "SCHED_CONSTANTS",
     "SCHED_GAUGES",
     "VERSIONS",
+    "Behaviour",
     "decode_line",
+    "has",
     "loads_body",
     "prefill_line",
     "retract_line",
     "retractions_key",
+    "wheel",
 ]
 
-VERSIONS: Final = ("0.5.9", "0.5.23")
-DEFAULT_VERSION: Final = "0.5.23"
+#: ``--sglang-version`` choices: every release the daemon's table read, oldest first.
+VERSIONS: Final = tuple(str(v) for v in RELEASES_READ)
+DEFAULT_VERSION: Final = str(NEWEST_KNOWN)
+#: The two wheels the simulator's texts were copied from (the keys of the per-wheel tables below).
+OLD_WHEEL: Final = "0.5.9"
+NEW_WHEEL: Final = "0.5.23"
+
+
+@dataclass(frozen=True, slots=True)
+class Behaviour:
+    """One thing the simulator does differently from a release on."""
+
+    what: str
+    #: The first release that behaves the new way (every release before it: the old way).
+    first: str
+    #: The daemon's row it follows, or where in the wheels the change shows.
+    source: str
+
+
+def _row(key: str, what: str) -> Behaviour:
+    """A behaviour the daemon's version table records: its boundary is that row's."""
+    return Behaviour(what, change(key).new_from, f"sglang_sentinel.sglang.versions row {key}")
+
+
+# Sim-only rows: found by grepping the unpacked wheel of every release in RELEASES_READ for the
+# marker named in the source (the first release that has it; every later one has it too).
+BEHAVIOURS: Final[dict[str, Behaviour]] = {
+    # --- log lines -------------------------------------------------------------------------------
+    "log.prefill_graph_first": Behaviour(
+        "Prefill line: 'cuda graph: B' before 'input throughput (token/s): X' (0.5.9: after)",
+        "0.5.10",
+        "sglang/srt/observability/scheduler_metrics_mixin.py log_prefill_stats (0.5.10; 0.5.9: "
+        "srt/managers/scheduler_metrics_mixin.py L226-240)",
+    ),
+    "log.prefill_pending_token": Behaviour(
+        "Prefill line: '#pending-token: N' after '#queue-req'",
+        "0.5.11",
+        "sglang/srt/observability/scheduler_metrics_mixin.py log_prefill_stats (grep '#pending-token')",
+    ),
+    "log.prefill_throughput_this_batch": Behaviour(
+        "Prefill line: input throughput = this batch's tokens over the gap (before: the previous batch's)",
+        "0.5.11",
+        "sglang/srt/observability/scheduler_metrics_mixin.py log_prefill_stats "
+        "(grep 'self.last_prefill_tokens / gap_latency': through 0.5.10.post1)",
+    ),
+    "log.hisparse_usage": _row(
+        "log.hisparse_usage", "--enable-hisparse: Decode lines print the GPU and CPU pools"
+    ),
+    "log.spec_accept_rate_drafts": Behaviour(
+        "Decode line / spec_accept_rate: accepted drafts (no bonus token) over proposed drafts "
+        "(before: accepted tokens over draft tokens + 1 per verify)",
+        "0.5.11",
+        "sglang/srt/observability/scheduler_metrics_mixin.py log_decode_stats "
+        "(speculative_num_draft_tokens - 1 per round; 0.5.10.post1: draft_tokens_fallback)",
+    ),
+    # --- /metrics --------------------------------------------------------------------------------
+    "metrics.module_moved": _row(
+        "metrics.module_moved",
+        "/metrics: 0.5.23's family set (SCHED_GAUGES, SCHED_CONSTANTS, queue-time buckets, "
+        "engine_type / is_streaming tokenizer labels, TPOT, prefill_none graph passes)",
+    ),
+    "metrics.priority_label": _row(
+        "metrics.priority_label", "--enable-priority-scheduling: priority labels on the queue gauges"
+    ),
+    "metrics.decode_keeps_cache_hit_rate": Behaviour(
+        "Decode reports keep the prefill's cache_hit_rate gauge (before: write 0 on every Decode log)",
+        "0.5.20",
+        "sglang/srt/managers/scheduler_components/metrics_reporter.py report_decode_stats "
+        "(grep 'cache_hit_rate = 0.0': through 0.5.19; 'cache_hit_rate is prefill-owned' from 0.5.20)",
+    ),
+    # --- HTTP ------------------------------------------------------------------------------------
+    "loads.no_aggregate": _row("loads.no_aggregate", "/v1/loads: LoadSnapshot entries, no aggregate"),
+    "http.get_load_removed": Behaviour(
+        "/get_load is gone (404)",
+        "0.5.21",
+        "sglang/srt/entrypoints/http_server.py (grep '\"/get_load\"': through 0.5.20)",
+    ),
+    "meta.reasoning_tokens": Behaviour(
+        "/generate meta_info: 'reasoning_tokens' before 'completion_tokens'",
+        "0.5.10",
+        "sglang/srt/managers/tokenizer_manager.py _handle_batch_output (grep '\"reasoning_tokens\": ')",
+    ),
+    "meta.num_retractions": Behaviour(
+        "/generate meta_info: 'num_retractions' (before: 'total_retractions')",
+        "0.5.12",
+        "sglang/srt/managers/tokenizer_manager.py _handle_batch_output (grep '\"num_retractions\"')",
+    ),
+    # --- crash texts -----------------------------------------------------------------------------
+    "crash.nan_detected": _row("crash.nan_detected", "crash:text=nan: the device assert texts"),
+    "crash.scheduler_died_init": _row(
+        "crash.scheduler_died_init", "crash:text=died_init: 'scheduler died during initialization'"
+    ),
+    "crash.subprocess_watchdog": _row(
+        "crash.subprocess_watchdog", "crash:text=subprocess: the subprocess watchdog exists"
+    ),
+    "log.nan_sanitized": _row("log.nan_sanitized", "fault nan_sanitized: SGLANG_SANITIZE_NAN_LOGITS exists"),
+    "crash.kv_pool_text": Behaviour(
+        "Not enough memory: 'Current value: mem_fraction_static=F' "
+        "(before: 'self.server_args.mem_fraction_static=F')",
+        "0.5.10",
+        "sglang/srt/model_executor/model_runner_kv_cache_mixin.py (0.5.10; pool_configurator.py from "
+        "0.5.12) (grep 'Current value: mem_fraction_static=')",
+    ),
+    "cli.disable_cuda_graph_deprecated": _row(
+        "cli.disable_cuda_graph_deprecated",
+        "--disable-cuda-graph warns; /server_info and the capture-failure hints name the -decode graph flags",
+    ),
+    "cli.dsa_names": _row(
+        "cli.dsa_names", "/server_info dsa_*_backend (before: nsa_*); SGLang's default attention 'dsa'"
+    ),
+    # --- profiler --------------------------------------------------------------------------------
+    "profile.xpu_activity": Behaviour(
+        "activities: 'XPU' starts torch's profiler too",
+        "0.5.10",
+        "sglang/srt/managers/scheduler_profiler_mixin.py (grep 'activity_map[\"XPU\"]')",
+    ),
+    "profile.double_start_caught": Behaviour(
+        "a second torch start is answered with torch's error (before: the scheduler dies)",
+        "0.5.14",
+        "sglang/srt/managers/scheduler_components/profiler_manager.py _start_profile "
+        "(try/except RuntimeError around torch_profiler.start())",
+    ),
+    "profile.req_struct": Behaviour(
+        "/start_profile body is ProfileReq (profile_id, detailed_annotations); the route's traceback "
+        "is 0.5.23's (before: ProfileReqInput, 0.5.9's)",
+        "0.5.15",
+        "sglang/srt/entrypoints/http_server.py start_profile_async (ProfileReq from 0.5.15; "
+        "class ProfileReqInput in srt/managers/io_struct.py through 0.5.14)",
+    ),
+    "profile.num_steps_plus_one": Behaviour(
+        "num_steps stops the profiler at forward ct + num_steps + 1 (before: ct + num_steps)",
+        "0.5.16",
+        "sglang/srt/managers/scheduler_components/profiler_manager.py (grep "
+        "'get_forward_ct() + num_steps + 1')",
+    ),
+    "profile.mem_prefix": Behaviour(
+        "the MEM snapshot file name carries profile_prefix",
+        "0.5.17",
+        "sglang/srt/managers/scheduler_components/profiler_manager.py _stop_profile "
+        "(stage_prefix before the memory snapshot's time)",
+    ),
+    # --- multi-node ------------------------------------------------------------------------------
+    "multinode.sigterm_waits": Behaviour(
+        "a node_rank >= 1 logs SIGTERM and waits for rank 0's ShutdownReq (before: no handler, ends)",
+        "0.5.21",
+        "sglang/srt/entrypoints/engine.py (grep 'waiting for the rank-0 ShutdownReq')",
+    ),
+}
+
+
+@functools.lru_cache(maxsize=1024)
+def has(key: str, version: str) -> bool:
+    """Whether release ``version`` behaves the new way for behaviour ``key`` (:data:`BEHAVIOURS`;
+    a key not in it is a typo in a caller: ``KeyError``)."""
+    return parse_version(version) >= parse_version(BEHAVIOURS[key].first)
+
+
+def wheel(key: str, version: str) -> str:
+    """The wheel whose text release ``version`` gets for ``key``: :data:`OLD_WHEEL` or
+    :data:`NEW_WHEEL` (the keys of the per-wheel tables)."""
+    return NEW_WHEEL if has(key, version) else OLD_WHEEL
+
 
 # (name, help) of the scheduler gauges ``log_stats`` writes on every log event, in its order.
 # 0.5.9: srt/metrics/collector.py SchedulerMetricsCollector.log_stats.
@@ -200,16 +381,19 @@ def prefill_line(
     throughput: float,
     cuda_graph: bool,
 ) -> str:
-    """One ``Prefill batch`` line (no PD, no hybrid pools: ``token usage`` in both versions)."""
+    """One ``Prefill batch`` line (no PD, no hybrid pools: ``token usage`` in every release);
+    ``throughput`` as the caller computed it for ``version`` (log.prefill_throughput_this_batch)."""
     head = (
         f"Prefill batch, #new-seq: {new_seqs}, #new-token: {new_tokens}, "
         f"#cached-token: {cached_tokens}, token usage: {usage:.2f}, #running-req: {running}, "
         f"#queue-req: {queued}, "
     )
-    if version == "0.5.9":
-        return head + f"input throughput (token/s): {throughput:.2f}, cuda graph: {cuda_graph}"
+    graph, rate = f"cuda graph: {cuda_graph}", f"input throughput (token/s): {throughput:.2f}"
+    if not has("log.prefill_graph_first", version):
+        return head + f"{rate}, {graph}"
     # The sim never holds tokens back from a chunked request: #pending-token is 0.
-    return head + f"#pending-token: 0, cuda graph: {cuda_graph}, input throughput (token/s): {throughput:.2f}"
+    pending = "#pending-token: 0, " if has("log.prefill_pending_token", version) else ""
+    return head + f"{pending}{graph}, {rate}"
 
 
 def decode_line(
@@ -224,8 +408,9 @@ def decode_line(
     queued: int,
     hisparse: tuple[int, float, int, float] | None = None,
 ) -> str:
-    """One ``Decode batch`` line; ``hisparse`` = (gpu tokens, gpu usage, cpu tokens, cpu usage), 0.5.23 only."""
-    if hisparse is not None and version != "0.5.9":
+    """One ``Decode batch`` line; ``hisparse`` = (gpu tokens, gpu usage, cpu tokens, cpu usage),
+    printed from the release of the daemon's log.hisparse_usage row on."""
+    if hisparse is not None and has("log.hisparse_usage", version):
         gpu, gpu_usage, cpu, cpu_usage = hisparse
         pool = f"#gpu token: {gpu}, gpu token usage: {gpu_usage:.2f}, #cpu token: {cpu}, cpu token usage: {cpu_usage:.2f}"
     else:
@@ -245,10 +430,10 @@ def retract_line(version: str, *, reqs: int, gained: int, old_ratio: float, new_
 
 
 def retractions_key(version: str) -> str:
-    """``/generate`` meta_info: 0.5.9 ``total_retractions``, 0.5.23 ``num_retractions``
-    (srt/managers/tokenizer_manager.py ``_handle_batch_output``; 0.5.23 also adds
-    ``reasoning_tokens`` before ``completion_tokens``)."""
-    return "total_retractions" if version == "0.5.9" else "num_retractions"
+    """``/generate`` meta_info: ``total_retractions``, ``num_retractions`` from meta.num_retractions's
+    release (srt/managers/tokenizer_manager.py ``_handle_batch_output``; ``reasoning_tokens`` before
+    ``completion_tokens``: meta.reasoning_tokens)."""
+    return "num_retractions" if has("meta.num_retractions", version) else "total_retractions"
 
 
 def loads_body(
@@ -264,9 +449,10 @@ def loads_body(
     accelerator: str,
     num_accelerators: int,
 ) -> dict[str, Any]:
-    """``GET /v1/loads`` for one DP rank (0.5.9: ``GetLoadsReqOutput`` of srt/managers/io_struct.py
-    without ``timestamp``, plus ``num_total_reqs``, and ``_compute_aggregate``)."""
-    if version == "0.5.9":
+    """``GET /v1/loads`` for one DP rank (before the daemon's loads.no_aggregate row: 0.5.9's
+    ``GetLoadsReqOutput`` of srt/managers/io_struct.py without ``timestamp``, plus
+    ``num_total_reqs``, and ``_compute_aggregate``; from it 0.5.23's LoadSnapshot)."""
+    if not has("loads.no_aggregate", version):
         load: dict[str, Any] = {
             "dp_rank": 0,
             "num_running_reqs": running,

@@ -14,6 +14,7 @@ import pytest
 from pydantic import BaseModel
 
 from sglang_sentinel.config import Settings, load_settings
+from sglang_sentinel.sglang.versions import Version
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 PROMTOOL = shutil.which("promtool")
@@ -166,7 +167,7 @@ def test_sglang_unit_runs_what_sentinel_check_renders_for_its_version() -> None:
     assert flags[0] == "--model-path"
     settings = load_settings(DEPLOY / "config.example.toml", environ={}).server
     settings = settings.model_copy(update={"mode": "child", "profile": "glm5-nvfp4-rtxpro6000"})
-    command = render_command(settings, detected_version=(0, 5, 9))
+    command = render_command(settings, detected_version=Version(0, 5, 9))
     argv = list(command.argv)
     rendered = argv[argv.index("--model-path") :]
     assert sorted(flags) == sorted(rendered)

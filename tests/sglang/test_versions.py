@@ -176,6 +176,12 @@ def test_version_parse_and_resolve() -> None:
     assert resolve("0.5.13").note == "release row 0.5.13 (read from its wheel)"
     assert not behaves_new("cli.nsa_rejected", Version(0, 5, 19))
     assert behaves_new("cli.nsa_rejected", Version(0, 5, 20))
+    # str() parses back to the same row: a .postN is its own read release, a pre-release (its
+    # marker kept) the newest read release below it.
+    for text in ("0.5.10.post1", "0.5.23rc0", "0.5.24.dev3"):
+        assert str(parse_version(text)) == text
+    assert resolve(str(parse_version("0.5.23rc0"))).note.startswith("release row 0.5.22 ")
+    assert resolve(str(parse_version("0.5.10.post1"))).note.startswith("release row 0.5.10.post1 ")
 
 
 def test_unknown_version_is_logged_once() -> None:

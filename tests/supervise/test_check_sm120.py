@@ -183,3 +183,42 @@ def test_every_launch_row_is_documented_with_its_source() -> None:
         assert line is not None, row.key
         assert row.source in line, row.key
         assert row.versions in line, row.key
+
+
+# (SGLang, the row versions.resolve names): a .postN is its own row, a pre-release the row below it.
+EXACT_ROWS = [
+    ("0.5.10.post1", "release row 0.5.10.post1 (read from its wheel)"),
+    ("0.5.23rc0", "release row 0.5.22 (the newest read release not newer)"),
+]
+
+
+@pytest.mark.parametrize("how", ["pinned", "detected"])
+@pytest.mark.parametrize(("version", "row"), EXACT_ROWS)
+def test_check_names_the_exact_release_row(
+    version: str, row: str, how: str, sm120: FakeNvml, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The launch's version is the daemon's one parser's (sglang.versions.Version): before, a
+    # 3-number tuple printed "release row 0.5.10" for 0.5.10.post1 and row 0.5.23 for 0.5.23rc0.
+    cfg = config(tmp_path, version if how == "pinned" else "", installed=version)
+    source = "pinned in the profile" if how == "pinned" else "detected"
+    assert main(["check", "--config", str(cfg)]) == 0
+    assert f"sglang:       {source}; {row}" in capsys.readouterr().out
+    assert main(["check", "--config", str(cfg), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["sglang_version"] == version
+    assert data["sglang_behaves_as"] == version
+
+
+@pytest.mark.parametrize(("mode", "code", "status"), [("child", 1, "FAIL"), ("external", 0, "WARN")])
+def test_check_refuses_an_installed_sglang_older_than_every_release_read(
+    mode: str, code: int, status: str, sm120: FakeNvml, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Not pinned: the flags follow the installed 0.5.8, read as 0.5.9 (the oldest release read),
+    # whose flags that parser may reject. External mode launches nothing: a warning only.
+    cfg = config(tmp_path, "", installed="0.5.8")
+    cfg.write_text(cfg.read_text().replace("[server]\n", f'[server]\nmode = "{mode}"\n', 1))
+    assert main(["check", "--config", str(cfg)]) == code
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if "sglang_version" in ln)
+    assert line.split()[:2] == [status, "sglang_version"]
+    assert "SGLang 0.5.8 is older than the oldest supported release (0.5.9)" in line

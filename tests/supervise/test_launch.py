@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from sglang_sentinel.sglang.versions import Version, parse_version
 from sglang_sentinel.supervise.launch import (
     BUILTIN_PROFILES,
     ProfileError,
     detect_sglang_version,
-    parse_version,
     render_command,
+    version_text,
 )
 from sglang_sentinel.supervise.settings import ServerSettings
 
@@ -33,14 +34,14 @@ def flag(argv: tuple[str, ...], name: str) -> str | None:
 @pytest.mark.parametrize(
     ("version", "prefix"),
     [
-        ((0, 5, 9), "--nsa"),
-        ((0, 5, 12), "--nsa"),
-        ((0, 5, 15), "--dsa"),
-        ((0, 5, 19), "--dsa"),
-        ((0, 5, 23), "--dsa"),
+        (Version(0, 5, 9), "--nsa"),
+        (Version(0, 5, 12), "--nsa"),
+        (Version(0, 5, 15), "--dsa"),
+        (Version(0, 5, 19), "--dsa"),
+        (Version(0, 5, 23), "--dsa"),
     ],
 )
-def test_dsa_flags_follow_the_rename(version: tuple[int, int, int], prefix: str) -> None:
+def test_dsa_flags_follow_the_rename(version: Version, prefix: str) -> None:
     cmd = render_command(glm(), detected_version=version)
     other = "--dsa" if prefix == "--nsa" else "--nsa"
     assert cmd.launch_row is not None
@@ -53,7 +54,7 @@ def test_dsa_flags_follow_the_rename(version: tuple[int, int, int], prefix: str)
 
 
 def test_glm_profile_renders_the_deployment() -> None:
-    cmd = render_command(glm(port=31000), detected_version=(0, 5, 9))
+    cmd = render_command(glm(port=31000), detected_version=Version(0, 5, 9))
     a = cmd.argv
     assert a[1:3] == ("-m", "sglang.launch_server")
     assert flag(a, "--model-path") == "/models/GLM-5-NVFP4"
@@ -77,8 +78,8 @@ def test_glm_profile_renders_the_deployment() -> None:
     assert "SGLANG_ENABLE_DEEP_GEMM" not in cmd.env  # read by no SGLang version
 
 
-@pytest.mark.parametrize("version", [(0, 5, 19), (0, 5, 23), (0, 5, 40)])
-def test_glm_profile_on_newer_sglang(version: tuple[int, int, int]) -> None:
+@pytest.mark.parametrize("version", [Version(0, 5, 19), Version(0, 5, 23), Version(0, 5, 40)])
+def test_glm_profile_on_newer_sglang(version: Version) -> None:
     cmd = render_command(glm(), detected_version=version)
     a = cmd.argv
     # `sglang serve` run by the profile's interpreter: what the console script runs.
@@ -103,7 +104,7 @@ def test_profile_values_override_the_table() -> None:
             "profiles": {GLM: {"dsa_decode_backend": "trtllm", "kv_cache_dtype": "fp8_e4m3"}},
         }
     )
-    cmd = render_command(s, detected_version=(0, 5, 23))
+    cmd = render_command(s, detected_version=Version(0, 5, 23))
     assert flag(cmd.argv, "--dsa-prefill-backend") == "tilelang"  # from the table
     assert flag(cmd.argv, "--dsa-decode-backend") == "trtllm"  # the override
     assert flag(cmd.argv, "--kv-cache-dtype") == "fp8_e4m3"
@@ -118,7 +119,7 @@ def test_entrypoint_stub_runs_sglangs_cli_main(tmp_path: Path) -> None:
     (tmp_path / "sglang" / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
     (pkg / "main.py").write_text("import sys\ndef main():\n    print(repr(sys.argv))\n    return 3\n")
-    cmd = render_command(glm(), detected_version=(0, 5, 23))
+    cmd = render_command(glm(), detected_version=Version(0, 5, 23))
     proc = subprocess.run(
         [sys.executable, *cmd.argv[1:4], "--model-path", "/m"],
         capture_output=True,
@@ -147,7 +148,7 @@ def test_pinned_version_wins_and_bad_pin_is_an_error() -> None:
             },
         }
     )
-    cmd = render_command(pinned, detected_version=(0, 5, 23))
+    cmd = render_command(pinned, detected_version=Version(0, 5, 23))
     assert flag(cmd.argv, "--nsa-decode-backend") == "fa3"
     assert cmd.version_source == "pinned in the profile"
     for pin, why in (("x", "not an SGLang version"), ("0.5.8", "older than the oldest supported")):
@@ -167,14 +168,14 @@ def test_sim_profile_is_the_default_and_on_loopback() -> None:
 
 
 def test_config_hash_tracks_argv_and_env() -> None:
-    base = render_command(glm(), detected_version=(0, 5, 9))
-    assert base.config_hash == render_command(glm(), detected_version=(0, 5, 9)).config_hash
-    assert base.config_hash != render_command(glm(port=31001), detected_version=(0, 5, 9)).config_hash
-    assert base.config_hash != render_command(glm(), detected_version=(0, 5, 23)).config_hash
+    base = render_command(glm(), detected_version=Version(0, 5, 9))
+    assert base.config_hash == render_command(glm(), detected_version=Version(0, 5, 9)).config_hash
+    assert base.config_hash != render_command(glm(port=31001), detected_version=Version(0, 5, 9)).config_hash
+    assert base.config_hash != render_command(glm(), detected_version=Version(0, 5, 23)).config_hash
 
 
 def test_api_key_is_passed_but_never_displayed() -> None:
-    cmd = render_command(glm(api_key="s3cret"), detected_version=(0, 5, 9))
+    cmd = render_command(glm(api_key="s3cret"), detected_version=Version(0, 5, 9))
     assert flag(cmd.argv, "--api-key") == "s3cret"
     assert "s3cret" not in cmd.display()
     assert "s3cret" not in cmd.redacted_argv()
@@ -190,14 +191,26 @@ def test_unknown_profile_lists_the_known_ones() -> None:
 def test_profile_without_model_path_is_an_error() -> None:
     s = ServerSettings.model_validate({"profile": "x", "profiles": {"x": {"kind": "sglang"}}})
     with pytest.raises(ProfileError, match="no model_path"):
-        render_command(s, detected_version=(0, 5, 9))
+        render_command(s, detected_version=Version(0, 5, 9))
 
 
 @pytest.mark.parametrize(
-    ("text", "want"), [("0.5.9", (0, 5, 9)), ("v0.5.23rc1", (0, 5, 23)), ("0.6", (0, 6, 0)), ("dev", None)]
+    ("text", "want"),
+    [
+        ("0.5.9", Version(0, 5, 9)),
+        ("0.5.10.post1", Version(0, 5, 10, 1)),
+        ("v0.5.23rc1", Version(0, 5, 23, -1, "rc1")),
+        ("0.6", Version(0, 6, 0)),
+    ],
 )
-def test_parse_version(text: str, want: tuple[int, int, int] | None) -> None:
-    assert parse_version(text) == want
+def test_a_pinned_version_is_read_by_the_daemons_one_parser(text: str, want: Version) -> None:
+    s = ServerSettings.model_validate(
+        {"profile": "p", "profiles": {"p": {"model_path": "/m", "sglang_version": text}}}
+    )
+    cmd = render_command(s)
+    assert cmd.sglang_version == want
+    assert version_text(cmd.sglang_version) == str(want)
+    assert parse_version(str(want)) == want  # .postN and the pre-release survive the round trip
 
 
 def test_detect_version_reports_missing_sglang_and_missing_interpreter() -> None:
@@ -211,7 +224,7 @@ def test_detect_version_reports_missing_sglang_and_missing_interpreter() -> None
 
 def test_a_profile_named_like_a_builtin_adjusts_it() -> None:
     s = ServerSettings.model_validate({"profile": GLM, "profiles": {GLM: {"model_path": "/data/glm5"}}})
-    cmd = render_command(s, detected_version=(0, 5, 9))
+    cmd = render_command(s, detected_version=Version(0, 5, 9))
     assert flag(cmd.argv, "--model-path") == "/data/glm5"
     assert flag(cmd.argv, "--tp-size") == "8"  # everything else is the built-in's
     assert flag(cmd.argv, "--kv-cache-dtype") == "bf16"
@@ -223,7 +236,7 @@ def test_base_chains_and_explicit_fields_win() -> None:
         "canary-box": {"base": "site", "tp_size": 4, "kv_cache_dtype": "auto"},
     }
     s = ServerSettings.model_validate({"profile": "canary-box", "profiles": profiles})
-    cmd = render_command(s, detected_version=(0, 5, 23))
+    cmd = render_command(s, detected_version=Version(0, 5, 23))
     assert cmd.argv[0] == "/opt/sglang/bin/python"
     assert flag(cmd.argv, "--tp-size") == "4"
     assert flag(cmd.argv, "--kv-cache-dtype") == "auto"  # explicit: wins over the launch table
@@ -232,7 +245,7 @@ def test_base_chains_and_explicit_fields_win() -> None:
     table_off = {**profiles, "canary-box": {**profiles["canary-box"], "launch_table": ""}}
     off = render_command(
         ServerSettings.model_validate({"profile": "canary-box", "profiles": table_off}),
-        detected_version=(0, 5, 23),
+        detected_version=Version(0, 5, 23),
     )
     assert off.launch_row is None
     assert not any(a.startswith("--dsa-") for a in off.argv)  # no table: left to SGLang
@@ -250,7 +263,7 @@ def test_base_chains_and_explicit_fields_win() -> None:
 def test_bad_base_chains(profiles: dict[str, dict[str, str]], message: str) -> None:
     s = ServerSettings.model_validate({"profile": "a", "profiles": profiles})
     with pytest.raises(ProfileError, match=message):
-        render_command(s, detected_version=(0, 5, 9))
+        render_command(s, detected_version=Version(0, 5, 9))
 
 
 def test_the_simulator_is_a_builtin_command_profile() -> None:
@@ -345,9 +358,9 @@ def test_sim_keys_on_an_sglang_profile_are_refused_by_name() -> None:
     # The kind inherited from an SGLang base, or left at its default: refused when rendered.
     s = ServerSettings.model_validate({"profile": "x", "profiles": {"x": {"base": GLM, "sim_faults": ["a"]}}})
     with pytest.raises(ProfileError, match=r"'x' on base 'glm5.*sim_faults only apply to the simulator"):
-        render_command(s, detected_version=(0, 5, 9))
+        render_command(s, detected_version=Version(0, 5, 9))
     s = ServerSettings.model_validate(
         {"profile": "y", "profiles": {"y": {"model_path": "/m", "sim_speed": 2}}}
     )
     with pytest.raises(ProfileError, match="sim_speed only apply to a command profile"):
-        render_command(s, detected_version=(0, 5, 9))
+        render_command(s, detected_version=Version(0, 5, 9))

@@ -5,9 +5,11 @@ from __future__ import annotations
 import socket
 import sys
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
+from sglang_sentinel.sglang.versions import Version
 from sglang_sentinel.supervise.launch import LaunchCommand, render_command
 from sglang_sentinel.supervise.preflight import (
     GpuInfo,
@@ -36,7 +38,7 @@ def glm_cmd(**profile: object) -> LaunchCommand:
             "profiles": {"g": {"model_path": "/m", "tp_size": 8, "mem_fraction_static": 0.85, **profile}},
         }
     )
-    return render_command(s, detected_version=(0, 5, 9))
+    return render_command(s, detected_version=Version(0, 5, 9))
 
 
 def test_gpu_count_and_free_memory() -> None:
@@ -83,7 +85,7 @@ def test_model_path(tmp_path: Path) -> None:
     assert check_model_path(glm_cmd(model_path="zai-org/GLM-5")).status == "warn"
 
 
-def glm_at(version: tuple[int, int, int], **override: object) -> LaunchCommand:
+def glm_at(version: Version, **override: object) -> LaunchCommand:
     """The built-in GLM-5-NVFP4 profile (launch table on), optionally overridden, at ``version``."""
     g = "glm5-nvfp4-rtxpro6000"
     s = ServerSettings.model_validate({"profile": g, "profiles": {g: override} if override else {}})
@@ -94,28 +96,30 @@ def dsa_warnings(results: list[PreflightResult]) -> list[str]:
     return [r.message for r in results if r.status == "warn" and "NaN race" not in r.message]
 
 
-@pytest.mark.parametrize("version", [(0, 5, 9), (0, 5, 19), (0, 5, 23), (0, 5, 40)])
-def test_the_profiles_own_choice_is_never_warned_about(version: tuple[int, int, int]) -> None:
+@pytest.mark.parametrize(
+    "version", [Version(0, 5, 9), Version(0, 5, 19), Version(0, 5, 23), Version(0, 5, 40)]
+)
+def test_the_profiles_own_choice_is_never_warned_about(version: Version) -> None:
     assert dsa_warnings(check_known_bad(glm_at(version), rtx(8))) == []
 
 
 def test_known_bad_on_sm120() -> None:
     # trtllm is the deployment's finding on 0.5.9, known-bad from 0.5.12: an override to it warns.
-    assert dsa_warnings(check_known_bad(glm_at((0, 5, 9), dsa_decode_backend="trtllm"), rtx(8))) == []
-    warns = dsa_warnings(check_known_bad(glm_at((0, 5, 23), dsa_decode_backend="trtllm"), rtx(8)))
+    assert dsa_warnings(check_known_bad(glm_at(Version(0, 5, 9), dsa_decode_backend="trtllm"), rtx(8))) == []
+    warns = dsa_warnings(check_known_bad(glm_at(Version(0, 5, 23), dsa_decode_backend="trtllm"), rtx(8)))
     assert len(warns) == 1
     assert "glm5.sm120.trtllm_unsupported" in warns[0]
     assert "Unsupported architecture" in warns[0]
     assert "sgl-project/sglang#29580" in warns[0]
     # KV left to SGLang on SM120: it picks fp8_e4m3 for DSA, which 0.5.23 refuses with the profile's
     # tilelang; said with what SGLang picks. On 0.5.9 fp8 with trtllm is the deployment's launch.
-    fp8 = dsa_warnings(check_known_bad(glm_at((0, 5, 23), kv_cache_dtype="auto"), rtx(8)))
+    fp8 = dsa_warnings(check_known_bad(glm_at(Version(0, 5, 23), kv_cache_dtype="auto"), rtx(8)))
     assert any("glm5.sm120.fp8_kv_backend" in m and "KV fp8_e4m3 (SGLang defaults" in m for m in fp8)
-    deployment = glm_at((0, 5, 9), dsa_decode_backend="trtllm", kv_cache_dtype="auto")
+    deployment = glm_at(Version(0, 5, 9), dsa_decode_backend="trtllm", kv_cache_dtype="auto")
     assert dsa_warnings(check_known_bad(deployment, rtx(8))) == []
     # 0.5.9's own defaults (flashmla_*) gave garbage on SM120 (the deployment's finding).
     sglang_default = dsa_warnings(
-        check_known_bad(glm_at((0, 5, 9), dsa_prefill_backend="flashmla_sparse"), rtx(8))
+        check_known_bad(glm_at(Version(0, 5, 9), dsa_prefill_backend="flashmla_sparse"), rtx(8))
     )
     assert any("glm5.sm120.flashmla_garbage" in m for m in sglang_default)
     # A non-table profile still gets the trtllm verdict (it is about the kernels, not the model).
@@ -128,12 +132,12 @@ def test_known_bad_on_sm120() -> None:
 
 
 def test_profile_for_sm120_on_other_gpus_says_so() -> None:
-    warns = dsa_warnings(check_known_bad(glm_at((0, 5, 23)), rtx(8, cc=(9, 0))))
+    warns = dsa_warnings(check_known_bad(glm_at(Version(0, 5, 23)), rtx(8, cc=(9, 0))))
     assert any("renders for SM120" in m and "SM90" in m for m in warns)
 
 
 def test_version_without_a_known_good_choice_warns_about_the_version() -> None:
-    warns = dsa_warnings(check_known_bad(glm_at((0, 5, 15)), rtx(8)))
+    warns = dsa_warnings(check_known_bad(glm_at(Version(0, 5, 15)), rtx(8)))
     assert len(warns) == 1
     assert "glm5.sm120.none_known" in warns[0]
     assert "sgl-project/sglang#26087" in warns[0]
@@ -146,6 +150,40 @@ async def test_run_preflight_collects_everything() -> None:
     s = ServerSettings(port=port)
     results = await run_preflight(render_command(s), s, gpu_reader=lambda: rtx(1))
     assert {r.name: r.status for r in results} == {"gpus": "ok", "port": "ok", "model_path": "skip"}
+
+
+@pytest.mark.parametrize(("mode", "status"), [("child", "fail"), ("systemd", "fail"), ("external", "warn")])
+async def test_a_detected_sglang_older_than_every_release_read_is_refused_where_sentinel_launches(
+    mode: Literal["child", "systemd", "external"], status: str, tmp_path: Path
+) -> None:
+    # The same check as a pinned sglang_version (settings: a config error): the launch would pass
+    # flags rendered for the oldest release read, which an older parser may reject (argparse exit 2).
+    model = tmp_path / "GLM-5-NVFP4"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    s = ServerSettings.model_validate(
+        {
+            "mode": mode,
+            "profile": "glm5-nvfp4-rtxpro6000",
+            "profiles": {"glm5-nvfp4-rtxpro6000": {"model_path": str(model)}},
+        }
+    )
+    old = Version(0, 5, 8)
+    cmd = render_command(s, detected_version=old)
+    detected = (old, "sglang 0.5.8 importable by python3")
+    results = await run_preflight(cmd, s, gpu_reader=lambda: rtx(8), check_port_free=False, detected=detected)
+    by_name = {r.name: r for r in results}
+    assert by_name["sglang"].status == "ok"  # importable: that part holds
+    unsupported = by_name["sglang_version"]
+    assert unsupported.status == status
+    assert "SGLang 0.5.8 is older than the oldest supported release (0.5.9)" in unsupported.message
+    # A supported release, detected or with a .postN / pre-release, adds nothing.
+    for ok in (Version(0, 5, 9), Version(0, 5, 10, 1), Version(0, 5, 23, -1, "rc0")):
+        fine = await run_preflight(
+            render_command(s, detected_version=ok), s, gpu_reader=lambda: rtx(8), check_port_free=False,
+            detected=(ok, f"sglang {ok} importable by python3"),
+        )  # fmt: skip
+        assert "sglang_version" not in {r.name for r in fine}
 
 
 def test_read_gpus_nvml_through_a_fake_pynvml(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,6 +14,7 @@ from sglang_sentinel.sglang.versions import (
     OLDEST_KNOWN,
     RELEASES_READ,
     Version,
+    accepted_choices,
     accepted_options,
     release_row,
 )
@@ -52,7 +53,7 @@ def test_the_generated_data_covers_the_supported_range() -> None:
 def test_rendered_argv_is_accepted_by_that_release(profile: str, release: str) -> None:
     v = next(r for r in RELEASES_READ if str(r) == release)
     settings = ServerSettings.model_validate({"profile": profile, "api_key": "k"})
-    cmd = render_command(settings, detected_version=(v.major, v.minor, v.patch))
+    cmd = render_command(settings, detected_version=v)
     accepted = set(_DATA["releases"][release]["options"])
     choices: dict[str, list[str]] = _DATA["releases"][release]["choices"]
     rendered = _options_of(cmd.argv)
@@ -72,16 +73,29 @@ def test_a_post_release_behaves_as_its_read_release() -> None:
     assert "--nsa-prefill-backend" not in accepted_options(Version(0, 5, 20))
 
 
+def test_choices_are_each_releases_own() -> None:
+    # Recorded for the flags the profiles render and the simulator checks (scripts/sglang-options).
+    moe_059 = accepted_choices(Version(0, 5, 9), "--moe-runner-backend")
+    assert moe_059 is not None
+    assert "deep_gemm" in moe_059
+    assert "marlin" not in moe_059
+    assert "marlin" in (accepted_choices(Version(0, 5, 23), "--moe-runner-backend") or ())
+    assert "fp4_e2m1" in (accepted_choices(Version(0, 5, 20), "--kv-cache-dtype") or ())
+    assert "fp4_e2m1" not in (accepted_choices(Version(0, 5, 21), "--kv-cache-dtype") or ())
+    assert accepted_choices(Version(0, 5, 20), "--nsa-prefill-backend") is None  # gone in 0.5.20
+    assert accepted_choices(Version(0, 5, 23), "--tp-size") is None  # free-form
+
+
 @pytest.mark.parametrize(
     ("version", "dsa", "graphs_off"),
     [
-        ((0, 5, 12), "--nsa-prefill-backend", "--disable-cuda-graph"),
-        ((0, 5, 13), "--dsa-prefill-backend", "--disable-cuda-graph"),  # no per-phase flags yet
-        ((0, 5, 14), "--dsa-prefill-backend", "--cuda-graph-backend-decode=disabled"),
+        (Version(0, 5, 12), "--nsa-prefill-backend", "--disable-cuda-graph"),
+        (Version(0, 5, 13), "--dsa-prefill-backend", "--disable-cuda-graph"),  # no per-phase flags yet
+        (Version(0, 5, 14), "--dsa-prefill-backend", "--cuda-graph-backend-decode=disabled"),
     ],
 )
 def test_flag_spellings_switch_at_the_first_release_that_has_them(
-    version: tuple[int, int, int], dsa: str, graphs_off: str
+    version: Version, dsa: str, graphs_off: str
 ) -> None:
     cmd = render_command(
         ServerSettings.model_validate({"profile": "glm5-nvfp4-rtxpro6000"}), detected_version=version

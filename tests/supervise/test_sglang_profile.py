@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+from sglang_sentinel.sglang.versions import Version
 from sglang_sentinel.supervise import GpuInfo, ServerState, Supervisor
 from sglang_sentinel.supervise.settings import ServerSettings
 
@@ -67,7 +68,7 @@ async def test_flags_follow_the_installed_version_across_an_upgrade(
     await sup.start()
     try:
         assert sup.command is not None
-        assert sup.command.sglang_version == (0, 5, 9)
+        assert sup.command.sglang_version == Version(0, 5, 9)
         first_hash = sup.config_hash
         await sup.wait_for_state(ServerState.READY, timeout_s=20)
         argv_line = next(t for t in lines if t.startswith("server_args="))

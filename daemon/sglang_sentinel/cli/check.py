@@ -66,6 +66,7 @@ def _handle(args: argparse.Namespace) -> int:
     from sglang_sentinel.config import load_settings
     from sglang_sentinel.log import configure_logging
     from sglang_sentinel.redact import redact, redact_obj
+    from sglang_sentinel.statusdoc import RESET_CONFIGURED_COMMAND
     from sglang_sentinel.supervise.launch import (
         ProfileError,
         config_hash_of,
@@ -103,8 +104,10 @@ def _handle(args: argparse.Namespace) -> int:
         )
     )
     if not child:
-        # The unit (or whoever runs the server) owns the interpreter, model path and port.
-        results = [r for r in results if r.name in ("gpus", "known_bad")]
+        # The unit (or whoever runs the server) owns the interpreter, model path and port; an
+        # SGLang older than every release read is still reported (a failure in systemd mode, a
+        # warning in external mode: preflight.check_sglang_supported).
+        results = [r for r in results if r.name in ("gpus", "known_bad", "sglang_version")]
     failed = any(r.status == "fail" for r in results)
     fallback = _fallback_preview(settings, cmd) if child else None
     if args.json:
@@ -119,9 +122,7 @@ def _handle(args: argparse.Namespace) -> int:
                         "env": redact_obj(cmd.env),
                         "command_line": cmd.display(),
                         "config_hash": config_hash_of(s, cmd),
-                        "sglang_version": ".".join(map(str, cmd.sglang_version))
-                        if cmd.sglang_version
-                        else None,
+                        "sglang_version": str(cmd.sglang_version) if cmd.sglang_version else None,
                         "version_source": cmd.version_source or None,
                         "sglang_behaves_as": str(_resolution(cmd).behaves_as)
                         if cmd.profile.kind == "sglang"
@@ -166,7 +167,7 @@ def _handle(args: argparse.Namespace) -> int:
         if fallback["active"]:
             print(
                 "              a fallback is in force for this configured command "
-                "(`sentinel reset --configured` ends it)"
+                f"(`{RESET_CONFIGURED_COMMAND}` ends it)"
             )
         if fallback["fallback"] is None:
             print(f"              would be: none ({fallback['why_none']})")

@@ -46,6 +46,7 @@ __all__ = [
     "Change",
     "Resolution",
     "Version",
+    "accepted_choices",
     "accepted_options",
     "behaves_new",
     "change",
@@ -65,10 +66,13 @@ class Version(NamedTuple):
     patch: int
     #: ``.postN``; pre-releases (``rc``/``dev``) sort below the release: -1.
     post: int = 0
+    #: A pre-release's marker as written (``rc0``, ``.dev3``), kept so that ``str()`` gives back a
+    #: version that parses to the same release row: ``0.5.23rc0`` is row 0.5.22, not 0.5.23.
+    pre: str = ""
 
     def __str__(self) -> str:
         base = f"{self.major}.{self.minor}.{self.patch}"
-        return base + (f".post{self.post}" if self.post > 0 else "")
+        return base + (f".post{self.post}" if self.post > 0 else "") + self.pre
 
 
 _VERSION = re.compile(
@@ -83,7 +87,7 @@ def parse_version(text: str) -> Version:
     if m is None:
         raise ValueError(f"not an SGLang version: {text!r}")
     post = int(m["post"]) if m["post"] else (-1 if m["pre"] else 0)
-    return Version(int(m["major"]), int(m["minor"]), int(m["patch"] or 0), post)
+    return Version(int(m["major"]), int(m["minor"]), int(m["patch"] or 0), post, m["pre"] or "")
 
 
 #: The generated option lists: per release, the option strings its parser registers.
@@ -112,6 +116,14 @@ def release_row(version: Version) -> Version:
 def accepted_options(version: Version) -> frozenset[str]:
     """The option strings ``release_row(version)``'s argument parser registers (``options.json``)."""
     return frozenset(_OPTIONS["releases"][str(release_row(version))]["options"])
+
+
+def accepted_choices(version: Version, flag: str) -> tuple[str, ...] | None:
+    """The choices ``release_row(version)``'s parser gives ``flag`` (``options.json``, sorted);
+    ``None`` where none are recorded (a free-form value, a flag the script does not list, or one
+    this release does not have: ask :func:`accepted_options` for that)."""
+    choices = _OPTIONS["releases"][str(release_row(version))]["choices"].get(flag)
+    return tuple(choices) if choices is not None else None
 
 
 def check_supported(text: str, field: str = "") -> Version:

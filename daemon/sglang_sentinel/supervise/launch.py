@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -17,26 +16,22 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from sglang_sentinel.sglang.launch_facts import DsaRow, glm5_choice, launch_facts
-from sglang_sentinel.sglang.versions import NEWEST_KNOWN
+from sglang_sentinel.sglang.versions import NEWEST_KNOWN, Version, parse_version
 from sglang_sentinel.supervise.settings import LaunchProfile, ServerSettings
 
 __all__ = [
     "BUILTIN_PROFILES",
     "LaunchCommand",
     "ProfileError",
-    "SGLangVersion",
     "api_key_of",
     "config_hash_of",
     "detect_sglang_version",
     "dsa_choice",
-    "parse_version",
     "python_of",
     "render_command",
     "resolve_profile",
     "version_text",
 ]
-
-SGLangVersion = tuple[int, int, int]
 
 # The flagship deployment: GLM-5-NVFP4 (744B MoE) with TP over 8 RTX PRO 6000 (SM120, PCIe).
 # Flags follow the deployment's known launch line (docs/sglang-versions.md). The DSA backends and
@@ -86,7 +81,7 @@ BUILTIN_PROFILES: dict[str, LaunchProfile] = {"sim": _SIM, "glm5-nvfp4-rtxpro600
 # versions table, read from every release's wheel: --dsa-* from 0.5.13, --nsa-* aliases accepted
 # through 0.5.19, rejected from 0.5.20; per-phase CUDA-graph flags from 0.5.14). When the version
 # cannot be determined, render for the newest known one.
-_ASSUMED_VERSION: SGLangVersion = (NEWEST_KNOWN.major, NEWEST_KNOWN.minor, NEWEST_KNOWN.patch)
+_ASSUMED_VERSION: Version = NEWEST_KNOWN
 
 
 _SECRET_FLAGS = frozenset({"--api-key", "--admin-api-key"})
@@ -103,7 +98,9 @@ class LaunchCommand:
     argv: tuple[str, ...]
     # Variables added to (or overriding) the inherited environment.
     env: dict[str, str] = field(default_factory=dict)
-    sglang_version: SGLangVersion | None = None
+    # The daemon's one version type (sglang/versions.py): .postN and pre-releases kept, so the
+    # release row is the one versions.resolve names (0.5.10.post1 is its own row, 0.5.23rc0 is 0.5.22's).
+    sglang_version: Version | None = None
     # Why the version is what it is ("pinned", "detected", "assumed: ...").
     version_source: str = ""
     # Where a command profile's api_key_args put the key (argv indices; e.g. --token={api_key}),
@@ -139,13 +136,6 @@ class LaunchCommand:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
         cmd = shlex.join(self.redacted_argv())
         return f"{env} {cmd}" if env else cmd
-
-
-def parse_version(text: str) -> SGLangVersion | None:
-    m = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text)
-    if not m:
-        return None
-    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
 
 
 def resolve_profile(settings: ServerSettings) -> tuple[str, LaunchProfile]:
@@ -201,7 +191,7 @@ def python_of(profile: LaunchProfile) -> str:
     return profile.python or sys.executable
 
 
-def detect_sglang_version(python: str, timeout: float = 60.0) -> tuple[SGLangVersion | None, str]:
+def detect_sglang_version(python: str, timeout: float = 60.0) -> tuple[Version | None, str]:
     """Ask ``python`` which SGLang it imports. Returns (version, message); never raises.
 
     Importing sglang pulls in torch, so this takes seconds: call it from a thread.
@@ -220,19 +210,19 @@ def detect_sglang_version(python: str, timeout: float = 60.0) -> tuple[SGLangVer
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return None, f"sglang is not importable by {python}: {last[:300]}"
-    version = parse_version(proc.stdout)
-    if version is None:
+    try:
+        version = parse_version(proc.stdout)
+    except ValueError:
         return None, f"sglang imported but reported an unparsable version {proc.stdout[:50]!r}"
-    return version, f"sglang {'.'.join(map(str, version))} importable by {python}"
+    return version, f"sglang {version} importable by {python}"
 
 
-def version_text(version: SGLangVersion | None) -> str | None:
-    return ".".join(map(str, version)) if version is not None else None
+def version_text(version: Version | None) -> str | None:
+    """``version`` as text that parses back to the same release row (``.postN``, ``rc0`` kept)."""
+    return str(version) if version is not None else None
 
 
-def dsa_choice(
-    profile: LaunchProfile, version: SGLangVersion | None
-) -> tuple[DsaRow | None, tuple[str, str, str]]:
+def dsa_choice(profile: LaunchProfile, version: Version | None) -> tuple[DsaRow | None, tuple[str, str, str]]:
     """The table row (if the profile has a table) and the (prefill, decode, KV dtype) to render:
     the profile's own values where set, the row's elsewhere."""
     row = glm5_choice(version_text(version), profile.gpu_arch) if profile.launch_table else None
@@ -246,7 +236,7 @@ def dsa_choice(
 
 
 def _sglang_argv(
-    profile: LaunchProfile, settings: ServerSettings, version: SGLangVersion, dsa: tuple[str, str, str]
+    profile: LaunchProfile, settings: ServerSettings, version: Version, dsa: tuple[str, str, str]
 ) -> list[str]:
     if not profile.model_path:
         raise ProfileError("profile has no model_path")
@@ -335,7 +325,7 @@ def _command_argv(profile: LaunchProfile, settings: ServerSettings) -> tuple[lis
 def render_command(
     settings: ServerSettings,
     *,
-    detected_version: SGLangVersion | None = None,
+    detected_version: Version | None = None,
     detect_message: str = "",
 ) -> LaunchCommand:
     """Render the launch command for ``settings.profile``.
@@ -359,19 +349,18 @@ def render_command(
             f"profile {name!r}: {', '.join(profile.sim_fields_set())} only apply to a command profile "
             "(the simulator), not to one rendered by SGLang"
         )
-    version: SGLangVersion | None
+    version: Version | None
     if profile.sglang_version:
-        version = parse_version(profile.sglang_version)
-        if version is None:
-            raise ProfileError(f"sglang_version {profile.sglang_version!r} is not a version number")
+        try:
+            version = parse_version(profile.sglang_version)
+        except ValueError:
+            raise ProfileError(f"sglang_version {profile.sglang_version!r} is not a version number") from None
         source = "pinned in the profile"
     elif detected_version is not None:
         version, source = detected_version, "detected"
     else:
         version = None
-        source = f"unknown ({detect_message or 'not detected'}); flags rendered for " + ".".join(
-            map(str, _ASSUMED_VERSION)
-        )
+        source = f"unknown ({detect_message or 'not detected'}); flags rendered for {_ASSUMED_VERSION}"
     row, dsa = dsa_choice(profile, version)
     argv = _sglang_argv(profile, settings, version or _ASSUMED_VERSION, dsa)
     return LaunchCommand(

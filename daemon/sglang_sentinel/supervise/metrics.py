@@ -116,7 +116,7 @@ class SupervisorCollector(Collector):
                 "When the server last ended unexpectedly.",
                 value=sup.last_crash.timestamp,
             )
-        version = ".".join(map(str, sup.sglang_version)) if sup.sglang_version else ""
+        version = str(sup.sglang_version) if sup.sglang_version else ""
         info = GaugeMetricFamily(
             "sentinel_server_info",
             "The supervised server's configuration; always 1.",

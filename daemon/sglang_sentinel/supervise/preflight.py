@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Literal
 
 from sglang_sentinel.sglang.launch_facts import dsa_verdicts, normalize_kv_dtype
+from sglang_sentinel.sglang.versions import OLDEST_KNOWN, Version, check_supported
 from sglang_sentinel.supervise.launch import (
     LaunchCommand,
-    SGLangVersion,
     detect_sglang_version,
     python_of,
     version_text,
@@ -32,6 +32,7 @@ __all__ = [
     "check_known_bad",
     "check_model_path",
     "check_port",
+    "check_sglang_supported",
     "read_gpus_nvml",
     "run_preflight",
 ]
@@ -229,13 +230,39 @@ def check_known_bad(cmd: LaunchCommand, gpus: Sequence[GpuInfo]) -> list[Preflig
     return found
 
 
+def check_sglang_supported(version: Version, mode: str) -> PreflightResult | None:
+    """The installed SGLang against the oldest release read, by the check a pinned
+    ``sglang_version`` gets (``versions.check_supported``); None when supported.
+
+    A launch with sentinel's flags (child mode, or the unit in systemd mode) fails: they are
+    rendered for the oldest release read, which that older parser may not accept (argparse exit 2,
+    a crash loop). In external mode sentinel launches nothing and can still watch the server: a
+    warning (the status line says the same from the version the server reports). Only a detected
+    version is judged: the supervisor detects in child mode, ``sentinel check`` in every mode.
+    """
+    try:
+        check_supported(str(version))
+    except ValueError as exc:
+        if mode == "external":
+            return PreflightResult(
+                "sglang_version", "warn", f"{exc}; watched with {OLDEST_KNOWN}'s behaviour (not launched)"
+            )
+        return PreflightResult(
+            "sglang_version",
+            "fail",
+            f"{exc}; the launch would pass flags rendered for {OLDEST_KNOWN}, which its argument "
+            "parser may not accept",
+        )
+    return None
+
+
 async def run_preflight(
     cmd: LaunchCommand,
     settings: ServerSettings,
     *,
     gpu_reader: GpuReader | None = None,
     check_port_free: bool = True,
-    detected: tuple[SGLangVersion | None, str] | None = None,
+    detected: tuple[Version | None, str] | None = None,
 ) -> list[PreflightResult]:
     """All checks for one launch. Never raises; blocking parts run in threads."""
     results: list[PreflightResult] = []
@@ -256,5 +283,8 @@ async def run_preflight(
             status = "warn"
             message += f"; flags are rendered for the pinned sglang_version {pinned}"
         results.append(PreflightResult("sglang", status, message))
+        unsupported = check_sglang_supported(version, settings.mode) if version else None
+        if unsupported is not None:
+            results.append(unsupported)
     results.extend(check_known_bad(cmd, gpus))
     return results

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sglang_sentinel.log import get_logger
+from sglang_sentinel.sglang.versions import Version
 from sglang_sentinel.supervise.classify import Crash
 from sglang_sentinel.supervise.launch import (
     LaunchCommand,
-    SGLangVersion,
     config_hash_of,
     detect_sglang_version,
     python_of,
@@ -37,6 +37,8 @@ _log = get_logger(__name__)
 # A transient GPU failure (memory a dead server still holds) is checked again at this pace,
 # until ``gpu_release_wait`` has passed.
 _GPU_RELEASE_POLL = 2.0
+# The preflight checks that apply outside child mode.
+_NOT_CHILD_CHECKS = ("gpus", "known_bad", "sglang_version")
 
 
 async def render_launch_command(settings: ServerSettings) -> LaunchCommand:
@@ -87,7 +89,7 @@ async def preflight_before_launch(
         except Exception:
             return None  # systemd mode with a profile we cannot render: nothing to check
     child = s.mode == "child"
-    detected: tuple[SGLangVersion | None, str] = (None, "")
+    detected: tuple[Version | None, str] = (None, "")
     if child and cmd.profile.kind == "sglang":
         detected = await asyncio.to_thread(detect_sglang_version, python_of(cmd.profile))
         if not cmd.profile.sglang_version and detected[0] not in (None, cmd.sglang_version):
@@ -99,8 +101,9 @@ async def preflight_before_launch(
     while True:
         results = await run_preflight(cmd, s, gpu_reader=gpu_reader, check_port_free=child, detected=detected)
         on_results(results)
-        # The unit owns model path and interpreter in systemd mode; only GPU facts apply there.
-        relevant = [r for r in results if child or r.name in ("gpus", "known_bad")]
+        # The unit owns model path and interpreter in systemd mode; only GPU facts (and an SGLang
+        # older than every release read, where one was detected) apply there.
+        relevant = [r for r in results if child or r.name in _NOT_CHILD_CHECKS]
         failed = [r for r in relevant if r.status == "fail"]
         if not failed or not all(r.transient for r in failed) or time.monotonic() >= deadline:
             break

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sglang_sentinel.supervise.state import ServerState
 
 if TYPE_CHECKING:
+    from sglang_sentinel.sglang.versions import Version
     from sglang_sentinel.supervise.classify import Crash
-    from sglang_sentinel.supervise.launch import SGLangVersion
     from sglang_sentinel.supervise.preflight import PreflightResult
     from sglang_sentinel.supervise.probes import ProbeResult
 
@@ -63,7 +63,7 @@ class SupervisorSnapshot:
     mode: str
     profile: str
     config_hash: str
-    sglang_version: SGLangVersion | None
+    sglang_version: Version | None
     state: ServerState
     since: float  # wall clock of the last state transition
     up: bool  # the last /health probe answered 200
