@@ -20,6 +20,8 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 PROMTOOL = shutil.which("promtool")
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool missing (Debian package prometheus)")
+# The shipped rule files: alerts.yml for every install, alerts-dcgm.yml beside it on Kubernetes.
+RULE_FILES = ("alerts.yml", "alerts-dcgm.yml")
 
 
 def _sections(model: type[BaseModel], prefix: str = "") -> set[str]:
@@ -180,14 +182,17 @@ def test_sglang_unit_runs_what_sentinel_check_renders_for_its_version() -> None:
 @pytest.mark.slow
 def test_alert_rules_check_and_unit_tests_as_shipped() -> None:
     assert PROMTOOL is not None
-    rules = DEPLOY / "alerts.yml"
-    check = subprocess.run(
-        [PROMTOOL, "check", "rules", "--lint-fatal", str(rules)], capture_output=True, text=True, timeout=60
-    )
-    assert check.returncode == 0, check.stdout + check.stderr
+    for rules in RULE_FILES:
+        check = subprocess.run(
+            [PROMTOOL, "check", "rules", "--lint-fatal", str(DEPLOY / rules)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert check.returncode == 0, check.stdout + check.stderr
     # Exactly what the README and alerts.yml tell an operator to run, annotations and all.
     tests = sorted(p.name for p in DEPLOY.glob("*.test.yml"))
-    assert tests == ["alerts-weekly.test.yml", "alerts.test.yml"]
+    assert tests == ["alerts-dcgm.test.yml", "alerts-weekly.test.yml", "alerts.test.yml"]
     result = subprocess.run(
         [PROMTOOL, "test", "rules", *tests], capture_output=True, text=True, timeout=120, cwd=DEPLOY
     )
@@ -195,13 +200,16 @@ def test_alert_rules_check_and_unit_tests_as_shipped() -> None:
 
 
 def _alert_blocks() -> dict[str, str]:
-    text = (DEPLOY / "alerts.yml").read_text()
-    return {b.split("\n", 1)[0].strip(): b for b in re.split(r"\n\s+- alert: ", text)[1:]}
+    blocks: dict[str, str] = {}
+    for rules in RULE_FILES:
+        text = (DEPLOY / rules).read_text()
+        blocks |= {b.split("\n", 1)[0].strip(): b for b in re.split(r"\n\s+- alert: ", text)[1:]}
+    return blocks
 
 
 def test_every_alert_has_severity_summary_and_action() -> None:
     blocks = _alert_blocks()
-    assert len(blocks) >= 25
+    assert len(blocks) >= 30
     for name, block in blocks.items():
         assert re.search(r"severity: (critical|warning|info)\b", block), name
         assert "summary:" in block, name

@@ -2,8 +2,9 @@
 
 Generated, and kept equal by tests/k8s/test_chart.py:
 
-- the chart's ``files/alerts.yml`` and ``files/dashboards/*.json``: copies of deploy/alerts.yml
-  and grafana/dashboards (a chart can only read files inside itself);
+- the chart's ``files/alerts.yml``, ``files/alerts-dcgm.yml`` and ``files/dashboards/*.json``:
+  copies of deploy/alerts.yml, deploy/alerts-dcgm.yml and grafana/dashboards (a chart can only
+  read files inside itself);
 - ``deploy/k8s/<variant>/sentinel.yaml``: plain manifests for kustomize users, the chart rendered
   with each variant's values, Helm's own labels removed;
 - the values table of the chart's README.md, from the ``# --`` comments of values.yaml.
@@ -92,6 +93,35 @@ MATRIX: dict[str, dict[str, Any]] = {
         },
         "existingSecret": "sentinel-secrets",
     },
+    # The alert overrides (chart README, "Alerts"): the dcgm-exporter rules on, alerts dropped,
+    # thresholds, `for`, severity, labels and annotations changed, every alert labelled, the
+    # runbooks hosted elsewhere.
+    "sidecar-alerts": {
+        **_OPERATOR,
+        "prometheusRule": {
+            "enabled": True,
+            "runbookBaseUrl": "https://git.example.com/ops/sglang-sentinel/-/blob/main/docs/runbooks/",
+            "additionalRuleLabels": {"team": "llm-serving", "severity": "none"},
+            "dcgm": {"enabled": True},
+            "rules": {
+                "LoadClientBound": {"enabled": False},
+                "DcgmGpuPcieReplays": {"enabled": False},
+                "SglangQueueBacklog": {"threshold": 64, "for": "10m"},
+                "GpuTemperatureHigh": {
+                    "threshold": 90.5,
+                    "severity": "critical",
+                    "labels": {"pager": "hardware"},
+                },
+                "DcgmGpuTemperatureHigh": {"threshold": 90.5},
+                "SglangStartTooLong": {
+                    "for": "90m",
+                    "annotations": {"dashboard": "https://grafana.example.com/d/sentinel-overview"},
+                },
+                # An alert without `for` gains one.
+                "GpuRowRemapFailure": {"for": "5m"},
+            },
+        },
+    },
     "fleet-file-sd": {
         "mode": "fleet",
         "fleet": {"targets": _FLEET_TARGETS, "fileSd": True},
@@ -100,6 +130,10 @@ MATRIX: dict[str, dict[str, Any]] = {
         "jobLabel": "sglang-sentinel",
     },
 }
+
+# The rule files the chart's PrometheusRule is made of (templates/prometheusrule.yaml), as shipped
+# for plain Prometheus in deploy/.
+ALERT_FILES = ("alerts.yml", "alerts-dcgm.yml")
 
 DEFAULTS: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
 
@@ -236,7 +270,9 @@ def readme() -> str:
 
 def generated() -> dict[Path, bytes]:
     """Every generated file and its content."""
-    out: dict[Path, bytes] = {CHART / "files" / "alerts.yml": (REPO / "deploy" / "alerts.yml").read_bytes()}
+    out: dict[Path, bytes] = {
+        CHART / "files" / name: (REPO / "deploy" / name).read_bytes() for name in ALERT_FILES
+    }
     out[CHART / "README.md"] = readme().encode()
     for board in sorted((REPO / "grafana" / "dashboards").glob("*.json")):
         out[CHART / "files" / "dashboards" / board.name] = board.read_bytes()

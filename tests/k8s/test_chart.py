@@ -103,6 +103,25 @@ def test_chart_lints_strict() -> None:
         ({"mode": "fleet"}, "mode fleet needs fleet.targets"),
         ({"mode": "fleet", "fleet": {"targets": [{"name": "a", "url": "https://a:443"}]}}, "must be http://"),
         ({"exporter": {"basicAuth": True}}, "exporter.basicAuth needs existingSecret"),
+        # Alert overrides: a misspelt alert or key, a threshold where none is marked, a bad `for`.
+        (
+            {"prometheusRule": {"enabled": True, "rules": {"GpuTempHigh": {"enabled": False}}}},
+            "prometheusRule.rules.GpuTempHigh: no such alert",
+        ),
+        (
+            {"prometheusRule": {"enabled": True, "rules": {"GpuMissing": {"threshold": 7}}}},
+            "prometheusRule.rules.GpuMissing.threshold: its expression has no single `# threshold` marker",
+        ),
+        (
+            {"prometheusRule": {"rules": {"GpuMissing": {"treshold": 7}}}},
+            "additional properties 'treshold' not allowed",
+        ),
+        (
+            {"prometheusRule": {"rules": {"GpuMissing": {"for": "5 min"}}}},
+            "/prometheusRule/rules/GpuMissing/for'",
+        ),
+        ({"prometheusRule": {"runbookBaseUrl": "docs/runbooks/"}}, "/prometheusRule/runbookBaseUrl'"),
+        ({"prometheusRule": {"dcgm": {"enabled": "yes"}}}, "/prometheusRule/dcgm/enabled': got string"),
     ],
 )
 def test_bad_values_fail_rendering_with_a_message(values: dict[str, Any], message: str) -> None:
@@ -297,32 +316,115 @@ def _rule_groups(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return groups
 
 
+def _shipped(name: str) -> list[dict[str, Any]]:
+    groups: list[dict[str, Any]] = yaml.safe_load((REPO / "deploy" / name).read_text(encoding="utf-8"))[
+        "groups"
+    ]
+    return groups
+
+
+def _rules(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {r["alert"]: r for g in _rule_groups(objects) for r in g["rules"]}
+
+
 def test_prometheus_rule_is_deploy_alerts(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    shipped = yaml.safe_load((REPO / "deploy" / "alerts.yml").read_text(encoding="utf-8"))["groups"]
+    shipped = _shipped("alerts.yml")
     assert _rule_groups(rendered["sidecar"]) == shipped
     # Another job name reaches the one selector that names it, and nothing else.
     renamed = json.dumps(shipped).replace('job=\\"sentinel\\"', 'job=\\"sglang-sentinel\\"')
     assert renamed != json.dumps(shipped)
     assert _rule_groups(rendered["fleet-file-sd"]) == json.loads(renamed)
     assert not [o for o in rendered["sidecar-no-operator"] if o["kind"] == "PrometheusRule"]
+    # The dcgm-exporter rules are deploy/alerts-dcgm.yml's, after alerts.yml's, when asked for.
+    both = chart.render({"prometheusRule": {"enabled": True, "dcgm": {"enabled": True}}})
+    assert _rule_groups(both) == shipped + _shipped("alerts-dcgm.yml")
+
+
+def test_rule_overrides_reach_the_rendered_rules(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    values = chart.MATRIX["sidecar-alerts"]["prometheusRule"]
+    rules = _rules(rendered["sidecar-alerts"])
+    plain = _rules(chart.render({"prometheusRule": {"enabled": True, "dcgm": {"enabled": True}}}))
+    # Disabled alerts are absent; every other alert is there.
+    assert set(plain) - set(rules) == {"LoadClientBound", "DcgmGpuPcieReplays"}
+    # Thresholds: the marked number, and nothing else of the expression, changed.
+    for name, old, new in (
+        ("SglangQueueBacklog", "> 32  # threshold", "> 64  # threshold"),
+        ("GpuTemperatureHigh", "> 87  # threshold", "> 90.5  # threshold"),
+        ("DcgmGpuTemperatureHigh", "> 87  # threshold", "> 90.5  # threshold"),
+    ):
+        assert old in plain[name]["expr"]
+        assert rules[name]["expr"] == plain[name]["expr"].replace(old, new), name
+    # `for`, severity, labels and annotations.
+    assert rules["SglangQueueBacklog"]["for"] == "10m"
+    assert rules["SglangStartTooLong"]["for"] == "90m"
+    assert "for" not in plain["GpuRowRemapFailure"]
+    assert rules["GpuRowRemapFailure"]["for"] == "5m"
+    assert rules["GpuTemperatureHigh"]["labels"] == {
+        "severity": "critical",
+        "component": "gpu",
+        "pager": "hardware",
+        "team": "llm-serving",
+    }
+    dashboard = "https://grafana.example.com/d/sentinel-overview"
+    assert rules["SglangStartTooLong"]["annotations"]["dashboard"] == dashboard
+    base = values["runbookBaseUrl"]
+    for name, rule in rules.items():
+        # additionalRuleLabels on every alert, never over its own severity (nor component/cause).
+        assert rule["labels"]["team"] == "llm-serving", name
+        if name != "GpuTemperatureHigh":
+            assert rule["labels"] == {**plain[name]["labels"], "team": "llm-serving"}, name
+        # The runbook of every alert under the configured base, the page's own name.
+        assert rule["annotations"]["runbook_url"] == f"{base}{name}.md", name
+        assert (REPO / "docs" / "runbooks" / f"{name}.md").is_file(), name
+        untouched = {k: v for k, v in rule.items() if k not in ("labels", "annotations", "expr", "for")}
+        assert untouched == {
+            k: v for k, v in plain[name].items() if k not in ("labels", "annotations", "expr", "for")
+        }
+
+
+def test_the_runbook_base_takes_a_missing_slash() -> None:
+    rules = _rules(
+        chart.render({"prometheusRule": {"enabled": True, "runbookBaseUrl": "https://wiki.example.com/rb"}})
+    )
+    assert (
+        rules["SentinelDown"]["annotations"]["runbook_url"] == "https://wiki.example.com/rb/SentinelDown.md"
+    )
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool missing (Debian package prometheus)")
+def test_overridden_rules_pass_promtool(rendered: dict[str, list[dict[str, Any]]], tmp_path: Path) -> None:
+    assert PROMTOOL is not None
+    (tmp_path / "rules.yml").write_text(
+        yaml.safe_dump({"groups": _rule_groups(rendered["sidecar-alerts"])}, sort_keys=False),
+        encoding="utf-8",
+    )
+    check = subprocess.run(
+        [PROMTOOL, "check", "rules", "--lint-fatal", "rules.yml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
 
 
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool missing (Debian package prometheus)")
 @pytest.mark.slow
-def test_promtool_checks_and_unit_tests_the_extracted_rules(
-    rendered: dict[str, list[dict[str, Any]]], tmp_path: Path
-) -> None:
+def test_promtool_checks_and_unit_tests_the_extracted_rules(tmp_path: Path) -> None:
+    """The chart's PrometheusRule (dcgm rules included) passes deploy/'s unit tests as shipped."""
     assert PROMTOOL is not None
-    groups = _rule_groups(rendered["sidecar"])
-    (tmp_path / "alerts.yml").write_text(
-        yaml.safe_dump({"groups": groups}, sort_keys=False), encoding="utf-8"
-    )
+    groups = _rule_groups(chart.render({"prometheusRule": {"enabled": True, "dcgm": {"enabled": True}}}))
+    for name in chart.ALERT_FILES:
+        names = {g["name"] for g in _shipped(name)}
+        mine = [g for g in groups if g["name"] in names]
+        assert len(mine) == len(names), name
+        (tmp_path / name).write_text(yaml.safe_dump({"groups": mine}, sort_keys=False), encoding="utf-8")
     tests = sorted((REPO / "deploy").glob("*.test.yml"))
-    assert tests
+    assert len(tests) >= 3
     for t in tests:
         shutil.copy(t, tmp_path / t.name)
     check = subprocess.run(
-        [PROMTOOL, "check", "rules", "--lint-fatal", "alerts.yml"],
+        [PROMTOOL, "check", "rules", "--lint-fatal", *chart.ALERT_FILES],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -606,7 +708,7 @@ def test_chart_metadata() -> None:
     for key in ("home", "sources", "maintainers", "icon", "kubeVersion"):
         assert meta.get(key), key
     major, minor, _patch = (int(x) for x in meta["version"].split("."))
-    assert (major, minor) >= (0, 2)
+    assert (major, minor) >= (0, 3)
     readme = (chart.CHART / "README.md").read_text(encoding="utf-8")
     for section in ("## Install", "## Upgrade", "## Uninstall", "## Versioning", "## Values"):
         assert section in readme

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from sglang_sentinel.sglang.series import server_total
@@ -40,6 +41,12 @@ TRUTH = {
     "v0.5.23-dp2-priority-all": (7.0, 1.0),
 }
 ACTION_QUEUE = "The server is past its capacity (see sentinel_capacity_*); shed or route load."
+(QUEUE_RULE,) = [
+    rule
+    for group in yaml.safe_load((ROOT / "deploy" / "alerts.yml").read_text())["groups"]
+    for rule in group["rules"]
+    if rule["alert"] == "SglangQueueBacklog"
+]
 OVERVIEW = ROOT / "grafana" / "dashboards" / "sentinel-overview.json"
 
 
@@ -147,10 +154,19 @@ def test_queue_alert_fires_at_the_true_queue_of_every_variant(tmp_path: Path) ->
         series += _promtool_series(text, "sglang:num_queue_reqs", f"{variant}-ok", 20 / queued)
         expected.append(
             {
-                "exp_labels": {"severity": "warning", "job": "sentinel", "instance": f"{variant}-busy"},
+                "exp_labels": {
+                    "severity": "warning",
+                    "component": "server",
+                    "job": "sentinel",
+                    "instance": f"{variant}-busy",
+                },
                 "exp_annotations": {
                     "summary": f"40 requests queued at SGLang on {variant}-busy (5-minute mean)",
                     "action": ACTION_QUEUE,
+                    "description": QUEUE_RULE["annotations"]["description"].replace(
+                        "{{ $labels.instance }}", f"{variant}-busy"
+                    ),
+                    "runbook_url": QUEUE_RULE["annotations"]["runbook_url"],
                 },
             }
         )
