@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from sglang_sentinel.atomic import atomic_write_bytes
 from sglang_sentinel.cli.common import CliError
 from sglang_sentinel.cli.target import add_target_options, read_api_key, target_base_url
 from sglang_sentinel.lazy import lazy_exports
-from sglang_sentinel.netloc import url_host
+from sglang_sentinel.netloc import is_this_host, url_host
 
 
 def test_atomic_write_replaces_and_leaves_no_temporary(tmp_path: Path) -> None:
@@ -50,6 +51,27 @@ def test_atomic_write_failure_keeps_the_old_version(tmp_path: Path) -> None:
 )
 def test_url_host(host: str, expected: str) -> None:
     assert url_host(host) == expected
+
+
+def _default_route_address() -> str | None:
+    """This host's address on its default route: a UDP connect picks it and sends nothing."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect(("192.0.2.1", 9))  # TEST-NET-1 (RFC 5737): routed, never reached
+        except OSError:
+            return None
+        return str(sock.getsockname()[0])
+
+
+def test_is_this_host() -> None:
+    for host in ("127.0.0.1", "localhost", "[::1]", "::1", "0.0.0.0"):
+        assert is_this_host(host), host
+    # A documentation address no host holds, and a name that never resolves (RFC 6761).
+    assert not is_this_host("192.0.2.1")
+    assert not is_this_host("node2.invalid")
+    own = _default_route_address()
+    if own is not None:  # a box with no route at all has only loopback, checked above
+        assert is_this_host(own)
 
 
 def _target_args(*argv: str) -> argparse.Namespace:

@@ -13,7 +13,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from sglang_sentinel.collect.gpu import FakeNvml, GpuPoller
-from sglang_sentinel.collect.gpu.energy import COUNTER_RESOLUTION_JOULES, IdleBaseline, LoadMeter
+from sglang_sentinel.collect.gpu.energy import (
+    COUNTER_RESOLUTION_JOULES,
+    EnergyMeter,
+    EnergySample,
+    IdleBaseline,
+    LoadMeter,
+)
 from sglang_sentinel.schedule.executor import LoadEngineExecutor
 from sglang_sentinel.schedule.metrics import ScheduleMetrics
 from sglang_sentinel.schedule.polite import ServerLoadReader
@@ -183,19 +189,26 @@ async def test_idle_baseline_between_runs_and_the_marginal_energy(
     ) == pytest.approx(cost)
 
 
-async def _fire_and_break(sched: LoadScheduler, fault: Callable[[], None]) -> str:
-    """Start a run, apply ``fault`` once its measured phase is under way, return the outcome."""
-    task = asyncio.ensure_future(sched.fire("ref"))
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        current = sched.snapshot()["current"]
-        if current is not None and current["completed"] >= 1:
-            break
-        await asyncio.sleep(0.01)
-    else:
-        raise AssertionError("the run never got under way")
-    fault()
-    return await asyncio.wait_for(task, 60)
+class BreaksInsideTheWindow:
+    """The poller's meter with ``fault`` applied right after the measured window's opening read.
+
+    A run reads the meter at the idle gap's end (before the warm-up), at the window's opening
+    (after it) and at its close; the fault follows the second read, so it lands inside the
+    window however fast or slow the box is. (Waiting for the run's first completed request
+    instead let it land in the warm-up, before the window, on a fast box: a sound figure.)
+    """
+
+    def __init__(self, meter: EnergyMeter, fault: Callable[[], None]) -> None:
+        self.meter = meter
+        self.fault = fault
+        self.reads = 0
+
+    def sample(self) -> EnergySample:
+        sample = self.meter.sample()
+        self.reads += 1
+        if self.reads == 2:
+            self.fault()
+        return sample
 
 
 async def test_a_counter_reset_mid_run_leaves_no_figure_and_says_why(
@@ -206,8 +219,15 @@ async def test_a_counter_reset_mid_run_leaves_no_figure_and_says_why(
     readers: list[ServerLoadReader],
 ) -> None:
     sim = sim_factory("--enable-metrics", "--speed", "10")
-    sched = _scheduler(tmp_path, sim.base_url, LoadMeter(poller.energy_meter()), readers)
-    assert await _fire_and_break(sched, lambda: fake.reset_energy(1)) == "completed"
+    # A real counter holds the energy since the driver loaded (megajoules after a day); the
+    # sample's holds 4.8 kJ, which a reset GPU at 651 W passes again after ~7 s: a reset whose
+    # counter climbed back above the window's start reads as a (too low) figure, so the test
+    # starts from a day's worth.
+    fake.step_energy(None, 86_400 * 651_508)
+    meter = BreaksInsideTheWindow(poller.energy_meter(), lambda: fake.reset_energy(1))
+    sched = _scheduler(tmp_path, sim.base_url, LoadMeter(meter), readers)
+    assert await asyncio.wait_for(sched.fire("ref"), 60) == "completed"
+    assert meter.reads == 3
     energy = _last_record(tmp_path)["energy"]
     assert energy["joules"] is None
     assert energy["joules_per_output_token"] is None
@@ -227,8 +247,10 @@ async def test_a_gpu_lost_mid_run_leaves_no_figure_and_says_why(
     readers: list[ServerLoadReader],
 ) -> None:
     sim = sim_factory("--enable-metrics", "--speed", "10")
-    sched = _scheduler(tmp_path, sim.base_url, LoadMeter(poller.energy_meter()), readers)
-    assert await _fire_and_break(sched, lambda: fake.lose_gpu(0)) == "completed"
+    meter = BreaksInsideTheWindow(poller.energy_meter(), lambda: fake.lose_gpu(0))
+    sched = _scheduler(tmp_path, sim.base_url, LoadMeter(meter), readers)
+    assert await asyncio.wait_for(sched.fire("ref"), 60) == "completed"
+    assert meter.reads == 3
     energy = _last_record(tmp_path)["energy"]
     assert (energy["joules"], energy["reason"]) == (None, "gpu_lost")
     assert UUIDS[0] in energy["detail"]

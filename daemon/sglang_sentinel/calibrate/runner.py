@@ -16,7 +16,7 @@ import httpx
 from sglang_sentinel.calibrate.model import Latency, ServerSignals, StepEnergy, StepMeasurement, StepPlan
 from sglang_sentinel.calibrate.settings import CalibrationSettings, SloSettings
 from sglang_sentinel.calibrate.signals import ServerSampler
-from sglang_sentinel.collect.gpu.energy import LoadMeter
+from sglang_sentinel.collect.gpu.energy import EnergySample, LoadMeter
 from sglang_sentinel.load import ArrivalProcess, LoadCounters, LoadSpec, RequestRecord, RunResult, Summary
 
 __all__ = ["LoadStepRunner", "measurement_from_run"]
@@ -96,10 +96,15 @@ class LoadStepRunner:
         metrics_url: str | None = None,
         metrics_headers: dict[str, str] | None = None,
         energy: LoadMeter | None = None,
+        idle_seconds: float = 0.0,
     ) -> None:
         self.base = base
         # The server's GPUs' energy per step (None: not metered).
         self.energy = energy
+        # sentinel sweep: the GPUs' idle draw measured over this long before the first step (the
+        # daemon's baseline comes from the gaps between its loads instead).
+        self.idle_seconds = idle_seconds
+        self._idle_done = False
         self.settings = settings
         self.metrics_url = metrics_url if metrics_url is not None else base.base_url + "/metrics"
         self.metrics_headers = metrics_headers or {}
@@ -129,15 +134,32 @@ class LoadStepRunner:
                 timeout=httpx.Timeout(5.0), headers=self.metrics_headers, trust_env=False
             ) as client:
                 sampler = ServerSampler(client, self.metrics_url, self.settings.metrics_interval)
-                # A step has no warm-up: the window is the whole run.
-                opened = await self.energy.load_started() if self.energy is not None else None
+                meter = self.energy
+                if meter is not None and self.idle_seconds > 0 and not self._idle_done:
+                    self._idle_done = True
+                    await meter.measure_idle(self.idle_seconds)
+                # A step has no warm-up: the window is the measured phase, from its clock's start
+                # to its last response (the engine's hooks), none of the ready check before it.
+                edges: list[EnergySample] = []
+
+                async def opened() -> None:
+                    if meter is not None:
+                        edges.append(await meter.load_started())
+
+                async def closed() -> None:
+                    if meter is not None and edges:
+                        edges.append(await meter.sample())
+
                 async with sampler:
-                    result = await run_load(spec, counters=counters)
-                energy = (
-                    StepEnergy.of(await self.energy.load_ended(opened, result.metrics.total_output_tokens))
-                    if self.energy is not None
-                    else None
-                )
+                    result = await run_load(
+                        spec, counters=counters, before_measured=opened, after_measured=closed
+                    )
+                energy = None
+                if meter is not None:
+                    start = edges[0] if edges else None
+                    end = edges[1] if len(edges) > 1 else None
+                    figures = await meter.load_ended(start, result.metrics.total_output_tokens, end)
+                    energy = StepEnergy.of(figures)
                 if sampler.disabled_reason is not None:
                     self.metrics_note = sampler.disabled_reason
                 steady = result.metrics.steady_state

@@ -3,7 +3,8 @@
 Flags that bench_serving also has keep its names and meanings (`--backend`, `--num-prompts`,
 `--request-rate`, `--random-range-ratio`...), so an operator's bench_serving command line works
 after swapping the program name. Ours are added beside them (`--arrival`, `--duration`,
-`--api-key-file`, `--cache-hit-ratio`, `--request-timeout`, `--output-csv`, `--output-html`).
+`--api-key-file`, `--cache-hit-ratio`, `--request-timeout`, `--output-csv`, `--output-html`,
+`--gpu-energy`, `--gpus`, `--gpu-idle-seconds`).
 
 Exit status: 0 when at least one request succeeded; 1 when none did (the message says why:
 unreachable server, refused key, refused model...), 2 for bad usage, 130 when interrupted.
@@ -32,10 +33,12 @@ from sglang_sentinel.cli.bench_outputs import check_outputs, write_reports
 from sglang_sentinel.cli.bench_profile import add_profile_options, profile_plan
 from sglang_sentinel.cli.bench_ramp import StepValues, format_ramp_summary, ramp_steps
 from sglang_sentinel.cli.common import CliError, add_common_options, bounded, flag_error, ignoring_sighup
+from sglang_sentinel.cli.gpu_energy import add_energy_options, open_energy
 from sglang_sentinel.cli.target import API_KEY_ENVS, add_target_options, read_api_key, target_base_url
 from sglang_sentinel.load.dataset_registry import DATASETS
 
 if TYPE_CHECKING:
+    from sglang_sentinel.collect.gpu.local import LocalEnergy
     from sglang_sentinel.load.result import RunResult
     from sglang_sentinel.load.spec import ArrivalProcess, LoadSpec
     from sglang_sentinel.load.torch_profile import ProfilePlan
@@ -195,6 +198,8 @@ def register(sub: Any) -> None:
         "--plot-throughput", action="store_true", help="plot output tokens/s and requests per second (text)"
     )
     add_profile_options(p)
+    # 5 s: short beside a run, long beside the counter's 1 mJ resolution and the driver's update interval.
+    add_energy_options(p, idle_default=5.0)
     add_rejected_options(p)
     p.set_defaults(handler=_handle)
 
@@ -303,7 +308,7 @@ def _bench_command(args: argparse.Namespace) -> int:
     configure_logging(args.log_level or settings.log.level, args.log_format or settings.log.format)
     steps = ramp_steps(args)
     if steps:
-        return _ramp(steps)
+        return _ramp(steps, settings)
     spec = build_spec(args)
     profile = profile_plan(args)
     check_outputs(args)
@@ -313,11 +318,16 @@ def _bench_command(args: argparse.Namespace) -> int:
         print(line, flush=True)
     show_progress = sys.stderr.isatty() and not args.disable_tqdm
     flush = args.flush_cache_timeout if args.flush_cache else None
-    result, interrupted = run_on_loop(_bench(spec, show_progress, flush, profile), spec.arrival)
+    energy = open_energy(args, settings, spec.base_url, "sentinel bench")
+    try:
+        main = _bench(spec, show_progress, flush, profile, energy, args.gpu_idle_seconds)
+        result, interrupted = run_on_loop(main, spec.arrival)
+    finally:
+        energy.close()
     return _report(args, result, interrupted)
 
 
-def _ramp(steps: list[tuple[str, argparse.Namespace]]) -> int:
+def _ramp(steps: list[tuple[str, argparse.Namespace]], settings: Any) -> int:
     """One run per step (`sglang_sentinel.cli.bench_ramp`), then the summary; stops at a failed step."""
     specs = [(label, ns, build_spec(ns)) for label, ns in steps]  # every step checked first
     profile = profile_plan(steps[0][1])  # the same flags in every step; each step is profiled
@@ -329,18 +339,24 @@ def _ramp(steps: list[tuple[str, argparse.Namespace]]) -> int:
         print(line, flush=True)
     done: list[tuple[str, RunResult]] = []
     code = 0
+    # One meter for the whole ramp: the idle draw is measured before the first step only (as the
+    # warm-up runs), and every step's figures take it as their baseline.
+    energy = open_energy(steps[0][1], settings, specs[0][2].base_url, "sentinel bench")
     try:
         for k, (label, ns, spec) in enumerate(specs, 1):
             print(f"\nRamp step {k}/{len(specs)}: {label}", flush=True)
             show_progress = sys.stderr.isatty() and not ns.disable_tqdm
             flush = ns.flush_cache_timeout if ns.flush_cache else None
-            result, interrupted = run_on_loop(_bench(spec, show_progress, flush, profile), spec.arrival)
+            idle = ns.gpu_idle_seconds if k == 1 else 0.0
+            main = _bench(spec, show_progress, flush, profile, energy, idle)
+            result, interrupted = run_on_loop(main, spec.arrival)
             if not result.warmup_failed:
                 done.append((label, result))
             code = _report(ns, result, interrupted)
             if code:
                 break
     finally:
+        energy.close()
         if done:
             print(format_ramp_summary(done), flush=True)
     return code
@@ -368,7 +384,12 @@ def run_on_loop(main: Coroutine[Any, Any, _T], arrival: ArrivalProcess) -> _T:
 
 
 async def _bench(
-    spec: LoadSpec, show_progress: bool, flush_timeout: float | None, profile: ProfilePlan | None = None
+    spec: LoadSpec,
+    show_progress: bool,
+    flush_timeout: float | None,
+    profile: ProfilePlan | None = None,
+    energy: LocalEnergy | None = None,
+    idle_seconds: float = 0.0,
 ) -> tuple[RunResult, bool]:
     from sglang_sentinel.load.bench import run_bench
     from sglang_sentinel.load.progress import ProgressLine
@@ -406,7 +427,11 @@ async def _bench(
                 counters=counters,
                 on_record=progress.on_record if progress is not None else None,
                 cancel=cancel,
+                energy=energy.meter if energy is not None else None,
+                idle_seconds=idle_seconds,
             )
+            if energy is not None and energy.meter is None and energy.note:
+                result.energy_note = energy.note
             return result, interrupted
         finally:
             if progress is not None and drawing is not None:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from sglang_sentinel.calibrate.settings import CalibrationSettings
 
 from sglang_sentinel.cli.common import CliError, add_common_options, bounded, flag_error, ignoring_sighup
+from sglang_sentinel.cli.gpu_energy import add_energy_options, open_energy
 from sglang_sentinel.cli.target import add_target_options, read_api_key, target_base_url
 
 __all__ = ["format_summary", "register"]
@@ -95,6 +96,8 @@ def register(sub: Any) -> None:
         "--no-save", action="store_true", help="do not store the result (the default; kept for scripts)"
     )
     o.add_argument("--fail-on-regression", action="store_true", help="exit 3 when a regression is flagged")
+    # 10 s, once before the first step: a sweep runs for minutes, and this is [energy]'s shortest gap.
+    add_energy_options(p, idle_default=10.0)
     p.set_defaults(handler=_handle)
 
 
@@ -157,6 +160,13 @@ def format_summary(result: CalibrationResult) -> str:
         ("Max request rate within SLO (req/s):", _value(result.max_rate_within_slo.value, ".3f")),
         ("Goodput (req/s):", _value(result.goodput.value, ".3f")),
     ]
+    efficient = result.efficient_step
+    if efficient is not None and efficient.measurement.energy is not None:
+        e = efficient.measurement.energy
+        rows.append(("Fewest GPU J per output token at:", f"c={efficient.concurrency}"))
+        rows.append(("  GPU energy per output token (J):", _value(e.joules_per_output_token, ".4f")))
+        if result.knee_tokens_per_joule is not None:
+            rows.append(("  Output tokens per J at the knee:", _value(result.knee_tokens_per_joule, ".3f")))
     lines = ["{s:{c}^{n}}".format(s=" Calibration Result ", n=60, c="=")]
     lines += [f"{k:<44}{v:>16}" for k, v in rows]
     lines.append(f"  ceiling: {result.saturation_output_throughput.note}")
@@ -241,8 +251,17 @@ def _sweep_command(args: argparse.Namespace) -> int:
     except SpecError as exc:
         raise flag_error(str(exc)) from None
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-    runner = LoadStepRunner(spec, cal, metrics_headers=headers)
-    result, interrupted = asyncio.run(_run(cal, base_url, args.backend, api_key, previous, runner))
+    energy = open_energy(args, settings, base_url, "sentinel sweep")
+    if energy.meter is None and energy.note:
+        # Before the sweep: its live progress line owns the terminal from then on.
+        print(f"sentinel sweep: GPU energy not measured: {energy.note}", file=sys.stderr)
+    try:
+        runner = LoadStepRunner(
+            spec, cal, metrics_headers=headers, energy=energy.meter, idle_seconds=args.gpu_idle_seconds
+        )
+        result, interrupted = asyncio.run(_run(cal, base_url, args.backend, api_key, previous, runner))
+    finally:
+        energy.close()
     if runner.metrics_note:
         result = result.model_copy(update={"warnings": (*result.warnings, runner.metrics_note)})
     baseline = previous if previous is not None else store.latest()

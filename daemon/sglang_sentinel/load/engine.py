@@ -291,6 +291,7 @@ async def run_load(
     cancel: asyncio.Event | None = None,
     session: aiohttp.ClientSession | None = None,
     before_measured: Callable[[], Awaitable[None]] | None = None,
+    after_measured: Callable[[], Awaitable[None]] | None = None,
 ) -> RunResult:
     """Run `spec` to its bound and return every figure and record.
 
@@ -301,9 +302,13 @@ async def run_load(
       `cancelled`), and the partial result is returned with `cancelled=True`.
     - `session`: an aiohttp session for the auxiliary calls (model lookup); the streams
       themselves use the engine's own connection pool (`sglang_sentinel.load.transport`).
-    - `before_measured`: awaited after a warm-up that succeeded, before the measured phase
-      (`sentinel bench --profile` starts SGLang's profiler there, as bench_serving does); a
-      stop cuts it short; it must not raise (an exception of it is dropped).
+    - `before_measured`: awaited after a warm-up that succeeded, the connections opened and the
+      first bodies made, right before the measured phase's clock starts (`sentinel bench
+      --profile` starts SGLang's profiler there, as bench_serving does; a GPU energy window
+      opens there); a stop cuts it short; it must not raise (an exception of it is dropped).
+    - `after_measured`: awaited once the measured phase's last request has ended (or was
+      cancelled), before the figures are computed, when `before_measured` was (a GPU energy
+      window closes there); it must not raise.
 
     Never raises for a server's behaviour (every failure is a counted reason in the result);
     `sglang_sentinel.load.SpecError` only for a dataset file that cannot be read.
@@ -332,7 +337,16 @@ async def run_load(
                     if note:
                         notes.append(note)
         result = await _run(
-            spec, client, counters, on_record, cancel_task, source, model, notes, before_measured
+            spec,
+            client,
+            counters,
+            on_record,
+            cancel_task,
+            source,
+            model,
+            notes,
+            before_measured,
+            after_measured,
         )
         if spec.tokenizer is not None:
             from sglang_sentinel.load.tokenizer import load_tokenizer
@@ -368,6 +382,7 @@ async def _run(
     model: str,
     notes: list[str],
     before_measured: Callable[[], Awaitable[None]] | None = None,
+    after_measured: Callable[[], Awaitable[None]] | None = None,
 ) -> RunResult:
     records: list[RequestRecord] = []
     warmup_failed = False
@@ -408,12 +423,6 @@ async def _run(
     inflight: set[asyncio.Task[None]] = set()
     cancelled = cancel_task.done()
     prepared: list[tuple[RequestRecord, bytes]] = []
-    if not warmup_failed and not cancelled and before_measured is not None:
-        hook = asyncio.ensure_future(before_measured())
-        if await _wait(hook, None, cancel_task):
-            hook.cancel()
-        await asyncio.gather(hook, return_exceptions=True)
-        cancelled = cancel_task.done()
     if not warmup_failed and not cancelled:
         # Connections are opened before the clock starts, so no request's TTFT carries a TCP
         # (or TLS) handshake that a long-lived client would not pay.
@@ -432,6 +441,15 @@ async def _run(
                 else min(spec.num_requests, spec.max_concurrency)
             )
             prepared = [run.prepare(i, 0.0, next(source)) for i in range(n0)]
+    hooked = False
+    if not warmup_failed and not cancel_task.done() and before_measured is not None:
+        # Last before the clock starts: nothing of the client's own preparation (connections,
+        # bodies) falls between the hook and the first send, inside a profile or an energy window.
+        hooked = True
+        hook = asyncio.ensure_future(before_measured())
+        if await _wait(hook, None, cancel_task):
+            hook.cancel()
+        await asyncio.gather(hook, return_exceptions=True)
     started_at = time.time()
     run.t0 = time.perf_counter()
     cancelled = cancelled or cancel_task.done()
@@ -452,6 +470,8 @@ async def _run(
         if inflight:
             await asyncio.gather(*inflight, return_exceptions=True)
         lag.stop()
+    if hooked and after_measured is not None:
+        await asyncio.gather(after_measured(), return_exceptions=True)
     duration = _duration(records, run.now(), cancelled)
     metrics = compute_metrics(
         records,

@@ -6,11 +6,14 @@ decoding, the Goodput section with --goodput, Cache Hit Details with --cache-rep
 operator can diff the two tools' outputs line by line (`tests/load/test_bench_flags.py`).
 "Total generated tokens (retokenized)" needs a client tokenizer (--tokenizer), else n/a; the cache
 section has no device/host/storage split (that needs SGLang's `cached_tokens_details`).
+The GPU energy section (none in bench_serving) is in our block, in its style, when the run was
+metered (docs/energy.md).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from sglang_sentinel.load.result import RunResult
 from sglang_sentinel.load.spec import ArrivalProcess
@@ -171,7 +174,38 @@ def _extras(result: RunResult) -> list[str]:
         _row("Events sharing a read (%):", m.shared_read_ratio * 100, ".2f"),
         _row("Client-bound:", "YES - " + "; ".join(m.client_bound_reasons) if m.client_bound else "no"),
     ]
+    if result.energy is not None:
+        lines += _energy_lines(result.energy)
     lines += per_turn_lines(result.measured)
     lines.extend(f"note: {n}" for n in result.notes)
+    if result.energy is None and result.energy_note:
+        lines.append(f"note: GPU energy not measured: {result.energy_note}")
     lines.append("=" * 50)
+    return lines
+
+
+def _energy_lines(e: dict[str, Any]) -> list[str]:
+    """The measured phase's GPU energy (``collect.gpu.energy.energy_figures``' keys)."""
+    lines = [_title("GPU energy", "-"), _row("GPUs metered:", len(e["gpus"]) or "none")]
+    if e["joules"] is None or e["joules_per_output_token"] is None:
+        why = e["reason"] + (f" ({e['detail']})" if e.get("detail") else "")
+        return [*lines, _row("GPU energy:", "not known: " + why)]
+    lines += [
+        _row("Energy window (s):", e["seconds"], ".2f"),
+        _row("GPU energy (J):", e["joules"], ".2f"),
+        _row("Mean GPU power (W):", e["mean_power_watts"], ".2f"),
+        _row("Energy per output token (J):", e["joules_per_output_token"], ".4f"),
+        _row("Output tokens per joule:", e["output_tokens_per_joule"], ".3f"),
+    ]
+    if e["baseline_power_watts"] is None:
+        lines.append(_row("Idle GPU power (W):", e.get("baseline_reason") or "not measured"))
+    else:
+        lines += [
+            _row("Idle GPU power (W):", e["baseline_power_watts"], ".2f"),
+            _row("Marginal energy per output token (J):", e["marginal_joules_per_output_token"], ".4f"),
+        ]
+    cost = e.get("energy_cost_per_million_output_tokens")
+    if cost is not None:
+        # Labelled as what it is: the GPUs' electricity only, not the host, cooling or hardware.
+        lines.append(_row(f"GPU energy cost /1M output tok ({e['currency']}):", cost, ".4f"))
     return lines

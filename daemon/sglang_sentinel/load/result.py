@@ -64,6 +64,11 @@ class RunResult:
     # With a client tokenizer (--tokenizer): the successful requests' generated text re-encoded,
     # bench_serving's "retokenized" count; None without one.
     retokenized_output_tokens: int | None = None
+    # GPU energy of the measured phase, the figures of a run record's ``energy``
+    # (``collect.gpu.energy.energy_figures``); None when not metered, ``energy_note`` saying why
+    # (None too when metering was turned off).
+    energy: dict[str, Any] | None = None
+    energy_note: str | None = None
 
     @property
     def kernel_timestamps(self) -> bool:
@@ -151,6 +156,8 @@ class RunResult:
             "timestamps": self.timestamps,
             "shared_read_events": m.shared_read_events,
             "shared_read_ratio": m.shared_read_ratio,
+            "energy": self.energy,
+            "energy_note": self.energy_note,
         }
         turns = per_turn_figures(self.records)
         if turns:

@@ -130,16 +130,23 @@ class LoadEngineExecutor:
         # The warm-up is load too: the idle gap ends before it, the measured window opens after it,
         # so that the energy and the output tokens it is divided by cover the same requests.
         await meter.load_started()
-        opened: list[EnergySample] = []
+        window: list[EnergySample] = []
 
         async def open_window() -> None:
-            opened.append(await meter.sample())
+            window.append(await meter.sample())
+
+        async def close_window() -> None:
+            # At the last response: the figures computed after it are not in the window.
+            if window:
+                window.append(await meter.sample())
 
         # A run that raises leaves the baseline without an open gap (load_started closed it), so
         # no later baseline spans it.
-        result = await run_load(spec, counters=counters, cancel=cancel, before_measured=open_window)
-        report = report_from_result(result)
-        report.energy = await meter.load_ended(
-            opened[0] if opened else None, result.metrics.total_output_tokens
+        result = await run_load(
+            spec, counters=counters, cancel=cancel, before_measured=open_window, after_measured=close_window
         )
+        report = report_from_result(result)
+        start = window[0] if window else None
+        end = window[1] if len(window) > 1 else None
+        report.energy = await meter.load_ended(start, result.metrics.total_output_tokens, end)
         return report

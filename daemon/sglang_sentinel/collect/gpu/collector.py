@@ -375,10 +375,7 @@ def _real_nvml() -> Nvml:
 def _factory(cfg: GpuSettings) -> GpuCollector:
     nvml_factory: Callable[[], Nvml]
     if cfg.backend == "fake":
-        fake = FakeNvml(cfg.fake_devices, "busy")
-        # The replayed H200 draws its sample's power, so its energy counters run as a real one's
-        # do (demo mode and the live tests get energy figures, not 0 J per token).
-        fake.energy_watts = fake.sample_power_watts
+        fake = FakeNvml.backend(cfg.fake_devices)
         nvml_factory = lambda: fake  # noqa: E731
     else:
         nvml_factory = _real_nvml

@@ -168,6 +168,9 @@ class IdleBaseline:
     load's end to the next one's start, when it is long enough and its counters are sound, gives
     the baseline power. It is the GPUs' draw without sentinel's load, so the server's own traffic
     in the gap is in it: on a shared server, marginal energy is what sentinel's load added.
+    ``sentinel bench`` and ``sweep`` measure it once, over an idle window of their own
+    (:meth:`LoadMeter.measure_idle`), and take no gap between their loads (``min_gap_seconds``
+    infinite): a gap right after a load holds its tail.
     """
 
     def __init__(self, min_gap_seconds: float = 10.0) -> None:
@@ -176,16 +179,27 @@ class IdleBaseline:
         self.watts: float | None = None
         self.measured_at: float | None = None
         self.gap_seconds: float | None = None
+        # Why there is no baseline yet (None once there is one): what a figure without it says.
+        self.reason: str | None = "no idle gap measured yet"
+
+    def measured(self, gap: EnergyDelta) -> None:
+        """Take ``gap`` (a window with none of sentinel's load) as the baseline, if its counters are sound."""
+        if gap.joules is None:
+            if self.watts is None:
+                self.reason = f"idle window: {gap.reason}"
+            return
+        self.watts = gap.mean_power_watts
+        self.measured_at = gap.end
+        self.gap_seconds = gap.seconds
+        self.reason = None
 
     def load_started(self, sample: EnergySample) -> None:
         last, self._last_end = self._last_end, None
         if last is None:
             return
         gap = energy_between(last, sample)
-        if gap.joules is not None and gap.seconds >= self.min_gap_seconds:
-            self.watts = gap.mean_power_watts
-            self.measured_at = sample.timestamp
-            self.gap_seconds = gap.seconds
+        if gap.seconds >= self.min_gap_seconds:
+            self.measured(gap)
 
     def load_ended(self, sample: EnergySample) -> None:
         self._last_end = sample
@@ -199,12 +213,14 @@ def energy_figures(
     output_tokens: int,
     *,
     baseline_watts: float | None = None,
+    baseline_reason: str | None = None,
     price_per_kwh: float | None = None,
     currency: str = "",
 ) -> dict[str, Any]:
     """The JSON figures of one window: energy, J/token, tokens/J, mean power, marginal, cost.
 
-    A figure that cannot be known is None (absent in the series), with ``reason`` saying why.
+    A figure that cannot be known is None (absent in the series), with ``reason`` saying why
+    (``baseline_reason``: why there is no baseline, when there is none and a reason is given).
     """
     out: dict[str, Any] = {
         "joules": delta.joules,
@@ -221,6 +237,8 @@ def energy_figures(
     }
     if delta.detail:
         out["detail"] = delta.detail
+    if baseline_watts is None and baseline_reason:
+        out["baseline_reason"] = baseline_reason
     joules = delta.joules
     if joules is None:
         return out
@@ -288,14 +306,24 @@ class LoadMeter:
     async def sample(self) -> EnergySample:
         return await asyncio.to_thread(self.meter.sample)
 
+    async def measure_idle(self, seconds: float) -> None:
+        """The baseline, measured now over ``seconds`` of no load of ours (``sentinel bench``, ``sweep``)."""
+        start = await self.sample()
+        await asyncio.sleep(seconds)  # the idle window itself: the counters run while nothing is sent
+        self.baseline.measured(energy_between(start, await self.sample()))
+
     async def load_started(self) -> EnergySample:
         sample = await self.sample()
         self.baseline.load_started(sample)
         return sample
 
-    async def load_ended(self, start: EnergySample | None, output_tokens: int) -> dict[str, Any]:
-        """The figures of the window from ``start`` to now (``start`` None: the load never began)."""
-        end = await self.sample()
+    async def load_ended(
+        self, start: EnergySample | None, output_tokens: int, end: EnergySample | None = None
+    ) -> dict[str, Any]:
+        """The figures of the window from ``start`` to ``end`` (read now when None; ``start`` None:
+        the load never began). ``end`` read when the load's last response came in, so that the
+        window holds no time after it (metrics, tokenizers)."""
+        end = end if end is not None else await self.sample()
         self.baseline.load_ended(end)
         if start is None:
             delta = EnergyDelta(end.timestamp, end.timestamp, None, reason="not_started")
@@ -305,6 +333,7 @@ class LoadMeter:
             delta,
             output_tokens,
             baseline_watts=self.baseline.watts,
+            baseline_reason=self.baseline.reason,
             price_per_kwh=self.price_per_kwh,
             currency=self.currency,
         )

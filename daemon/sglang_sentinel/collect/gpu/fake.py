@@ -95,6 +95,15 @@ class FakeNvml:
         # since the fake also backs the daemon's demo mode for as long as it runs.
         self.energy_reads: collections.deque[tuple[str, int, int]] = collections.deque(maxlen=10_000)
 
+    @classmethod
+    def backend(cls, devices: int) -> FakeNvml:
+        """What ``[collectors.gpu] backend = "fake"`` serves: ``devices`` busy H200s whose energy
+        counters run at the replayed reading's power draw (so energy figures are there, not 0 J
+        per token: the daemon's demo mode, ``sentinel bench`` and ``sweep``, the live tests)."""
+        fake = cls(devices, "busy")
+        fake.energy_watts = fake.sample_power_watts
+        return fake
+
     @property
     def sample_power_watts(self) -> float:
         """The replayed reading's power draw (``nvmlDeviceGetPowerUsage``), in watts."""

@@ -101,8 +101,12 @@ class GpuPoller:
         pcie_throughput: bool = True,
         processes: bool = True,
         xid_events: bool = True,
+        quiet_init: bool = False,
     ) -> None:
         self._nvml_factory = nvml_factory
+        # A one-shot command (sentinel bench, sweep) says what it found in a line of its own: NVML
+        # missing or found is logged at debug there, not as a warning beside that line.
+        self._init_log = _log.debug if quiet_init else None
         self._nvml: Nvml | None = None
         self.interval = interval
         self.timeout = timeout
@@ -294,7 +298,7 @@ class GpuPoller:
             with self._lock:
                 self._init_failures += 1
             if reason != self._status:
-                _log.warning("nvml_unavailable", reason=reason, detail=str(exc))
+                (self._init_log or _log.warning)("nvml_unavailable", reason=reason, detail=str(exc))
             self._status, self._detail = reason, str(exc)
             self._devices = []
             return
@@ -318,7 +322,7 @@ class GpuPoller:
             self._status, self._detail = "no_devices", "NVML initialised but reports no GPU"
             return
         if self._status != "ok":
-            _log.info("nvml_initialised", gpus=len(devices), driver=driver)
+            (self._init_log or _log.info)("nvml_initialised", gpus=len(devices), driver=driver)
         self._status, self._detail = "ok", ""
         if self._xid_enabled:
             self._xid = XidWatcher(
