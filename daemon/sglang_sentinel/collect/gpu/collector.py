@@ -375,7 +375,7 @@ def _real_nvml() -> Nvml:
 def _factory(cfg: GpuSettings) -> GpuCollector:
     nvml_factory: Callable[[], Nvml]
     if cfg.backend == "fake":
-        fake = FakeNvml(cfg.fake_devices, "busy")
+        fake = FakeNvml(cfg.fake_devices, "busy", fault_file=cfg.fake_faults_file)
         # The replayed H200 draws its sample's power, so its energy counters run as a real one's
         # do (demo mode and the live tests get energy figures, not 0 J per token).
         fake.energy_watts = fake.sample_power_watts
