@@ -326,6 +326,10 @@ class Daemon:
         supervisor.add_before_stop_hook(lambda: scheduler.cancel_current("server_restart"))
         supervisor.on_canary_garbage(scheduler.revoke_reference)
         supervisor.subscribe_state(self._on_state_change)
+        # Before the exporter listens: the restored last-run series (ReferenceRunsStale's timestamp)
+        # are in the very first scrape, not one scrape later when a scrape lands in between
+        # (tests/prom/test_restart_gpu_alerts_live.py). Reading the history needs no server.
+        scheduler.restore()
         self.exporter = Exporter(
             collectors.registry(),
             s.exporter,
@@ -367,7 +371,6 @@ class Daemon:
         # After supervisor.start(): the launch command (and so the launch hash) is rendered now.
         self.calibration.set_target(self._target(supervisor))
         self.calibration.restore()
-        scheduler.restore()
         await scheduler.start()
         if s.schedule.recalibrate_cron:
             scheduler.add_cron_job("calibration", self.calibrate, s.schedule.recalibrate_cron)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pynvml
 import pytest
@@ -195,6 +196,58 @@ def test_gpu_falling_off_the_bus_is_a_failure(gpu: GpuCollector, fake_nvml: Fake
     assert "1 of 2 GPUs visible" in failure
     assert [v for (n, _), v in s.items() if n == "sentinel_gpu_visible_devices"] == [1.0]
     assert [v for (n, _), v in s.items() if n == "sentinel_gpu_expected_devices"] == [2.0]
+
+
+def _replace(path: Path, text: str) -> None:
+    # As the fault file's writers must: a whole new file renamed over the old one.
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def test_the_daemons_fake_gpus_lose_a_gpu_named_in_the_fault_file(tmp_path: Path) -> None:
+    """``[collectors.gpu] fake_faults_file``: how the live alert tests lose a GPU of a running daemon."""
+    from sglang_sentinel.collect.gpu.collector import _factory
+    from sglang_sentinel.collect.settings import GpuSettings
+
+    faults = tmp_path / "faults.json"
+    settings = GpuSettings(backend="fake", fake_devices=2, xid_events=False, fake_faults_file=faults)
+    collector = _factory(settings)
+    assert isinstance(collector, GpuCollector)
+    collector.poller.run_cycle()  # absent: no GPU lost
+    assert scrape(collector)[1] is None
+    _replace(faults, '{"lost": [1]}')
+    for _ in range(2):  # the failed read, then the re-init that cannot read GPU 1's identity
+        collector.poller.run_cycle()
+    s, failure = scrape(collector)
+    assert failure is not None
+    assert "gpu_is_lost" in failure
+    assert [v for (n, _), v in s.items() if n == "sentinel_gpu_visible_devices"] == [0.0]
+    assert [v for (n, _), v in s.items() if n == "sentinel_gpu_expected_devices"] == [2.0]
+    # A file that is no JSON object with a list of indices changes nothing.
+    _replace(faults, '{"lost": "all"}')
+    collector.poller.run_cycle()
+    assert scrape(collector)[1] is not None
+    _replace(faults, '{"lost": []}')
+    collector.poller.run_cycle()
+    s, failure = scrape(collector)
+    assert failure is None
+    assert [v for (n, _), v in s.items() if n == "sentinel_gpu_visible_devices"] == [2.0]
+    _replace(faults, '{"lost": [0]}')
+    collector.poller.run_cycle()
+    assert scrape(collector)[1] is not None
+    faults.unlink()  # absent again: none lost
+    collector.poller.run_cycle()
+    assert scrape(collector)[1] is None
+
+
+def test_the_nvml_backend_has_no_fault_file() -> None:
+    from sglang_sentinel.collect.gpu.collector import _factory, _real_nvml
+    from sglang_sentinel.collect.settings import GpuSettings
+
+    collector = _factory(GpuSettings(backend="nvml", fake_faults_file=Path("faults.json")))
+    assert isinstance(collector, GpuCollector)
+    assert collector.poller._nvml_factory is _real_nvml
 
 
 def test_no_gpu_library_is_a_clean_status() -> None:

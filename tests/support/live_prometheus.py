@@ -198,8 +198,16 @@ _DURATION = re.compile(r"(?<![\w.])(\d+)([smhdw])(?![\w])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
+# A duration in seconds written as a product in an expression (`time() - x > 3 * 3600`): a count
+# times the seconds of a unit. A bare number of seconds (`> 10800`) cannot be told from any other
+# number and is not scaled, so a rule that compares seconds writes them as such a product
+# (test_alerts_live.py checks ReferenceRunsStale's).
+_SECONDS_PRODUCT = re.compile(r"(?<![\w.])(\d+) \* (60|3600|86400|604800)(?![\w.])")
+
+
 def scale_durations(rules: str, factor: float, *, min_range_ms: int) -> str:
-    """``rules`` (alerts.yml text) with every ``for:``, range and ``offset`` duration times ``factor``.
+    """``rules`` (alerts.yml text) with every ``for:``, range and ``offset`` duration times ``factor``,
+    and every duration in seconds written ``N * 60|3600|86400|604800`` in an expression too.
 
     A range shorter than ``min_range_ms`` is raised to it: rate() and increase() need two samples
     in their window, so a window must span a few scrapes whatever the factor.
@@ -217,8 +225,13 @@ def scale_durations(rules: str, factor: float, *, min_range_ms: int) -> str:
     def fix_offset(m: re.Match[str]) -> str:
         return "offset " + scaled(int(m.group(1)) * _UNIT_S[m.group(2)], min_range_ms)
 
+    def fix_product(m: re.Match[str]) -> str:
+        # Seconds compared with seconds (time() minus a timestamp): a plain number, to the ms.
+        return f"{int(m.group(1)) * int(m.group(2)) * factor:.3f}".rstrip("0").rstrip(".")
+
     rules = re.sub(r"^(\s+for: )(\d+)([smhdw])\s*$", fix_for, rules, flags=re.MULTILINE)
     rules = re.sub(r"\[(\d+)([smhdw])\]", fix_range, rules)
+    rules = _SECONDS_PRODUCT.sub(fix_product, rules)
     return re.sub(r"\boffset (\d+)([smhdw])\b", fix_offset, rules)
 
 

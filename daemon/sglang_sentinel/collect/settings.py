@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -82,6 +83,10 @@ class GpuSettings(Section):
     # A GPU host watched in external mode: set true, so a lost driver is a failure.
     expected: bool | None = None
     fake_devices: int = Field(default=8, ge=1, le=64)
+    # backend = "fake" only (the nvml backend never reads it), like fake_devices: a JSON file
+    # {"lost": [1]} naming the fake GPUs lost now, reread when it changes; unset or absent, none
+    # is. How the live alert tests lose a GPU of a running daemon (collect/gpu/fake.py).
+    fake_faults_file: Path | None = None
     interval_seconds: float = Field(default=5.0, gt=0, le=300)
     # Per-cycle deadline for every GPU's read; a read still running then is abandoned.
     timeout_seconds: float = Field(default=3.0, gt=0, le=60)

@@ -375,7 +375,7 @@ def _real_nvml() -> Nvml:
 def _factory(cfg: GpuSettings) -> GpuCollector:
     nvml_factory: Callable[[], Nvml]
     if cfg.backend == "fake":
-        fake = FakeNvml.backend(cfg.fake_devices)
+        fake = FakeNvml.backend(cfg.fake_devices, cfg.fake_faults_file)
         nvml_factory = lambda: fake  # noqa: E731
     else:
         nvml_factory = _real_nvml

@@ -5,22 +5,35 @@ the dashboards to show something). It raises the real ``pynvml.NVMLError`` subcl
 code under test classifies errors exactly as it would on a GPU. Faults are injected per call:
 :meth:`FakeNvml.fail` (any NVML error, once or always, on one GPU or all), :meth:`FakeNvml.hang`
 (a wedged driver call that blocks until released), :meth:`FakeNvml.lose_gpu`, :meth:`FakeNvml.emit_xid`.
+
+From outside the process (the daemon's ``backend = "fake"`` under the live alert tests), only a lost
+GPU can be injected: ``fault_file`` (``[collectors.gpu] fake_faults_file``) names a JSON file
+``{"lost": [1]}`` listing the GPU indices lost now; the fake rereads it whenever it changes (each
+NVML call compares its inode, size and mtime), and an absent file means no GPU lost. Writers
+replace it whole (write a temporary file, rename it over): a half-written file is ignored. The
+nvml backend never reads that file: nothing but this fake does.
 """
 
 from __future__ import annotations
 
 import collections
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Literal
 
 import pynvml
 
+from sglang_sentinel.log import get_logger
+
 __all__ = ["FakeNvml", "load_sample"]
+
+_log = get_logger(__name__)
 
 Sample = Literal["idle", "busy"]
 
@@ -69,6 +82,7 @@ class FakeNvml:
         *,
         latency: bool = False,
         library_present: bool = True,
+        fault_file: Path | None = None,
     ) -> None:
         self._sample = load_sample(sample) if isinstance(sample, str) else sample
         self._device = self._sample["devices"][0]
@@ -81,6 +95,11 @@ class FakeNvml:
         self._faults: dict[str, list[_Fault]] = {}
         self._hangs: dict[str, tuple[threading.Event, int | None]] = {}
         self._lost: set[int] = set()
+        # The lost GPUs the fault file names (module docstring), apart from lose_gpu()'s: the file
+        # says which GPUs are lost *now*, so a rewrite must not undo what code injected.
+        self.fault_file = fault_file
+        self._file_lost: frozenset[int] = frozenset()
+        self._file_seen: tuple[int, int, int] | None = None  # (inode, size, mtime_ns); None: absent
         self._events: list[tuple[int, int]] = []
         self._event_cond = threading.Condition(self._lock)
         self.calls: dict[str, int] = {}
@@ -96,11 +115,12 @@ class FakeNvml:
         self.energy_reads: collections.deque[tuple[str, int, int]] = collections.deque(maxlen=10_000)
 
     @classmethod
-    def backend(cls, devices: int) -> FakeNvml:
+    def backend(cls, devices: int, fault_file: Path | None = None) -> FakeNvml:
         """What ``[collectors.gpu] backend = "fake"`` serves: ``devices`` busy H200s whose energy
         counters run at the replayed reading's power draw (so energy figures are there, not 0 J
-        per token: the daemon's demo mode, ``sentinel bench`` and ``sweep``, the live tests)."""
-        fake = cls(devices, "busy")
+        per token: the daemon's demo mode, ``sentinel bench`` and ``sweep``, the live tests), and
+        whose GPUs ``fault_file`` may mark lost (``[collectors.gpu] fake_faults_file``)."""
+        fake = cls(devices, "busy", fault_file=fault_file)
         fake.energy_watts = fake.sample_power_watts
         return fake
 
@@ -156,16 +176,48 @@ class FakeNvml:
             self._events.append((index, xid))
             self._event_cond.notify_all()
 
+    def _follow_fault_file(self) -> None:
+        """Take the fault file's lost GPUs when it changed since the last call (module docstring)."""
+        assert self.fault_file is not None
+        try:
+            st = os.stat(self.fault_file)
+            seen: tuple[int, int, int] | None = (st.st_ino, st.st_size, st.st_mtime_ns)
+        except OSError:  # absent (or unreadable: no GPU lost is the state to fall back on)
+            seen = None
+        if seen == self._file_seen:
+            return
+        lost: frozenset[int] = frozenset()
+        if seen is not None:
+            try:
+                doc = json.loads(self.fault_file.read_text())
+                indices = doc["lost"]
+                if not isinstance(indices, list) or not all(isinstance(i, int) for i in indices):
+                    raise TypeError("lost must be a list of GPU indices")
+                lost = frozenset(indices)
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                # Keep what was lost before (logged once per version of the file); the whole file
+                # written next is read then.
+                self._file_seen = seen
+                _log.warning("fake_gpu_fault_file_unreadable", path=str(self.fault_file), error=str(exc))
+                return
+        with self._lock:
+            self._file_seen = seen
+            if lost != self._file_lost:
+                _log.warning("fake_gpu_faults", lost=sorted(lost))
+            self._file_lost = lost
+
     # ---- internals ----------------------------------------------------------------------------
     def _enter(self, call: str, handle: _Handle | None = None, sample_key: str | None = None) -> None:
         device = handle.index if handle is not None else None
+        if self.fault_file is not None:
+            self._follow_fault_file()
         with self._lock:
             self.calls[call] = self.calls.get(call, 0) + 1
             if call not in {"nvmlInit", "nvmlShutdown"} and not self.library_present:
                 raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
             if call not in {"nvmlInit", "nvmlShutdown"} and self.initialized <= 0:
                 raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
-            if device is not None and device in self._lost:
+            if device is not None and (device in self._lost or device in self._file_lost):
                 raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
             hang = self._hangs.get(call)
             for fault in self._faults.get(call, []):

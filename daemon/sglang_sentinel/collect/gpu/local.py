@@ -47,7 +47,7 @@ class LocalEnergy:
 
 def _nvml_factory(gpu: GpuSettings) -> Nvml:
     if gpu.backend == "fake":
-        return FakeNvml.backend(gpu.fake_devices)
+        return FakeNvml.backend(gpu.fake_devices, gpu.fake_faults_file)
     import pynvml
 
     return pynvml
