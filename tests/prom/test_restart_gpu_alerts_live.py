@@ -91,7 +91,7 @@ def test_after_a_restart_with_only_failing_runs_the_stale_run_alert_fires_on_sch
     alert_log: Callable[[Prometheus], AlertLog],
 ) -> None:
     rules = _scaled_rules(tmp_path)
-    assert f"> {STALE_AFTER:g}\n" in rules.read_text()  # the threshold is scaled, not 3 hours
+    assert f"/ 3600 > {STALE_AFTER / 3600:g}  # threshold" in rules.read_text()  # scaled, not 3 hours
     control = f"http://127.0.0.1:{free_port()}"
     box = box_factory(
         "stale",

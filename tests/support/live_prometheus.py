@@ -200,14 +200,19 @@ _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 # A duration in seconds written as a product in an expression (`time() - x > 3 * 3600`): a count
 # times the seconds of a unit. A bare number of seconds (`> 10800`) cannot be told from any other
-# number and is not scaled, so a rule that compares seconds writes them as such a product
-# (test_alerts_live.py checks ReferenceRunsStale's).
+# number and is not scaled, so a rule that compares seconds writes them as such a product or as a
+# count of a unit (below; test_alerts_live.py checks ReferenceRunsStale's).
 _SECONDS_PRODUCT = re.compile(r"(?<![\w.])(\d+) \* (60|3600|86400|604800)(?![\w.])")
+# Or the other way round, seconds divided into a unit and compared with a count of that unit
+# (`(time() - x) / 3600 > 3`, the threshold in hours, as the chart's `threshold` override reads it):
+# the count is scaled.
+_UNIT_QUOTIENT = re.compile(r"/ (60|3600|86400|604800) > (\d+(?:\.\d+)?)(?![\w.])")
 
 
 def scale_durations(rules: str, factor: float, *, min_range_ms: int) -> str:
     """``rules`` (alerts.yml text) with every ``for:``, range and ``offset`` duration times ``factor``,
-    and every duration in seconds written ``N * 60|3600|86400|604800`` in an expression too.
+    and every duration in seconds written ``N * 60|3600|86400|604800`` (or compared as a count of such
+    a unit, ``/ 3600 > N``) in an expression too.
 
     A range shorter than ``min_range_ms`` is raised to it: rate() and increase() need two samples
     in their window, so a window must span a few scrapes whatever the factor.
@@ -232,6 +237,7 @@ def scale_durations(rules: str, factor: float, *, min_range_ms: int) -> str:
     rules = re.sub(r"^(\s+for: )(\d+)([smhdw])\s*$", fix_for, rules, flags=re.MULTILINE)
     rules = re.sub(r"\[(\d+)([smhdw])\]", fix_range, rules)
     rules = _SECONDS_PRODUCT.sub(fix_product, rules)
+    rules = _UNIT_QUOTIENT.sub(lambda m: f"/ {m.group(1)} > {float(m.group(2)) * factor:.6g}", rules)
     return re.sub(r"\boffset (\d+)([smhdw])\b", fix_offset, rules)
 
 
