@@ -42,8 +42,8 @@ startup_poll_interval = 0.1
 start_timeout = 60
 stop_timeout = 10
 [server.profiles.sim]
-# A short load phase (0.1 s at --speed 10): each of the 6 trials starts a server.
-extra_args = ["--speed", "10", "--startup-time", "1", "--sglang-version", "0.5.9"]
+# A short load phase (0.25 s at --speed 4): each of the 6 trials starts a server.
+extra_args = ["--speed", "4", "--startup-time", "1", "--sglang-version", "0.5.9"]
 [calibration]
 input_len = 32
 output_len = 32
