@@ -14,7 +14,8 @@
 #   - /var/lib/sentinel (sentinel 0750) and /var/lib/sglang (sglang 0750)
 #   - /etc/sglang/launch.env (SGLang's launch flags, SGLANG_ARGS) from deploy/sglang-launch.env
 #     if there is none (the flags of an older sglang.service's ExecStart= move there): an upgrade
-#     never touches it
+#     never touches it. sglang.service also reads /var/lib/sentinel/sglang-fallback.env when it
+#     exists: sentinel writes it only while [server.fallback] runs a known-good set of flags
 #   - the polkit rule that lets sentinel start/stop/restart/reset-failed sglang.service, nothing else
 #   - sentinel.service and sglang.service in /etc/systemd/system; sentinel.service enabled.
 #     sglang.service is not enabled: sentinel starts it (Wants=) and is its only restarter.
@@ -30,7 +31,9 @@
 #   --no-venv      skip the venvs (units and users only; the package is installed some other way)
 #   --from SOURCE  what goes into /opt/sentinel/.venv: a wheel file (sglang_sentinel-X.Y.Z-py3-none-any.whl),
 #                  a version (0.3.0: sglang-sentinel==0.3.0 from the index) or a checkout (default: this one)
-#   --uninstall    stop and disable the units, remove units, polkit rule and /opt/sentinel;
+#   --uninstall    stop and disable the units, remove units, polkit rule, /opt/sentinel and the
+#                  fallback flags file /var/lib/sentinel/sglang-fallback.env (a later install must
+#                  not start SGLang with a fallback's flags before sentinel decides again);
 #   --purge        with --uninstall: also /etc/sentinel, /var/lib/sentinel and the sentinel user.
 #                  /opt/sglang, /etc/sglang, /var/lib/sglang and the sglang user are always kept (model caches,
 #                  an SGLang install that took an hour).
@@ -108,6 +111,9 @@ if [ "$uninstall" = 1 ]; then
         sysctl disable sentinel.service 2>/dev/null || true
     fi
     rm -f "$units/sentinel.service" "$units/sglang.service" "$polkit"
+    # sentinel's fallback flags (sglang.service's optional EnvironmentFile=): its decision stays in
+    # /var/lib/sentinel (without --purge), and a sentinel that restores it writes them again.
+    rm -f "$root/var/lib/sentinel/sglang-fallback.env"
     rm -rf "$root/opt/sentinel"
     if [ "$purge" = 1 ]; then
         rm -rf "$root/etc/sentinel" "$root/var/lib/sentinel" "$sysusers"

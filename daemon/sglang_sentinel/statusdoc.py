@@ -137,7 +137,8 @@ def _utc(ts: float) -> str:
 
 
 def fallback_section(snap: SupervisorSnapshot) -> dict[str, Any] | None:
-    """Which launch runs and why (child mode); ``message`` is the sentence every screen shows."""
+    """Which launch runs and why (child mode; systemd mode with the unit's flags known);
+    ``message`` is the sentence every screen shows."""
     fb = snap.fallback
     if fb is None:
         return None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from structlog.testing import capture_logs
+
 from sglang_sentinel.collect.gpu import FakeNvml, GpuCollector, GpuPoller
 from sglang_sentinel.collect.registry import CollectorSet
 from sglang_sentinel.config import Settings
@@ -82,3 +84,27 @@ def test_gpus_are_expected_where_the_launch_needs_them(tmp_path: Path) -> None:
     assert expected(profile="no-such-profile") is True  # refused by validation; cautious meanwhile
     written = Settings(state_dir=tmp_path, collectors={"gpu": {"expected": True}})  # type: ignore[arg-type]
     assert written.with_gpu_expectation().collectors.gpu.expected is True
+
+
+def _nvml_levels(nvml: FakeNvml, *, expected: bool, cycles: int = 1) -> list[str]:
+    _, gpu = gpu_set(nvml, expected=expected)
+    with capture_logs() as logs:
+        for _ in range(cycles):
+            gpu.poller.run_cycle()
+    return [e["log_level"] for e in logs if e["event"] == "nvml_unavailable"]
+
+
+def test_nvml_missing_is_said_at_info_where_no_gpu_is_expected_and_as_a_warning_elsewhere() -> None:
+    # A routine start of a launch that needs no GPU on a host without a driver: nothing is wrong.
+    assert _nvml_levels(FakeNvml(library_present=False), expected=False) == ["info"]
+    assert _nvml_levels(FakeNvml(library_present=False), expected=True) == ["warning"]
+    # GPUs seen, then the driver gone: a warning even where none are expected (the failed read).
+    nvml = FakeNvml(1)
+    _, gpu = gpu_set(nvml, expected=False)
+    gpu.poller.run_cycle()
+    nvml.library_present = False
+    with capture_logs() as logs:
+        gpu.poller.run_cycle()
+        gpu.poller.run_cycle()
+    assert "warning" in [e["log_level"] for e in logs], logs
+    assert all(e["log_level"] != "info" for e in logs if e["event"] == "nvml_unavailable")

@@ -1,8 +1,10 @@
 """The daemon's life cycle through the real CLI on the simulator: one daemon per state directory,
-only its own stored results, start-up order and early SIGTERM, the operator's reset."""
+only its own stored results, start-up order and early SIGTERM, a routine start and stop that says
+nothing at warning, the operator's reset."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -439,3 +441,41 @@ def _crashes(d: DaemonProcess, auth: tuple[str, str]) -> float:
         for s in f.samples
         if s.name == "sentinel_server_crashes_total"
     )
+
+
+def _records(text: str) -> list[dict[str, object]]:
+    """Every JSON log record of a daemon's output (a syslog ``<N>`` prefix allowed)."""
+    out = []
+    for line in text.splitlines():
+        start = line.find("{")
+        if start >= 0:
+            with contextlib.suppress(ValueError):
+                record = json.loads(line[start:])
+                if isinstance(record, dict) and "level" in record:
+                    out.append(record)
+    return out
+
+
+def test_a_routine_start_and_stop_logs_no_warning(tmp_path: Path, daemons: list[DaemonProcess]) -> None:
+    """The embedded default (the simulator as a child), started and stopped with SIGTERM once ready,
+    as systemd does: nothing in it is a problem, so nothing is said at warning or above (the README:
+    a warning at stop means a real problem). On a host without an NVIDIA driver the GPU collector is
+    not applicable (the simulator needs no GPU): NVML's absence is said at info."""
+    state = tmp_path / "state"
+    exporter, server = free_port(), free_port()
+    cfg = tmp_path / "sentinel.toml"
+    cfg.write_text(
+        f'state_dir = "{state}"\n\n[log]\nformat = "json"\n\n[server]\nport = {server}\n\n'
+        f"[exporter]\nport = {exporter}\n"
+    )
+    d = DaemonProcess(cfg, exporter, tmp_path / "d.log")
+    daemons.append(d)
+    d.wait_ready()
+    assert d.stop(timeout=60) == 0, d.tail()
+    records = _records(d.text())
+    assert any(r.get("event") == "daemon_stopped" for r in records), d.tail()
+    loud = [r for r in records if r["level"] not in ("debug", "info")]
+    assert loud == [], loud
+    for r in records:
+        if r.get("event") == "nvml_unavailable":
+            assert r["level"] == "info"

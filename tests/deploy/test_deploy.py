@@ -149,6 +149,22 @@ def test_the_unit_ends_clean_on_sglangs_own_sigkill_and_has_no_start_limit() -> 
     assert not re.search(r"^StartLimitBurst=", unit, re.M)
 
 
+def test_the_unit_reads_sentinels_fallback_flags_after_launch_env_where_the_example_config_says() -> None:
+    """[server.fallback] in systemd mode: sentinel writes the fallback's SGLANG_ARGS into an optional
+    environment file read after launch.env (the later assignment wins), at every start: no
+    daemon-reload. The example config names the same files and variable."""
+    unit = (DEPLOY / "sglang.service").read_text()
+    files = re.findall(r"^EnvironmentFile=(.*)$", unit, re.M)
+    assert files == ["/etc/sglang/launch.env", "-/var/lib/sentinel/sglang-fallback.env"]
+    systemd = load_settings(DEPLOY / "config.example.toml", environ={}).server.systemd
+    assert [str(systemd.launch_env), "-" + str(systemd.fallback_env)] == files
+    assert f"${systemd.args_variable}" in re.findall(r"^ExecStart=(.*)$", unit, re.M)[0].split()
+    # sentinel's state directory is where the file goes (sentinel.service may write only there).
+    assert "StateDirectory=sentinel" in (DEPLOY / "sentinel.service").read_text()
+    install = (DEPLOY / "install.sh").read_text()
+    assert 'rm -f "$root/var/lib/sentinel/sglang-fallback.env"' in install
+
+
 @needs_promtool
 def test_sglang_unit_runs_what_sentinel_check_renders_for_its_version() -> None:
     """deploy/sglang.service is written for SGLang 0.5.9; its ExecStart flags and Environment= are

@@ -163,6 +163,18 @@ def test_an_upgrade_keeps_the_launch_flags_and_every_edited_file(tmp_path: Path)
     assert "was changed" not in third.stdout
     assert (units / "sglang.service.dpkg-old").read_text() == edited
 
+    # Uninstalled (no --purge) during a fallback: the unit's fallback flags go with the unit (a
+    # later install must not start SGLang with them before sentinel decides again); sentinel's
+    # state, the decision included, and the operator's launch.env stay.
+    state = root / "var/lib/sentinel"
+    (state / "sglang-fallback.env").write_text('SGLANG_ARGS="--model-path /models/mine --tp-size 2"\n')
+    (state / "supervisor-fallback.json").write_text("{}")
+    gone = _install(root, "--uninstall")
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert not (state / "sglang-fallback.env").exists()
+    assert (state / "supervisor-fallback.json").exists()
+    assert launch.read_text() == mine
+
 
 def test_an_upgrade_over_an_install_that_recorded_nothing_keeps_an_edited_unit(tmp_path: Path) -> None:
     # An older install.sh wrote no checksums, and its README said to edit ExecStart= in the unit.

@@ -1,10 +1,16 @@
 """A small fake of ``systemctl`` for one unit, for testing the supervisor's systemd mode.
 
-``fake_systemctl.py STATE_DIR show|start|stop ...``. The unit's command line is in
-``STATE_DIR/cmd`` (one argument per line). ``start`` launches a detached "manager" process that
-runs the command with its output appended to ``STATE_DIR/journal.log`` (what journald would
+``fake_systemctl.py STATE_DIR show|start|stop|restart|reset-failed ...``. The unit's command line
+is in ``STATE_DIR/cmd`` (one argument per line). ``start`` launches a detached "manager" process
+that runs the command with its output appended to ``STATE_DIR/journal.log`` (what journald would
 hold), waits for it and records the exit like systemd's ExecMainCode/ExecMainStatus. Every call
 is appended to ``STATE_DIR/calls``.
+
+Environment files as systemd's ``EnvironmentFile=``: ``STATE_DIR/env_files`` lists them, one a
+line, a leading ``-`` for an optional one; they are read at every start, in order (a later
+assignment wins), and an argument ``$NAME`` of the command is replaced by NAME's value split at
+whitespace, quotes respected (systemd.service(5), "Command lines"). The argv a start ran is in
+``STATE_DIR/argv`` (one argument per line).
 
 A start rate limit as systemd's: ``STATE_DIR/start_limit`` holds "BURST INTERVAL_S"; the start
 times are in ``STATE_DIR/starts``; a start beyond it is refused like systemd's (unit failed,
@@ -15,6 +21,8 @@ unless ``STATE_DIR/deny_reset`` exists (polkit's "Access denied", exit 1).
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -30,10 +38,43 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _environment(d: Path) -> dict[str, str]:
+    """The assignments of the unit's environment files (the double-quoted values deploy/ writes:
+    comments skipped, a backslash-newline joins lines, the quotes go, \\-escapes undone)."""
+    env: dict[str, str] = {}
+    listed = d / "env_files"
+    for line in listed.read_text().splitlines() if listed.exists() else []:
+        optional = line.startswith("-")
+        path = Path(line.removeprefix("-"))
+        if not path.exists():
+            if optional:
+                continue
+            raise SystemExit(f"fake systemctl: environment file {path} missing")
+        text = re.sub(r"\\\n", "", path.read_text())
+        for assignment in text.splitlines():
+            if assignment.strip() and not assignment.lstrip().startswith(("#", ";")):
+                key, _, value = assignment.partition("=")
+                value = value.strip()
+                if value.startswith('"') and value.endswith('"'):
+                    value = re.sub(r'\\(["\\`$])', r"\1", value[1:-1])
+                env[key.strip()] = value
+    return env
+
+
 def _manage(d: Path) -> None:
-    argv = (d / "cmd").read_text().splitlines()
+    env = _environment(d)
+    argv: list[str] = []
+    for arg in (d / "cmd").read_text().splitlines():
+        if arg.startswith("$") and arg[1:] in env:
+            argv += shlex.split(env[arg[1:]])
+        else:
+            argv.append(arg)
+    (d / "argv").write_text("\n".join(argv) + "\n")
     with (d / "journal.log").open("ab") as journal:
+        # ExecMainStartTimestampMonotonic: taken at the fork, as systemd does.
+        started = time.monotonic_ns() // 1000
         proc = subprocess.Popen(argv, stdout=journal, stderr=subprocess.STDOUT, start_new_session=True)
+        (d / "started").write_text(str(started))
         (d / "pid").write_text(str(proc.pid))
         rc = proc.wait()
     code, status = ("1", rc) if rc >= 0 else ("2", -rc)
@@ -67,6 +108,46 @@ def _start_limited(d: Path) -> bool:
     return False
 
 
+def _start(d: Path) -> bool:
+    """Start the unit (a no-op while it runs); False when the start limit refused it."""
+    pid_file = d / "pid"
+    if pid_file.exists() and _alive(int(pid_file.read_text())):
+        return True
+    if _start_limited(d):
+        return False
+    for name in ("result", "stopping"):
+        (d / name).unlink(missing_ok=True)
+    (d / "starting").write_text("")
+    subprocess.Popen(
+        [sys.executable, __file__, str(d), "_manage"],
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    for _ in range(100):
+        if pid_file.exists():
+            break
+        time.sleep(0.02)
+    (d / "starting").unlink(missing_ok=True)
+    return True
+
+
+def _stop(d: Path, pid: int) -> None:
+    (d / "stopping").write_text(str(time.monotonic_ns() // 1000))
+    os.killpg(pid, signal.SIGTERM)
+    for _ in range(100):
+        if not _alive(pid):
+            break
+        time.sleep(0.02)
+    else:
+        os.killpg(pid, signal.SIGKILL)
+    for _ in range(100):
+        if (d / "result").exists():
+            break
+        time.sleep(0.02)
+
+
 def main() -> int:
     d = Path(sys.argv[1])
     verb = sys.argv[2]
@@ -87,6 +168,7 @@ def main() -> int:
         elif running:
             print(f"ActiveState=active\nSubState=running\nResult=success\nMainPID={pid}")
             print("ExecMainCode=0\nExecMainStatus=0")
+            print(f"ExecMainStartTimestampMonotonic={(d / 'started').read_text()}")
         elif (d / "result").exists():
             active, result, code, status, left, exited = (d / "result").read_text().split()
             print(f"ActiveState={active}\nSubState={'dead' if active == 'inactive' else 'failed'}")
@@ -110,41 +192,24 @@ def main() -> int:
             result_file.unlink()
         return 0
     if verb == "start":
-        if running:
-            return 0
-        if _start_limited(d):
-            return 0  # --no-block: the job was queued; systemd refuses it when it runs
-        for name in ("result", "stopping"):
-            (d / name).unlink(missing_ok=True)
-        (d / "starting").write_text("")
-        subprocess.Popen(
-            [sys.executable, __file__, str(d), "_manage"],
-            start_new_session=True,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for _ in range(100):
-            if pid_file.exists():
-                break
-            time.sleep(0.02)
-        (d / "starting").unlink(missing_ok=True)
+        _start(d)  # --no-block: a refused job was queued; systemd refuses it when it runs
         return 0
     if verb == "stop":
-        if not running:
-            return 0
-        (d / "stopping").write_text(str(time.monotonic_ns() // 1000))
-        os.killpg(pid, signal.SIGTERM)
-        for _ in range(100):
-            if not _alive(pid):
-                break
-            time.sleep(0.02)
-        else:
-            os.killpg(pid, signal.SIGKILL)
-        for _ in range(100):
-            if (d / "result").exists():
-                break
-            time.sleep(0.02)
+        if running:
+            _stop(d, pid)
+        return 0
+    if verb == "restart":
+        # An operator's blocking `systemctl restart`: a stop job, then a start job, which the start
+        # limit counts like any other (and refuses the same way).
+        if running:
+            _stop(d, pid)
+        if not _start(d):
+            unit = args[0] if args else "?"
+            print(
+                f"Job for {unit} failed because start of the service was attempted too often.\n"
+                f'See "systemctl status {unit}" and "journalctl -xeu {unit}" for details.'
+            )
+            return 1
         return 0
     print(f"fake systemctl: unknown verb {verb} {args}", file=sys.stderr)
     return 1

@@ -235,3 +235,24 @@ def test_a_sigkill_while_running_is_still_a_crash() -> None:
 )
 def test_systemctl_timespans(text: str, seconds: float | None) -> None:
     assert timespan_seconds(text) == seconds
+
+
+def test_an_exit_with_a_status_after_a_stop_job_is_a_stop_not_a_crash() -> None:
+    # A server that ends on SIGTERM with a status (aiohttp's graceful exit 0) after someone's
+    # `systemctl restart`: the unit left "active" first, so it was stopped; the same exit while
+    # running is still a clean exit nobody asked for.
+    stopped = {
+        "ActiveState": "inactive",
+        "SubState": "dead",
+        "Result": "success",
+        "ExecMainCode": "1",
+        "ExecMainStatus": "0",
+        "ActiveExitTimestampMonotonic": "5092634512",
+        "ExecMainExitTimestampMonotonic": "5092801233",
+    }
+    info = SystemdRunner._exit_info(stopped)
+    assert info.external
+    assert info.returncode == 0
+    assert info.description == "unit inactive/dead: stopped outside sentinel (exited with status 0)"
+    exited = {**stopped, "ActiveExitTimestampMonotonic": "5092801240"}
+    assert not SystemdRunner._exit_info(exited).external

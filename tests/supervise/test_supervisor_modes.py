@@ -231,3 +231,82 @@ async def test_systemd_start_limit_is_a_refusal_cleared_or_waited_out_never_a_cr
     # One refused start, one that served; cleared: again at once, denied: after the 4 s interval.
     assert calls(unit_dir).count("start") == 2
     assert refused[0]["retry_in"] == (1.0 if polkit_allows_reset else 4.0)
+
+
+async def _operator(unit_dir: Path, verb: str) -> int:
+    """An operator's blocking ``systemctl VERB sglang-test.service``; its exit status."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(FAKE_SYSTEMCTL),
+        str(unit_dir),
+        verb,
+        "sglang-test.service",
+        stdout=asyncio.subprocess.DEVNULL,
+    )
+    return await proc.wait()
+
+
+@pytest.mark.parametrize("polkit_allows_reset", [True, False])
+async def test_seven_operator_restarts_and_a_crash_against_a_start_limit_of_five_never_fail(
+    fast: Fast, fake_cmd: FakeCmd, port: int, unit_dir: Path, polkit_allows_reset: bool
+) -> None:
+    """A unit with a start limit of 5 starts per interval (the one the issue's host had), seven
+    operator restarts within it and a crash: the operator's restarts are external (no crash, no
+    backoff), the refused starts are start_limit_hit with the fix (never `failed`, never a crash),
+    and the server is back within the limit's interval of the crash."""
+    interval = 15.0
+    set_unit_command(unit_dir, fake_cmd(port))
+    (unit_dir / "start_limit").write_text(f"5 {interval:g}")
+    if not polkit_allows_reset:
+        (unit_dir / "deny_reset").write_text("")
+    # The checks slower than the unit's poll, as deployed (10 s x 3 against 2 s): a restart is seen
+    # as the unit's (external), not as /health failing in between.
+    checks = {
+        "health": {"interval": 1.0, "failures": 3},
+        "health_generate": {"interval": 1.0, "failures": 3},
+        "canary": {"interval": 1.0, "failures": 3},
+    }
+    restart = {"max_restarts": 3, "window": 600}
+    sup = Supervisor(systemd_settings(fast, port, unit_dir, restart=restart, checks=checks))
+    with capture_logs() as logs:
+        await sup.start()
+        try:
+            await sup.wait_for_state(ServerState.READY, timeout_s=30)
+            refused = 0
+            for _ in range(4):  # the boot start (ours) and four restarts: five starts
+                refused += await _operator(unit_dir, "restart") != 0
+            # Sentinel follows the unit's last life (not only "ready" from before the restarts).
+            pid = int((unit_dir / "pid").read_text())
+            deadline = time.monotonic() + 30
+            while sup.server_pid != pid or sup.state is not ServerState.READY:
+                assert time.monotonic() < deadline, "sentinel did not attach to the restarted unit"
+                await asyncio.sleep(0.05)
+            # The crash: sentinel's restart is the sixth start within the interval.
+            crashed_at = time.monotonic()
+            os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 30
+            while value(sup, "sentinel_server_restarts_total", reason="start_limit_hit") == 0:
+                assert time.monotonic() < deadline, "the refused start was not reported"
+                await asyncio.sleep(0.05)
+            for _ in range(3):  # three more restarts by the operator: refused while the limit holds
+                refused += await _operator(unit_dir, "restart") != 0
+            await sup.wait_for_state(ServerState.READY, timeout_s=interval + 30)
+            back_after = time.monotonic() - crashed_at
+        finally:
+            await sup.stop()
+    assert not [t for t in sup.machine.transitions if "failed" in t]
+    assert value(sup, "sentinel_server_crashes_total", reason="killed") == 1
+    assert sup.last_crash is not None
+    assert sup.last_crash.reason == "killed"
+    assert sum(sup.crashes.values()) == 1  # the operator's restarts are not crashes
+    assert (value(sup, "sentinel_server_restarts_total", reason="external") or 0) >= 1
+    said = [e for e in logs if e["event"] == "server_start_refused"]
+    assert said, "the refusal was not said"
+    assert all(e["reason"] == "start_limit_hit" and e["log_level"] == "error" for e in said)
+    assert all("start request repeated too quickly" in e["detail"] for e in said)
+    assert all("signal" not in e["detail"] for e in said)
+    assert "reset-failed" in said[0]["fix"]
+    if not polkit_allows_reset:
+        assert refused == 3  # the operator's own restarts met the limit too
+    # Back within the limit's interval (plus the time to notice, start and get ready on a busy box).
+    assert back_after < interval + 20, back_after

@@ -50,15 +50,37 @@ def _row_json(cmd: Any) -> dict[str, Any] | None:
 
 
 def _fallback_preview(settings: Any, cmd: Any) -> dict[str, Any]:
-    """What [server.fallback] would relaunch with if the configured command failed now."""
+    """What [server.fallback] would relaunch with if the configured command failed now. In
+    systemd mode the configured command is the unit's flags (its launch.env), as the supervisor
+    reads them; the rendered profile is only for reference there."""
     import os
 
     from sglang_sentinel.daemon import resolve_state_dir
     from sglang_sentinel.supervise.fallback import Fallback
+    from sglang_sentinel.supervise.launch import launch_version, unit_command
+    from sglang_sentinel.supervise.unitenv import UnitEnvError, read_args
 
-    preview: dict[str, Any] = Fallback(
-        settings.server.fallback, resolve_state_dir(settings, os.environ)
-    ).preview(cmd)
+    s = settings.server
+    if s.mode == "systemd":
+        try:
+            args = read_args([s.systemd.launch_env], s.systemd.args_variable)
+        except UnitEnvError as exc:
+            args, why = None, str(exc)
+        else:
+            why = f"{s.systemd.launch_env} does not exist or does not set {s.systemd.args_variable}"
+        if args is None:
+            return {
+                "enabled": s.fallback.enabled,
+                "known_good_configs": 0,
+                "active": False,
+                "sglang_version": None,
+                "fallback": None,
+                "why_none": f"the unit's launch flags are unknown: {why}",
+            }
+        cmd = unit_command(s, args)
+    preview: dict[str, Any] = Fallback(s.fallback, resolve_state_dir(settings, os.environ)).preview(cmd)
+    # Offline: the version the launch is known to speak (rendered for; the simulator's argument).
+    preview["sglang_version"] = launch_version(cmd)
     return preview
 
 
@@ -109,7 +131,7 @@ def _handle(args: argparse.Namespace) -> int:
         # warning in external mode: preflight.check_sglang_supported).
         results = [r for r in results if r.name in ("gpus", "known_bad", "sglang_version")]
     failed = any(r.status == "fail" for r in results)
-    fallback = _fallback_preview(settings, cmd) if child else None
+    fallback = _fallback_preview(settings, cmd) if s.mode != "external" else None
     if args.json:
         # redact(): the API key may also sit in extra_args, env or a fault spec, not only --api-key.
         print(

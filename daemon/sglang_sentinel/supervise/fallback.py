@@ -5,22 +5,32 @@ limit parks it as ``failed``. What fixes it is another configuration, and sentin
 ones answered right: its own records (supervise/knowngood.py) and the launch table's
 ``known_good`` row for the running SGLang version and GPU architecture.
 
-Decision rules (``[server.fallback]``, child mode, opt-in):
+Decision rules (``[server.fallback]``, child and systemd mode, opt-in):
 
 - a *correctness failure* is a confirmed canary failure on its answer (supervise/garbage.py:
   ``wrong_answer`` / ``garbage_*`` ``checks.canary.failures`` times in a row) or a NaN-class crash
   (``nan_in_sampler``); ``failures`` of them within ``window`` seconds, of the configured launch,
   start a fallback;
-- the fallback is the most recently good record of the same SGLang version (as the server
-  reported it) whose flags differ, else the table's ``known_good`` row (only the DSA backend
-  flags and the KV-cache dtype change); the interpreter, entrypoint, host, port and keys are
-  always the configured ones: a fallback changes launch flags only;
+- the fallback is a record of the same SGLang version (as the server reported it), the same
+  launch profile and the same model (supervise/knowngood.py) whose flags differ, this GPU model's
+  and driver's first, then the most recently good; else the table's ``known_good`` row (only the
+  DSA backend flags and the KV-cache dtype change); the interpreter, entrypoint, host, port and
+  keys are always the configured ones: a fallback changes launch flags only;
 - once per incident: while the fallback runs there is no second fallback; a fallback that fails
   too goes the usual way (restarts, then ``failed``); ``sentinel reset --configured`` ends the
   incident and launches the configured command again;
-- the decision is saved (``supervisor-fallback.json``, no secrets: flags only) and restored by a
-  restarted sentinel, as long as the configured command is still the one it was about; an edited
-  configuration is tried as configured.
+- the decision is saved (``supervisor-fallback.json``, no secrets: flags only, with the SGLang
+  version it was made for) and restored by a restarted sentinel, as long as the configured command
+  is still the one it was about and SGLang is still that version: an edited configuration, or an
+  SGLang upgrade that left the command line as it was, is tried as configured
+  (``server_fallback_discarded``, ``sentinel_server_fallback_discarded_total{why}``). The version
+  is compared as soon as it is known: at start from the launch (detected, pinned, the simulator's
+  argument), else when the server reports it (the fallback's life then ends, the configured one
+  starts).
+
+In systemd mode the commands are the unit's flags (launch.unit_command, supervise/unitenv.py): the
+supervisor writes a fallback's flags into the unit's fallback environment file and restarts the
+unit; this module only decides.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ from typing import Any
 from sglang_sentinel.atomic import atomic_write_bytes
 from sglang_sentinel.log import get_logger
 from sglang_sentinel.sglang.launch_facts import glm5_choice, launch_facts
+from sglang_sentinel.sglang.versions import parse_version
 from sglang_sentinel.supervise.knowngood import (
     ENDPOINT_FLAGS,
     KNOWN_GOOD_FILE,
@@ -44,14 +55,23 @@ from sglang_sentinel.supervise.knowngood import (
     KnownGoodStore,
     diff_flags,
     join_argv,
+    model_of,
     split_argv,
 )
-from sglang_sentinel.supervise.launch import LaunchCommand, version_text
+from sglang_sentinel.supervise.launch import LaunchCommand, launch_version
 from sglang_sentinel.supervise.probes import ProbeResult
 from sglang_sentinel.supervise.settings import FallbackSettings
 from sglang_sentinel.supervise.snapshot import FallbackView, frozen
 
-__all__ = ["FALLBACK_FILE", "FALLBACK_REASONS", "LIVES_FILE", "Fallback", "FallbackView", "HostFacts"]
+__all__ = [
+    "DISCARD_REASONS",
+    "FALLBACK_FILE",
+    "FALLBACK_REASONS",
+    "LIVES_FILE",
+    "Fallback",
+    "FallbackView",
+    "HostFacts",
+]
 
 _log = get_logger(__name__)
 
@@ -61,6 +81,8 @@ LIVES_FILE = "server-lives.json"
 _MAX_LIVES = 50
 #: Label values of sentinel_server_fallback_total: what the configured launch did.
 FALLBACK_REASONS: tuple[str, ...] = ("garbage", "nan_in_sampler")
+#: Label values of sentinel_server_fallback_discarded_total: why a saved decision no longer applied.
+DISCARD_REASONS: tuple[str, ...] = ("configuration_changed", "sglang_version_changed")
 # (GPU model, driver version) of this host, either None when unknown.
 HostFacts = Callable[[], tuple[str | None, str | None]]
 
@@ -70,6 +92,20 @@ _DSA_FLAGS = (
     "--nsa-decode-backend",
     "--dsa-decode-backend",
 )
+
+
+def _same_release(a: str, b: str) -> bool:
+    """Whether two version texts name one release, as far as the less precise one says: a pinned
+    launch may say "0.5.9" where the server reports more ("0.5.9.post1"); a text that is no version
+    at all must match as written."""
+    try:
+        pa, pb = parse_version(a), parse_version(b)
+    except ValueError:
+        return a == b
+    if pa[:3] != pb[:3]:
+        return False
+    # A post release or a pre-release on one side only: the other side did not say which.
+    return pa == pb or pa[3:] == (0, "") or pb[3:] == (0, "")
 
 
 def _with_flags(base: LaunchCommand, flags: Flags) -> LaunchCommand:
@@ -110,10 +146,14 @@ class Fallback:
         self._lives_path = state_dir / LIVES_FILE if state_dir is not None else None
         self.lives: list[dict[str, Any]] = []
         self.host_facts = host_facts
+        # Whether the running life runs exactly ``running`` (systemd mode: the unit's files were not
+        # changed since it started; supervisor.py sets it). Only then is a sustained pass recorded.
+        self.launch_known: Callable[[], bool] = lambda: True
         self.configured: LaunchCommand | None = None
         self.running: LaunchCommand | None = None
         self.version: str | None = None  # what the running server reported
         self.fallbacks: Counter[str] = Counter(dict.fromkeys(FALLBACK_REASONS, 0))
+        self.discarded: Counter[str] = Counter(dict.fromkeys(DISCARD_REASONS, 0))
         self._failures: list[tuple[float, str, str]] = []  # (wall clock, reason, example) of `running`
         self._decision: dict[str, Any] | None = None
         self._good_since: float | None = None
@@ -127,16 +167,27 @@ class Fallback:
         self.store.load()
         self._load_lives()
         saved = self._load()
-        if saved is not None and saved.get("configured_hash") != configured.config_hash:
-            _log.warning(
-                "server_fallback_discarded",
-                why="the configured launch changed since the fallback was decided; trying it as configured",
+        if saved is None:
+            return configured
+        if saved.get("configured_hash") != configured.config_hash:
+            self._discard(
+                "configuration_changed",
+                "the configured launch changed since the fallback was decided; trying it as configured",
                 was=saved.get("configured_hash"),
                 now=configured.config_hash,
             )
-            self._clear_file()
-            saved = None
-        if saved is None:
+            return configured
+        decided_for, now = saved.get("sglang_version"), launch_version(configured)
+        if isinstance(decided_for, str) and now is not None and not _same_release(decided_for, now):
+            # The same command line on another SGLang: what answered right on the old one says
+            # nothing about the new one (and the table's rows are per release).
+            self._discard(
+                "sglang_version_changed",
+                "SGLang is another version than the one the fallback was decided for; trying the "
+                "configured launch",
+                was=decided_for,
+                now=now,
+            )
             return configured
         try:
             flags = tuple((str(n), tuple(str(v) for v in vs)) for n, vs in saved["flags"])
@@ -218,8 +269,68 @@ class Fallback:
             return
         self.lives = lives[-_MAX_LIVES:]
 
-    def set_version(self, version: str | None) -> None:
+    def set_version(self, version: str | None) -> bool:
+        """What the running server reported. True when that ends a decision made for another
+        SGLang version (discarded: the configured launch runs from now on; the caller relaunches)."""
         self.version = version
+        d = self._decision
+        if d is None or version is None or self.configured is None:
+            return False
+        decided_for = d.get("sglang_version")
+        if not isinstance(decided_for, str) or not decided_for:
+            # Decided before the version was known (a NaN crash before /server_info answered), or
+            # by a sentinel that did not record it: the running fallback's version is the one.
+            d["sglang_version"] = version
+            self._save()
+            return False
+        if decided_for == version:
+            return False
+        self._discard(
+            "sglang_version_changed",
+            "the server reports another SGLang version than the one the fallback was decided for; "
+            "relaunching the configured launch",
+            was=decided_for,
+            now=version,
+        )
+        return True
+
+    def reconfigure(self, configured: LaunchCommand, why: str) -> bool:
+        """The configured launch changed under a running sentinel: ``why`` "configuration_changed"
+        (the unit's launch.env was edited) or "sglang_version_changed" (SGLang was upgraded under
+        us and the command re-rendered: a decision ends even when the flags render the same). True
+        when that ended a fallback: the configured launch runs from now on."""
+        old = self.configured
+        if why != "sglang_version_changed" and old is not None and configured.config_hash == old.config_hash:
+            return False
+        self.configured = configured
+        if self._decision is None:
+            self.running = configured
+            if old is None or old.config_hash != configured.config_hash:
+                self._failures = []  # about the launch that was configured
+                self._exhausted = ""
+            return False
+        detail = {
+            "configuration_changed": "the configured launch changed; trying it as configured",
+            "sglang_version_changed": "SGLang was upgraded, the launch re-rendered; trying it as configured",
+        }[why]
+        self._discard(
+            why,
+            detail,
+            was=old.config_hash if old is not None else None,
+            now=configured.config_hash,
+            sglang_version=launch_version(configured),
+        )
+        return True
+
+    def _discard(self, why: str, detail: str, **fields: Any) -> None:
+        """A saved decision that no longer applies: said, counted, its file removed."""
+        self._decision = None
+        self._failures = []
+        self._exhausted = ""
+        self.running = self.configured
+        self.discarded[why] += 1
+        _log.warning("server_fallback_discarded", reason=why, why=detail, **fields)
+        self._clear_file()
 
     @property
     def active(self) -> bool:
@@ -238,12 +349,14 @@ class Fallback:
         if self._good_since is None:
             self._good_since = now
         if now - self._good_since >= self.settings.good_after and self.running is not None:
+            if not self.launch_known():
+                return  # what runs is not the command sentinel thinks (a unit started before an edit)
             gpu_model, driver = self.host_facts()
             cmd = self.running
             self.store.mark_good(
                 cmd.config_hash,
                 cmd.redacted_argv(),
-                sglang_version=self.version or version_text(cmd.sglang_version),
+                sglang_version=self.version or launch_version(cmd),
                 driver_version=driver,
                 gpu_model=gpu_model,
                 profile=cmd.profile_name,
@@ -277,11 +390,23 @@ class Fallback:
         """(the fallback command, where it comes from), or why there is none."""
         base, running = self.configured, self.running
         if base is None or running is None:
-            return "no launch command (child mode only)"
-        version = self.version or version_text(running.sglang_version)
+            return "no launch command (child mode, or systemd mode with the unit's launch flags known)"
+        version = self.version or launch_version(running)
         exclude = {base.config_hash, running.config_hash}
+        # Only a record of this launch profile and this model: its flags replace the configured
+        # ones, and one of another profile or model would serve something else than configured.
+        model = model_of(split_argv(base.argv)[1])
         if "history" in self.settings.sources:
-            for rec in self.store.candidates(version, ()):
+            gpu_model, driver = self.host_facts()
+            found = self.store.candidates(
+                version,
+                (),
+                profile=base.profile_name,
+                model=model,
+                gpu_model=gpu_model,
+                driver_version=driver,
+            )
+            for rec in found:
                 cmd = _with_flags(base, rec.flags)
                 if cmd.config_hash not in exclude and rec.argv_hash not in exclude:
                     return cmd, "history"
@@ -302,9 +427,10 @@ class Fallback:
                 if cmd.config_hash not in exclude:
                     return cmd, f"table: {row.key}"
         known = len(self.store.records)
+        mine = self.store.count_of(base.profile_name, model)
         return (
             f"no known-good configuration other than this one for SGLang {version or 'unknown'} "
-            f"({known} record(s) on this host"
+            f"({known} record(s) on this host, {mine} of profile {base.profile_name} and this model"
             + (", no launch table" if not base.profile.launch_table else ", no known_good table row")
             + ")"
         )
@@ -335,6 +461,8 @@ class Fallback:
         self._decision = {
             "configured_hash": configured.config_hash,
             "fallback_hash": cmd.config_hash,
+            # What the choice was made for: a restored decision of another SGLang is discarded.
+            "sglang_version": self.version or launch_version(self.running),
             # Secrets masked; the endpoint and key flags only keep their place (fallback: base's).
             "flags": [[n, list(v)] for n, v in split_argv(cmd.redacted_argv())[1]],
             "origin": origin,
@@ -400,6 +528,7 @@ class Fallback:
             recent_failures=sum(1 for t, _, _ in self._failures if now - t <= self.settings.window),
             exhausted=self._exhausted,
             lives=tuple(frozen(life) for life in self.lives[-10:]),
+            discarded=frozen(self.discarded),
         )
 
     # ------------------------------------------------------------------ the file

@@ -3,8 +3,14 @@
 A configuration is *known good* once one life of it answered every canary right for
 ``[server.fallback] good_after`` seconds (supervise/fallback.py decides when); the record keeps
 what it was (the argv hash, its launch flags with secrets masked, the SGLang version the server
-reported, the driver and GPU model) and when it was good (first and last). The fallback reads
-them back: only a record of the same SGLang version is a candidate.
+reported, the driver and GPU model, the launch profile and the model it served) and when it was
+good (first and last). The fallback reads them back: a record is a candidate only for a launch of
+the same SGLang version, the same launch profile (name) and the same model (``--model-path`` and
+``--served-model-name``, as the flags give them); among those, one recorded on this GPU model and
+driver comes first. A record's flags replace the configured ones, so a record of another profile
+or model would make the fallback serve something else than configured: never a candidate. A
+record written before the profile and model were kept reads its model from its flags; one without
+a profile is not a candidate (which launch it was is not known).
 
 The file (``known-good.json``) is rewritten atomically; one that cannot be read or parsed is
 logged and counted (``sentinel_server_known_good_unreadable_total``) and set aside as
@@ -34,8 +40,10 @@ __all__ = [
     "Flags",
     "KnownGood",
     "KnownGoodStore",
+    "ModelId",
     "diff_flags",
     "join_argv",
+    "model_of",
     "split_argv",
 ]
 
@@ -49,6 +57,12 @@ Flags = tuple[tuple[str, tuple[str, ...]], ...]
 
 # Where the server listens and its keys: always the current command's, never a record's.
 ENDPOINT_FLAGS = frozenset({"--host", "--port", "--api-key", "--admin-api-key"})
+# Which model a launch serves: (model path, served model name), None where the flag is absent
+# (SGLang then serves the model path under its own name; the simulator its profile's model).
+ModelId = tuple[str | None, str | None]
+# SGLang's spellings (sglang/srt/server_args.py of 0.5.9 and 0.5.23: "--model-path", alias "--model").
+_MODEL_PATH_FLAGS = ("--model-path", "--model")
+_SERVED_NAME_FLAG = "--served-model-name"
 
 
 def split_argv(argv: Sequence[str]) -> tuple[tuple[str, ...], Flags]:
@@ -64,6 +78,18 @@ def split_argv(argv: Sequence[str]) -> tuple[tuple[str, ...], Flags]:
         else:
             prefix.append(tok)
     return tuple(prefix), tuple((name, tuple(values)) for name, values in flags)
+
+
+def model_of(flags: Flags) -> ModelId:
+    """The model a launch with these flags serves (the last value of each flag, as argparse)."""
+    path: str | None = None
+    name: str | None = None
+    for flag, values in flags:
+        if flag in _MODEL_PATH_FLAGS:
+            path = " ".join(values)
+        elif flag == _SERVED_NAME_FLAG:
+            name = " ".join(values)
+    return path, name
 
 
 def join_argv(prefix: Iterable[str], flags: Flags) -> tuple[str, ...]:
@@ -109,7 +135,13 @@ class KnownGood:
     gpu_model: str | None
     first_good: float  # wall clock
     last_good: float
-    profile: str = ""
+    profile: str = ""  # the launch profile's name ("" in a record from before it was kept)
+    model_path: str | None = None  # model_of(flags): what the launch served
+    served_model_name: str | None = None
+
+    @property
+    def model(self) -> ModelId:
+        return self.model_path, self.served_model_name
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -127,6 +159,12 @@ class KnownGood:
             k: (None if data.get(k) is None else str(data[k]))
             for k in ("sglang_version", "driver_version", "gpu_model")
         }
+        # A record from before the model was kept: its flags say which model it served.
+        path, name = model_of(flags)
+        if "model_path" in data or "served_model_name" in data:
+            path, name = (
+                None if data.get(k) is None else str(data[k]) for k in ("model_path", "served_model_name")
+            )
         return cls(
             argv_hash=str(data["argv_hash"]),
             flags=flags,
@@ -134,6 +172,8 @@ class KnownGood:
             first_good=float(data["first_good"]),
             last_good=float(data["last_good"]),
             profile=str(data.get("profile", "")),
+            model_path=path,
+            served_model_name=name,
             **opt,
         )
 
@@ -201,9 +241,11 @@ class KnownGoodStore:
         """Record (or refresh the last-good time of) a configuration; saved at once."""
         now = time.time() if now is None else now
         old = self.records.get(argv_hash)
+        flags = split_argv(argv)[1]
+        path, name = model_of(flags)
         rec = KnownGood(
             argv_hash=argv_hash,
-            flags=split_argv(argv)[1],
+            flags=flags,
             argv=tuple(argv),
             sglang_version=sglang_version,
             driver_version=driver_version or (old.driver_version if old else None),
@@ -211,6 +253,8 @@ class KnownGoodStore:
             first_good=old.first_good if old is not None else now,
             last_good=now,
             profile=profile,
+            model_path=path,
+            served_model_name=name,
         )
         self.records[argv_hash] = rec
         if old is None:
@@ -223,15 +267,42 @@ class KnownGoodStore:
         self.save()
         return rec
 
-    def candidates(self, sglang_version: str | None, exclude: Iterable[str]) -> list[KnownGood]:
-        """Records of this SGLang version other than ``exclude``, the most recently good first."""
+    def candidates(
+        self,
+        sglang_version: str | None,
+        exclude: Iterable[str],
+        *,
+        profile: str,
+        model: ModelId,
+        gpu_model: str | None = None,
+        driver_version: str | None = None,
+    ) -> list[KnownGood]:
+        """Records of this SGLang version, launch profile and model other than ``exclude``: those of
+        this GPU model first, then of this driver, then the most recently good."""
         skip = set(exclude)
         found = [
             r
             for r in self.records.values()
-            if r.argv_hash not in skip and sglang_version is not None and r.sglang_version == sglang_version
+            if r.argv_hash not in skip
+            and sglang_version is not None
+            and r.sglang_version == sglang_version
+            and profile
+            and r.profile == profile
+            and r.model == model
         ]
-        return sorted(found, key=lambda r: r.last_good, reverse=True)
+
+        def rank(r: KnownGood) -> tuple[bool, bool, float]:
+            return (
+                gpu_model is not None and r.gpu_model == gpu_model,
+                driver_version is not None and r.driver_version == driver_version,
+                r.last_good,
+            )
+
+        return sorted(found, key=rank, reverse=True)
+
+    def count_of(self, profile: str, model: ModelId) -> int:
+        """Records of this launch profile and model, whatever their SGLang version (for screens)."""
+        return sum(1 for r in self.records.values() if profile and r.profile == profile and r.model == model)
 
     def save(self) -> None:
         path = self.path

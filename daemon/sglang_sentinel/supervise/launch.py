@@ -27,9 +27,11 @@ __all__ = [
     "config_hash_of",
     "detect_sglang_version",
     "dsa_choice",
+    "launch_version",
     "python_of",
     "render_command",
     "resolve_profile",
+    "unit_command",
     "version_text",
 ]
 
@@ -220,6 +222,49 @@ def detect_sglang_version(python: str, timeout: float = 60.0) -> tuple[Version |
 def version_text(version: Version | None) -> str | None:
     """``version`` as text that parses back to the same release row (``.postN``, ``rc0`` kept)."""
     return str(version) if version is not None else None
+
+
+# The simulator's own entry points (pyproject.toml: `python -m sglang_sentinel_sim`, `sentinel-sim`,
+# `sentinel sim`); its --sglang-version says which SGLang it speaks (docs/sim.md).
+_SIM_MODULE = "sglang_sentinel_sim"
+_SIM_VERSION_FLAG = "--sglang-version"
+
+
+def _runs_the_simulator(argv: tuple[str, ...]) -> bool:
+    names = [a.rsplit("/", 1)[-1] for a in argv]
+    return _SIM_MODULE in argv or "sentinel-sim" in names or ("sentinel" in names and "sim" in argv)
+
+
+def launch_version(cmd: LaunchCommand) -> str | None:
+    """The SGLang version a launch speaks, known before its server says so: the one its flags were
+    rendered for (detected or pinned), else, for the simulator, its ``--sglang-version`` argument
+    (the simulator reports exactly that at /server_info). None when unknown offline (another
+    command, or the simulator on its default, which sentinel does not import)."""
+    if cmd.sglang_version is not None:
+        return version_text(cmd.sglang_version)
+    if cmd.profile.kind != "command" or not _runs_the_simulator(cmd.argv):
+        return None
+    found: str | None = None
+    for i, arg in enumerate(cmd.argv):
+        if arg == _SIM_VERSION_FLAG and i + 1 < len(cmd.argv):
+            found = cmd.argv[i + 1]
+        elif arg.startswith(_SIM_VERSION_FLAG + "="):
+            found = arg.partition("=")[2]
+    return found or None
+
+
+def unit_command(settings: ServerSettings, args: tuple[str, ...]) -> LaunchCommand:
+    """The launch a systemd unit runs, as sentinel models it: the unit's name, then its launch
+    flags (``args``: the ``[server.systemd] args_variable`` of its environment files). The unit
+    owns the interpreter and the entrypoint (its ExecStart=): only the flags are sentinel's to read
+    or, for a fallback, to choose. The profile is the configured one where it resolves (its launch
+    table and GPU architecture name the table's known-good row), else an empty command profile."""
+    unit = settings.systemd.unit
+    try:
+        _, profile = resolve_profile(settings)
+    except ProfileError:
+        profile = LaunchProfile(kind="command")
+    return LaunchCommand(f"systemd:{unit}", profile, (unit, *args), {})
 
 
 def dsa_choice(profile: LaunchProfile, version: Version | None) -> tuple[DsaRow | None, tuple[str, str, str]]:

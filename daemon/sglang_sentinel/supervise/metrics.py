@@ -15,6 +15,8 @@ dashboards rely on:
   the configured one failed correctness (``garbage``, ``nan_in_sampler``); 0 from the start.
 - ``sentinel_server_config_info{source,config_hash,configured_hash}``: which command runs,
   ``source="configured"`` or ``"fallback"`` (alert: SGLangServerOnFallbackConfig).
+- ``sentinel_server_fallback_discarded_total{why}``: saved fallback decisions that no longer
+  applied (``configuration_changed``, ``sglang_version_changed``); 0 from the start.
 - ``sentinel_probe_success{probe}`` / ``sentinel_probe_duration_seconds{probe}``: the last result
   of health, health_generate, stall and each canary (``canary_<name>``). While the server is not
   serving (starting, warming, restarting, failed, stopped) only ``health`` is exported, at 0:
@@ -30,7 +32,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from sglang_sentinel.supervise.classify import CRASH_REASONS
-from sglang_sentinel.supervise.fallback import FALLBACK_REASONS
+from sglang_sentinel.supervise.fallback import DISCARD_REASONS, FALLBACK_REASONS
 from sglang_sentinel.supervise.state import ServerState
 
 if TYPE_CHECKING:
@@ -195,6 +197,15 @@ def _fallback_series(sup: SupervisorSnapshot) -> Iterator[Metric]:
             "Launch configurations recorded as answering right on this host (state dir).",
             value=fb.known_good,
         )
+    discarded = CounterMetricFamily(
+        "sentinel_server_fallback_discarded",
+        "Saved fallback decisions that no longer applied (the configured launch or SGLang changed), by why.",
+        labels=["why"],
+    )
+    gone = dict.fromkeys(DISCARD_REASONS, 0) | (dict(fb.discarded) if fb is not None else {})
+    for why, n in sorted(gone.items()):
+        discarded.add_metric([why], n)
+    yield discarded
     yield CounterMetricFamily(
         "sentinel_server_known_good_unreadable",
         "Known-good files or records that could not be read and were set aside.",

@@ -8,7 +8,9 @@ the state directory's pidfile (:mod:`~sglang_sentinel.supervise.pidfile`), so th
 leftover instead of failing on its port.
 
 systemd mode: ``systemctl start/stop`` and ``systemctl show`` for the exit status, the journal
-followed by a long-running ``journalctl --follow``; both commands are injectable.
+followed by a long-running ``journalctl --follow``; both commands are injectable. The unit's launch
+flags are read from its environment files, and a fallback's written into the one sentinel owns
+(supervise/unitenv.py).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import re
 import shutil
 import signal
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
@@ -31,6 +34,7 @@ from sglang_sentinel.supervise.pdeath import wrap
 from sglang_sentinel.supervise.pidfile import PIDFILE, Leftover, ServerPidfile
 from sglang_sentinel.supervise.secretargs import hide_secret_flags
 from sglang_sentinel.supervise.settings import SystemdSettings
+from sglang_sentinel.supervise.unitenv import UnitEnvError, read_args, remove_args_file, write_args_file
 from sglang_sentinel.systemd import clean_child_env
 
 __all__ = ["ChildRunner", "ExitInfo", "LaunchError", "Runner", "SystemdRunner"]
@@ -315,6 +319,9 @@ _PROPERTIES = (
     "ExecMainExitTimestampMonotonic",
     "StartLimitIntervalUSec",
     "StartLimitBurst",
+    # When the main process of this life was started (CLOCK_MONOTONIC, µs): environment files
+    # changed after it are not what it runs.
+    "ExecMainStartTimestampMonotonic",
 )
 # systemd's Result= for a start it refused under StartLimitIntervalSec=/StartLimitBurst=.
 START_LIMIT_HIT = "start-limit-hit"
@@ -380,6 +387,11 @@ class SystemdRunner:
         self._main_pid: int | None = None
         self.journal_restarts_total = 0
         self.stop_kills = 0  # systemd escalates by itself (the unit's TimeoutStopSec)
+        #: The launch flags this life of the unit runs (its environment files as they were when
+        #: its main process started); None until it is seen running, or when a file changed since.
+        self.started_with: tuple[str, ...] | None = None
+        # CLOCK_MONOTONIC of our last change to the fallback file (a removal leaves no mtime).
+        self._fallback_changed_at = 0.0
 
     @property
     def pid(self) -> int | None:
@@ -433,8 +445,69 @@ class SystemdRunner:
             self.journal_restarts_total += 1
             await asyncio.sleep(5.0)
 
+    # ------------------------------------------------------------------ launch flags
+    def configured_args(self) -> tuple[tuple[str, ...] | None, str]:
+        """(the flags of the operator's environment file alone, "") or (None, why not)."""
+        s = self._s
+        try:
+            args = read_args([s.launch_env], s.args_variable)
+        except UnitEnvError as exc:
+            return None, str(exc)
+        if args is None:
+            return None, f"{s.launch_env} does not exist or does not set {s.args_variable}"
+        return args, ""
+
+    def set_fallback_args(self, args: Sequence[str] | None) -> bool:
+        """Write a fallback's flags into the unit's fallback environment file (None: remove it), for
+        the unit's next start. True when that changed the file. Raises OSError or UnitEnvError."""
+        s = self._s
+        if args is None:
+            changed = remove_args_file(s.fallback_env)
+        else:
+            header = (
+                "Written by sentinel ([server.fallback]): the launch flags of a fallback configuration.\n"
+                f"{self._s.unit} reads this file after {s.launch_env}; its {s.args_variable} wins.\n"
+                "`sentinel reset --configured` removes it (and restarts the unit with the configured\n"
+                "flags). Do not edit: sentinel rewrites or removes it."
+            )
+            changed = write_args_file(s.fallback_env, s.args_variable, args, header)
+        if changed:
+            self._fallback_changed_at = time.monotonic()
+            if args is not None:
+                _log.info("unit_fallback_flags_written", unit=s.unit, path=str(s.fallback_env))
+            else:
+                _log.info("unit_fallback_flags_removed", unit=s.unit, path=str(s.fallback_env))
+        return changed
+
+    def _flags_of_this_life(self, props: dict[str, str]) -> tuple[str, ...] | None:
+        """What the main process that started at ExecMainStartTimestampMonotonic runs: the files'
+        flags, if neither file changed since (else unknown: systemd read them at that start)."""
+        s = self._s
+        started = _usec(props.get("ExecMainStartTimestampMonotonic", ""))
+        if not started:
+            return None
+        started_s = started / 1e6
+        if self._fallback_changed_at > started_s:
+            return None
+        # File times are wall clock; the start is CLOCK_MONOTONIC (the clock time.monotonic reads).
+        offset = time.time() - time.monotonic()
+        for path in (s.launch_env, s.fallback_env):
+            try:
+                mtime = path.stat().st_mtime
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return None
+            if mtime - offset > started_s:
+                return None
+        try:
+            return read_args([s.launch_env, s.fallback_env], s.args_variable)
+        except UnitEnvError:
+            return None
+
     async def launch(self) -> None:
         self._ensure_follower()
+        self.started_with = None
         props = await self.show()
         if props.get("ActiveState") == "active":
             # Already serving (sentinel itself restarted): attach, never bounce a healthy server.
@@ -501,6 +574,8 @@ class SystemdRunner:
                         None, None, f"unit restarted outside sentinel (new MainPID {pid})", external=True
                     )
                 elif pid:
+                    if not seen_running:
+                        self.started_with = self._flags_of_this_life(props)
                     self._main_pid = pid
                     seen_running = True
             elif state == "inactive" and not seen_running and time.monotonic() - t0 < _START_GRACE:
@@ -559,6 +634,11 @@ class SystemdRunner:
         except ValueError:
             return ExitInfo(None, None, f"unit {state}, result {props.get('Result', '?')}")
         if code == _CLD_EXITED:
+            if stopped_by_a_stop_job(props):
+                # A stop (or restart) job came first and the process then exited on its own: a
+                # server that ends on SIGTERM with a status (0, or its shutdown's) was stopped,
+                # not crashed.
+                return ExitInfo(n, None, f"unit {state}: {who} (exited with status {n})", external=True)
             return ExitInfo(n, None, f"unit {state}: exited with status {n}")
         if code in _CLD_SIGNALLED and (
             (props.get("Result") == "success" and n in _STOP_SIGNALS) or stopped_by_a_stop_job(props)

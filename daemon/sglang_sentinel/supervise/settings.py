@@ -147,7 +147,8 @@ class FallbackSettings(Section):
     """``[server.fallback]``: relaunch with a configuration known to answer right (supervise/fallback.py)."""
 
     # Off by default: a different command line than the one configured is a decision an operator
-    # opts into. Child mode only (sentinel renders the argv); systemd/external refuse it.
+    # opts into. Child mode (sentinel renders the argv) and systemd mode (sentinel writes the unit's
+    # flags into [server.systemd] fallback_env); external mode refuses it (nothing to relaunch).
     enabled: bool = False
     # This many correctness failures (confirmed canary garbage, NaN-class crashes) of one
     # configuration within `window` seconds start the fallback.
@@ -172,6 +173,13 @@ class SystemdSettings(Section):
     poll_interval: float = Field(default=2.0, gt=0)
     # After an exit, wait this long for the journal's last lines (the crash cause) to arrive.
     settle: float = Field(default=2.0, ge=0)
+    # The unit's launch flags (supervise/unitenv.py): the variable its ExecStart= expands, the
+    # operator's environment file that sets it, and the optional one after it that sentinel writes
+    # while a fallback is in force ([server.fallback]; deploy/sglang.service reads both, the later
+    # wins). Read for the known-good records and the fallback; the defaults are deploy/'s paths.
+    args_variable: str = Field(default="SGLANG_ARGS", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    launch_env: Path = Path("/etc/sglang/launch.env")
+    fallback_env: Path = Path("/var/lib/sentinel/sglang-fallback.env")
 
 
 class LaunchProfile(Section):
@@ -389,10 +397,10 @@ class ServerSettings(Section):
     fallback: FallbackSettings = Field(default_factory=FallbackSettings)
 
     @model_validator(mode="after")
-    def _fallback_needs_child(self) -> ServerSettings:
-        if self.fallback.enabled and self.mode != "child":
+    def _fallback_needs_a_launch(self) -> ServerSettings:
+        if self.fallback.enabled and self.mode == "external":
             raise ValueError(
-                f'fallback.enabled needs mode = "child": in {self.mode} mode sentinel does not choose the '
-                "server's command line, so it cannot relaunch it with another one"
+                'fallback.enabled needs mode = "child" or "systemd": in external mode sentinel does not '
+                "start the server, so it cannot relaunch it with another command line"
             )
         return self

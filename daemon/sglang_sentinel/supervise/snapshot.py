@@ -11,7 +11,7 @@ registry asks of every source.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -56,6 +56,8 @@ class FallbackView:
     exhausted: str = ""  # why no fallback was possible (or "fallback failing too"), "" otherwise
     # The last launches: {"at", "argv_hash", "source", "argv"}, newest last.
     lives: tuple[Mapping[str, Any], ...] = ()
+    # Saved decisions that no longer applied, by why (fallback.DISCARD_REASONS).
+    discarded: Mapping[str, int] = field(default_factory=lambda: frozen({}))
 
 
 @dataclass(frozen=True, slots=True)

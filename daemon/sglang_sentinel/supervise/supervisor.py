@@ -36,7 +36,7 @@ from sglang_sentinel.supervise.fallback import Fallback, HostFacts
 from sglang_sentinel.supervise.gaps import GapWatch
 from sglang_sentinel.supervise.garbage import GarbageListener, GarbageWatch
 from sglang_sentinel.supervise.history import HISTORY_FILE, RestartHistory
-from sglang_sentinel.supervise.launch import LaunchCommand, api_key_of, config_hash_of
+from sglang_sentinel.supervise.launch import LaunchCommand, api_key_of, config_hash_of, unit_command
 from sglang_sentinel.supervise.logbus import LineListener, LogBus, LogLine
 from sglang_sentinel.supervise.member import GroupMember, follow
 from sglang_sentinel.supervise.metrics import SupervisorCollector
@@ -45,12 +45,13 @@ from sglang_sentinel.supervise.preflight import GpuReader, PreflightResult
 from sglang_sentinel.supervise.prelaunch import preflight_before_launch, render_launch_command, runner_for
 from sglang_sentinel.supervise.probes import ProbeResult
 from sglang_sentinel.supervise.readiness import await_ready
-from sglang_sentinel.supervise.runners import ChildRunner, ExitInfo, LaunchError, Runner
+from sglang_sentinel.supervise.runners import ChildRunner, ExitInfo, LaunchError, Runner, SystemdRunner
 from sglang_sentinel.supervise.server_version import ServerVersionReader
 from sglang_sentinel.supervise.settings import ServerSettings
 from sglang_sentinel.supervise.snapshot import SupervisorSnapshot, frozen
 from sglang_sentinel.supervise.state import ServerState, StateListener, StateMachine
 from sglang_sentinel.supervise.tasks import cancel_and_wait, either
+from sglang_sentinel.supervise.unitenv import UnitEnvError
 
 __all__ = ["BeforeStopHook", "GarbageListener", "Supervisor"]
 
@@ -144,8 +145,10 @@ class Supervisor:
         self._pending_restart: str | None = None
         history = state_dir / HISTORY_FILE if state_dir is not None and settings.mode != "external" else None
         self._history = RestartHistory(history, self.policy)
-        # Known-good records and the fallback decision: only where sentinel renders the command.
-        self.fallback = Fallback(settings.fallback, state_dir if settings.mode == "child" else None)
+        # Known-good records and the fallback decision: only where sentinel chooses the command line
+        # (child: the argv it renders; systemd: the unit's flags, through its environment files).
+        self.fallback = Fallback(settings.fallback, state_dir if settings.mode != "external" else None)
+        self._unit_flags_problem = ""  # systemd: why the unit's launch flags cannot be read, said once
         self._fallback_due: str | None = None  # a FALLBACK_REASONS value once a fallback is due
         self.garbage.add_listener(self._on_garbage)
         self._version_reader: ServerVersionReader | None = None
@@ -252,7 +255,12 @@ class Supervisor:
         if self.member is not None and self.command is not None:
             self.command = self.member.apply(self.command)
         self._runner = runner_for(s, self.command, self.bus, self._state_dir)
-        if s.mode == "child":
+        if isinstance(self._runner, SystemdRunner):
+            # The unit's flags: a fallback decided before a restart of sentinel is kept (fallback.py);
+            # each life reads them again and makes the unit's fallback file agree (_one_life).
+            self.fallback.launch_known = self._unit_runs_what_is_decided
+            self._read_unit_flags(self._runner)
+        if s.mode != "external":
             self._publish()  # the launch hash and SGLang version are known now
         # The probes need the key the server was started with (a profile may carry its own).
         api_key = api_key_of(s, self.command.profile if self.command is not None else None)
@@ -265,11 +273,11 @@ class Supervisor:
             limits=httpx.Limits(max_connections=8, max_keepalive_connections=4),
         )
         self._history.restore(self.config_hash)
-        if s.mode == "child":
+        if s.mode != "external":
             # The version the server reports: a known-good record, and a fallback, are per version.
             self._version_reader = ServerVersionReader(
                 f"http://{url_host(s.host)}:{s.port}",
-                self.fallback.set_version,
+                self._on_version,
                 api_key=lambda: api_key,
                 fallback=lambda: None,
                 transport=self._transport,
@@ -343,7 +351,7 @@ class Supervisor:
         if configured:
             cmd = self.fallback.back_to_configured()
             if cmd is not None:
-                self._use_command(cmd)
+                self._use_command(cmd)  # systemd: the unit's fallback file goes
         self._history.save(self.config_hash)
         _log.info("supervisor_reset", state=self.state.value, configured=configured)
         self._publish()
@@ -377,7 +385,7 @@ class Supervisor:
             next_retry_at=self.next_retry_at,
             port_holders=self.port_holders,
             stop_kills=self._runner.stop_kills if self._runner is not None else 0,
-            fallback=self.fallback.view() if self.settings.mode == "child" else None,
+            fallback=self.fallback.view() if self._fallback_on else None,
         )
 
     def _publish(self) -> None:
@@ -406,8 +414,20 @@ class Supervisor:
             self.fallback.observe_canary(result, self.checks.probes, now)
             self.garbage.observe(result, now, self.ready_timestamp)
 
+    @property
+    def _fallback_on(self) -> bool:
+        """Whether the fallback machinery runs: child mode, or systemd mode with the unit's launch
+        flags readable (records, decisions); never in external mode."""
+        return self.fallback.configured is not None
+
+    def _on_version(self, version: str | None) -> None:
+        """The running server's version: a restored decision made for another SGLang ends here."""
+        if self.fallback.set_version(version) and self.fallback.running is not None:
+            self._use_command(self.fallback.running)
+            self._request_restart("fallback")
+
     def _on_garbage(self, since: float, reason: str) -> None:
-        if self.settings.mode == "child" and self.fallback.note_garbage(since, reason):
+        if self._fallback_on and self.fallback.note_garbage(since, reason):
             self._fallback_due = "garbage"
             if self.fallback.available():
                 self._request_restart("fallback")
@@ -467,14 +487,16 @@ class Supervisor:
             if outcome.crash is not None:
                 self.crashes[outcome.reason] += 1
                 self.last_crash = outcome.crash
-                if outcome.reason == "nan_in_sampler" and self.settings.mode == "child":
+                if outcome.reason == "nan_in_sampler" and self._fallback_on:
                     example = " | ".join(outcome.crash.lines) or outcome.detail
                     if self.fallback.note_failure("nan_in_sampler", example):
                         self._fallback_due = "nan_in_sampler"
             if self._switch_to_fallback():
                 continue
-            # An operator's restart is neither backed off nor counted towards the crash loop.
-            delay = 0.0 if outcome.reason in ("manual", "external", "group") else self.policy.next_delay(now)
+            # An operator's restart is neither backed off nor counted towards the crash loop; nor is
+            # a switch of configuration (a saved fallback that no longer applied: the configured one).
+            no_backoff = ("manual", "external", "group", "fallback")
+            delay = 0.0 if outcome.reason in no_backoff else self.policy.next_delay(now)
             self._history.save(self.config_hash)
             self._publish()
             if delay is None:
@@ -505,7 +527,11 @@ class Supervisor:
         cmd = self.fallback.decide(reason) if reason is not None else None
         if cmd is None:
             return False
-        self._use_command(cmd)
+        if not self._use_command(cmd):
+            # systemd: the unit's fallback file could not be written; a start would run the
+            # configured flags while everything said "fallback". The incident goes the usual way.
+            self.fallback.back_to_configured()
+            return False
         self.policy.reset()
         self._history.save(self.config_hash)
         self.restarts["fallback"] += 1
@@ -568,6 +594,16 @@ class Supervisor:
         self.checks.reset()
         self.fallback.new_life()
         self.garbage.new_life()
+        if (
+            isinstance(runner, SystemdRunner)
+            and self._read_unit_flags(runner)
+            and self._apply_to_unit(changed_only=True)
+            and await runner.is_running()
+        ):
+            # The fallback file changed under a running unit (a saved decision restored with its
+            # file gone, or discarded): it runs other flags than decided. One restart, at once.
+            _log.warning("unit_flags_changed_restarting", unit=self.settings.systemd.unit)
+            self._pending_restart = "fallback"
         if self._gate is not None:
             await self._gate()
         self.machine.set(ServerState.STARTING, "preflight")
@@ -588,6 +624,8 @@ class Supervisor:
         self._launch_t0 = time.monotonic()
         if self.settings.mode == "child":
             self.fallback.note_launch(self.command)
+        elif self._fallback_on:
+            self.fallback.note_launch(self.fallback.running)  # a life of the unit (started or attached)
         self.machine.set(ServerState.STARTING, "launched")
         exit_task = asyncio.create_task(runner.wait())
         # One restart request per life, shared by both phases: nothing asked for in between is lost.
@@ -614,7 +652,7 @@ class Supervisor:
             self.command,
             gpu_reader=self._gpu_reader,
             on_results=self._set_preflight,
-            on_rerender=self._use_command,
+            on_rerender=self._rerendered,
         )
         return None if crash is None else _Outcome(crash.reason, crash.detail, crash)
 
@@ -622,12 +660,73 @@ class Supervisor:
         self.preflight = results
         self._publish()
 
-    def _use_command(self, cmd: LaunchCommand) -> None:
-        """The command re-rendered for an SGLang upgraded under us: launched from now on."""
+    def _rerendered(self, cmd: LaunchCommand) -> None:
+        """The command re-rendered for an SGLang upgraded under us: launched from now on (a
+        fallback decided for the old version ends)."""
+        self.fallback.reconfigure(cmd, "sglang_version_changed")
+        self._use_command(cmd)
+
+    def _use_command(self, cmd: LaunchCommand) -> bool:
+        """Launch ``cmd`` from now on (child mode); systemd mode: the unit's fallback file says what
+        the fallback decides (its flags, or no file). False when that file could not be written."""
+        if self.settings.mode == "systemd":
+            return self._apply_to_unit()
         self.command = cmd = cmd if self.member is None else self.member.apply(cmd)
         if isinstance(self._runner, ChildRunner):
             self._runner.command = cmd
             self._runner.launch_hash = self.config_hash
+        return True
+
+    # ------------------------------------------------------------------ systemd: the unit's flags
+    def _read_unit_flags(self, runner: SystemdRunner) -> bool:
+        """Read the unit's configured flags (an edit ends a fallback about the old ones). True when
+        they are known (the fallback machinery runs)."""
+        args, why = runner.configured_args()
+        if args is None:
+            if why != self._unit_flags_problem:
+                # Without them there are no records and no fallback in systemd mode: a problem only
+                # where the fallback is on.
+                unit = self.settings.systemd.unit
+                if self.settings.fallback.enabled:
+                    _log.warning("unit_launch_flags_unreadable", unit=unit, why=why)
+                else:
+                    _log.info("unit_launch_flags_unreadable", unit=unit, why=why)
+            self._unit_flags_problem = why
+            return False
+        self._unit_flags_problem = ""
+        cmd = unit_command(self.settings, args)
+        if self.fallback.configured is None:
+            self.fallback.begin(cmd)
+        else:
+            self.fallback.reconfigure(cmd, "configuration_changed")
+        return True
+
+    def _apply_to_unit(self, *, changed_only: bool = False) -> bool:
+        """Write the running fallback's flags into the unit's fallback file, or remove it when the
+        configured launch runs. True when done (``changed_only``: when that changed the file)."""
+        runner = self._runner
+        running = self.fallback.running
+        if not isinstance(runner, SystemdRunner) or self.fallback.configured is None:
+            return not changed_only
+        args = running.argv[1:] if self.fallback.active and running is not None else None
+        try:
+            changed = runner.set_fallback_args(args)
+        except (OSError, UnitEnvError) as exc:
+            _log.error(
+                "unit_fallback_file_failed",
+                path=str(self.settings.systemd.fallback_env),
+                error=str(exc),
+                fallback=args is not None,
+            )
+            return False
+        return changed or not changed_only
+
+    def _unit_runs_what_is_decided(self) -> bool:
+        """systemd mode: the unit's current life runs exactly the running command's flags."""
+        runner, running = self._runner, self.fallback.running
+        if not isinstance(runner, SystemdRunner) or running is None:
+            return False
+        return runner.started_with is not None and runner.started_with == running.argv[1:]
 
     async def _crash_outcome(self, exit_task: asyncio.Task[ExitInfo]) -> _Outcome:
         exit_info = exit_task.result()
@@ -706,6 +805,6 @@ class Supervisor:
         reason = restart_req.result()
         detail = {
             "manual": "restart requested",
-            "fallback": "falling back to a known-good configuration",
+            "fallback": "switching the launch configuration ([server.fallback])",
         }.get(reason, f"check {reason} failed")
         return await self._deliberate_stop(runner, reason, detail)

@@ -17,7 +17,7 @@ from prometheus_client.metrics_core import Metric
 
 from sglang_sentinel.collect.gpu.fake import FakeNvml
 from sglang_sentinel.collect.gpu.health import GpuHealth
-from sglang_sentinel.collect.gpu.poller import GpuPoller, GpuSnapshot
+from sglang_sentinel.collect.gpu.poller import NO_DRIVER, GpuPoller, GpuSnapshot
 from sglang_sentinel.collect.gpu.reading import DeviceIdentity, DeviceReading, Nvml
 from sglang_sentinel.collect.registry import register
 from sglang_sentinel.collect.render import render_families
@@ -29,8 +29,6 @@ if TYPE_CHECKING:
 __all__ = ["GpuCollector"]
 
 _ID = ["gpu", "uuid", "name", "pci_bus_id"]
-# NVML states that mean "no NVIDIA driver or GPU on this host" (not "a GPU went wrong").
-_NO_DRIVER = frozenset({"library_not_found", "driver_not_loaded", "no_devices"})
 # deploy/alerts.yml's GpuXidCritical list: uncorrectable ECC (48), GSP/firmware (62, 119, 120),
 # row-remap failure (64), NVLink (74), fell off the bus (79), uncontained ECC (95).
 ALERTED_XIDS = (48, 62, 64, 74, 79, 95, 119, 120)
@@ -125,8 +123,10 @@ class GpuCollector:
         self, poller: GpuPoller, *, expected: bool = True, clock: Callable[[], float] = time.time
     ) -> None:
         self.poller = poller
-        # False: a host without a driver is not applicable rather than failing (see collect()).
+        # False: a host without a driver is not applicable rather than failing (see collect()), and
+        # the poller says so at info, not as a warning.
         self.expected = expected
+        poller.expected = expected
         self._clock = clock
         self._cache: tuple[GpuSnapshot, object, list[Metric]] | None = None
         poller.on_publish = self._prepare
@@ -154,7 +154,7 @@ class GpuCollector:
         if problems:
             snap = self.poller.snapshot
             # Only a host that never showed a GPU: one that had GPUs and lost its driver is failing.
-            if not self.expected and snap.status in _NO_DRIVER and snap.most_devices_seen == 0:
+            if not self.expected and snap.status in NO_DRIVER and snap.most_devices_seen == 0:
                 raise NotApplicable(
                     f"no NVIDIA GPU or driver here (nvml {snap.status}); the launch needs none "
                     "([collectors.gpu] expected = true makes this a failure)"

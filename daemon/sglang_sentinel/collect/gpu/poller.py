@@ -35,9 +35,12 @@ from sglang_sentinel.collect.gpu.worker import Worker
 from sglang_sentinel.collect.gpu.xid import XidWatcher
 from sglang_sentinel.log import get_logger
 
-__all__ = ["GpuPoller", "GpuSnapshot", "GpuState", "PollerEnergyMeter"]
+__all__ = ["NO_DRIVER", "GpuPoller", "GpuSnapshot", "GpuState", "PollerEnergyMeter"]
 
 _log = get_logger(__name__)
+
+#: NVML states that mean "no NVIDIA GPU or driver on this host" (not a failing one).
+NO_DRIVER = frozenset({"library_not_found", "driver_not_loaded", "no_devices"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +131,9 @@ class GpuPoller:
         self._cuda_driver_version = ""
         self._states: dict[int, GpuState] = {}
         self._most_seen = 0
+        # Whether this host must have GPUs ([collectors.gpu] expected; the collector sets it before
+        # start). Where none are expected, NVML missing is the normal state, not news at warning.
+        self.expected = True
         self._last_success: float | None = None
         self._inits = 0
         self._init_failures = 0
@@ -298,7 +304,13 @@ class GpuPoller:
             with self._lock:
                 self._init_failures += 1
             if reason != self._status:
-                (self._init_log or _log.warning)("nvml_unavailable", reason=reason, detail=str(exc))
+                # A host with no driver whose launch needs no GPU (the GPU collector is "not
+                # applicable" there): said at info, so a routine start logs no warning. A host that
+                # expects GPUs, or has shown one since start, is losing something: a warning. A
+                # one-shot command's reader (quiet_init) says it itself, so debug there.
+                quiet = not self.expected and reason in NO_DRIVER and self._most_seen == 0
+                level = self._init_log or (_log.info if quiet else _log.warning)
+                level("nvml_unavailable", reason=reason, detail=str(exc))
             self._status, self._detail = reason, str(exc)
             self._devices = []
             return
