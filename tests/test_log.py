@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 _EMIT = """
 import logging
 from sglang_sentinel.log import configure_logging, get_logger
@@ -112,3 +114,24 @@ def test_a_config_error_exit_is_at_error_priority_on_the_journal(tmp_path: Path)
     assert lines
     assert all(line.startswith("<3>") for line in lines), lines
     assert "server.port" in out.read_text()
+
+
+def test_lines_go_to_the_current_stderr_not_a_closed_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """configure_logging while stderr is one stream, that stream closed and replaced (a test's
+    captured stream, a host's redirect): later lines, the stdlib's own too, reach the new one."""
+    import io
+    import logging
+
+    from sglang_sentinel.log import configure_logging, get_logger
+
+    first = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    configure_logging("debug", "json")
+    first.close()
+    second = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", second)
+    get_logger("test").info("after_replace")
+    logging.getLogger("asyncio").debug("Using selector: %s", "EpollSelector")
+    lines = [json.loads(line) for line in second.getvalue().splitlines()]
+    assert [line["event"] for line in lines] == ["after_replace", "Using selector: EpollSelector"]
+    configure_logging("warning", "json")

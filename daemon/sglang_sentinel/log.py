@@ -23,6 +23,7 @@ import structlog
 from sglang_sentinel.redact import scrub_event
 
 __all__ = [
+    "CurrentStderrHandler",
     "LogFormat",
     "SyslogLevelPrefix",
     "configure_logging",
@@ -114,6 +115,26 @@ def round_floats(digits: int = 4) -> structlog.types.Processor:
     return processor
 
 
+class CurrentStderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler that writes to whatever ``sys.stderr`` is when a line is written, as the
+    stdlib's own last-resort handler does, not to the stream it was made with.
+
+    A handler bound to one stream object outlives it when the process replaces ``sys.stderr`` (a
+    test's captured stream, closed after the test; an embedding host that redirects it): every
+    later line, asyncio's own included, then fails with "I/O operation on closed file"."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        """Ignored: the stream is always the current ``sys.stderr``."""
+
+
 def configure_logging(level: str = "info", fmt: LogFormat = "auto") -> None:
     """Configure structlog and the stdlib root logger. Safe to call again (e.g. on SIGHUP)."""
     if fmt == "auto":
@@ -144,7 +165,7 @@ def configure_logging(level: str = "info", fmt: LogFormat = "auto") -> None:
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=False,
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = CurrentStderrHandler()
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=_SHARED,
