@@ -10,10 +10,11 @@
 # power over the window's length before the bench ended and compares it with the counter's joules,
 # and compares the bench's idle power with nvidia-smi's readings before the load.
 # Needs: nvidia-smi (its timestamps read as UTC, the machine's clock), python3 with the runtime
-# dependencies and torch. PYTHON picks the interpreter.
+# dependencies, and torch. PYTHON picks sentinel's interpreter, TORCH_PYTHON the load's.
 set -euo pipefail
 : "${OUT:?set OUT to a directory for the logs}"
 PY=${PYTHON:-python3}
+TORCH_PY=${TORCH_PYTHON:-python3}  # the interpreter that has PyTorch, for the load
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/daemon${PYTHONPATH:+:$PYTHONPATH}
 ready=$OUT/sim.json
 rm -f "$ready"
@@ -24,7 +25,7 @@ for _ in $(seq 150); do [ -s "$ready" ] && break; sleep 0.2; done
 port=$($PY -c "import json, sys; print(json.load(open(sys.argv[1]))['port'])" "$ready")
 nvidia-smi --query-gpu=timestamp,power.draw.instant --format=csv,noheader,nounits -i 0 -lms 100 >"$OUT/power.csv" &
 smi=$!
-(sleep 14; $PY -c "
+(sleep 14; $TORCH_PY -c "
 import time, torch
 a = torch.randn(8192, 8192, device='cuda', dtype=torch.bfloat16); b = torch.randn_like(a)
 end = time.time() + 45
