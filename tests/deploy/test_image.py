@@ -14,7 +14,7 @@ user's; and ``sentinel --version`` / ``sentinel config`` run inside its filesyst
 They run under ``chroot``, not ``podman run``: this box's sandbox refuses the OCI runtime its
 resource limits (crun: "setrlimit RLIMIT_NPROC: Operation not permitted"), which has nothing to do
 with the image. scripts/test installs podman and mmdebstrap (as root) and starts the build in the background
-before the linters (tests/deploy/image_build.py, into $SENTINEL_IMAGE_BUILD): this test then waits
+before the linters (tests/deploy/image_build.py, into $IMAGE_BUILD_DIR): this test then waits
 for that build and checks it; run alone, it builds the image itself. Without podman and mmdebstrap
 it skips and says what to install.
 """
@@ -40,7 +40,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="an image build without a user namespace needs root"),
 ]
 # Where scripts/test builds the image in the background (the test waits for it); unset: build here.
-PREBUILT = os.environ.get("SENTINEL_IMAGE_BUILD")
+PREBUILT = os.environ.get("IMAGE_BUILD_DIR")
 
 
 def _built(tmp_path: Path) -> tuple[Path, str]:
