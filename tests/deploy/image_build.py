@@ -4,8 +4,9 @@ What tests/deploy/test_image.py checks, as a module of its own so that scripts/t
 build in the background before the linters and the release checks (it waits on the network and on
 dpkg more than it computes, beside work that leaves a core idle) and the test only checks the
 result; run alone, the test builds it itself. Usage: ``python tests/deploy/image_build.py DIR``
-builds into ``DIR/storage`` (podman's storage) and writes ``DIR/result.json`` (the image's name and
-the build's duration) or ``DIR/failed.txt`` (why). See test_image.py for why the base is made here.
+builds into ``DIR/storage`` (podman's storage) and writes ``DIR/result.json`` (the image's name, the
+podman run root to use with that storage, the build's duration) or ``DIR/failed.txt`` (why).
+See test_image.py for why the base is made here.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,17 +50,20 @@ def _host_trust() -> list[str]:
     return mounts
 
 
-@contextmanager
-def podman(storage: Path) -> Iterator[list[str]]:
+def podman(storage: Path, runroot: Path) -> list[str]:
     """podman on a storage of its own (nothing shared with other builds on this machine). Its run
-    root (locks, mounts) must be a short path (at most 50 characters), which a test's tmp_path is
-    not: a temporary directory of its own, removed after."""
+    root (locks, mounts) must be a short path (at most 50 characters, which a test's tmp_path is
+    not) and the same for every command on that storage (podman records it): made by
+    :func:`new_runroot`, kept with the build's result, removed by whoever is done with the image."""
     assert PODMAN is not None
-    with tempfile.TemporaryDirectory(prefix="podman-") as runroot:
-        yield [PODMAN, "--root", str(storage), "--runroot", runroot]
+    return [PODMAN, "--root", str(storage), "--runroot", str(runroot)]
 
 
-def build(out: Path, version: str) -> str:
+def new_runroot() -> Path:
+    return Path(tempfile.mkdtemp(prefix="podman-"))
+
+
+def build(out: Path, version: str, runroot: Path) -> str:
     """Make the base, build the image into ``out / "storage"``; returns the image's name."""
     assert MMDEBSTRAP is not None
     out.mkdir(parents=True, exist_ok=True)
@@ -73,15 +75,15 @@ def build(out: Path, version: str) -> str:
         "bookworm", str(base_tar),
     ])  # fmt: skip
     image = f"localhost/sglang-sentinel:{version}"
-    with podman(out / "storage") as pod:
-        run([*pod, "import", str(base_tar), "localhost/sentinel-base:bookworm"])
-        base_tar.unlink()  # 170 MB, imported
-        run([
-            *pod, "build", "--format", "docker", "--isolation", "chroot", *_host_trust(),
-            "--build-arg", "BASE=localhost/sentinel-base:bookworm",
-            "--build-arg", f"VERSION={version}", "--build-arg", "REVISION=test",
-            "--tag", image, str(REPO),
-        ])  # fmt: skip
+    pod = podman(out / "storage", runroot)
+    run([*pod, "import", str(base_tar), "localhost/sentinel-base:bookworm"])
+    base_tar.unlink()  # 170 MB, imported
+    run([
+        *pod, "build", "--format", "docker", "--isolation", "chroot", *_host_trust(),
+        "--build-arg", "BASE=localhost/sentinel-base:bookworm",
+        "--build-arg", f"VERSION={version}", "--build-arg", "REVISION=test",
+        "--tag", image, str(REPO),
+    ])  # fmt: skip
     return image
 
 
@@ -90,12 +92,15 @@ def main(out: Path) -> int:
     from sglang_sentinel import __version__
 
     began = time.monotonic()
+    runroot = new_runroot()
     try:
-        image = build(out, __version__)
+        image = build(out, __version__, runroot)
     except (BuildFailed, subprocess.TimeoutExpired, OSError) as exc:
+        shutil.rmtree(runroot, ignore_errors=True)
         (out / "failed.txt").write_text(str(exc))
         return 1
-    (out / "result.json").write_text(json.dumps({"image": image, "seconds": time.monotonic() - began}))
+    result = {"image": image, "runroot": str(runroot), "seconds": time.monotonic() - began}
+    (out / "result.json").write_text(json.dumps(result))
     return 0
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -30,7 +31,7 @@ from pathlib import Path
 import pytest
 
 import sglang_sentinel
-from deploy.image_build import MMDEBSTRAP, PODMAN, BuildFailed, build, podman, run
+from deploy.image_build import MMDEBSTRAP, PODMAN, BuildFailed, build, new_runroot, podman, run
 
 pytestmark = [
     pytest.mark.slow,
@@ -43,13 +44,16 @@ pytestmark = [
 PREBUILT = os.environ.get("IMAGE_BUILD_DIR")
 
 
-def _built(tmp_path: Path) -> tuple[Path, str]:
-    """(podman storage, image name) of the image under test."""
+def _built(tmp_path: Path) -> tuple[Path, Path, str]:
+    """(podman storage, its run root, image name) of the image under test."""
     if not PREBUILT:
+        runroot = new_runroot()
         try:
-            return tmp_path / "build" / "storage", build(tmp_path / "build", sglang_sentinel.__version__)
+            image = build(tmp_path / "build", sglang_sentinel.__version__, runroot)
         except BuildFailed as exc:
+            shutil.rmtree(runroot, ignore_errors=True)
             pytest.fail(str(exc))
+        return tmp_path / "build" / "storage", runroot, image
     out = Path(PREBUILT)
     deadline = time.monotonic() + 900  # a build takes one to three minutes; a stuck one fails here
     while not (out / "result.json").exists():
@@ -60,13 +64,14 @@ def _built(tmp_path: Path) -> tuple[Path, str]:
         time.sleep(1)
     result = json.loads((out / "result.json").read_text())
     print(f"built by scripts/test in {result['seconds']:.0f} s")
-    return out / "storage", str(result["image"])
+    return out / "storage", Path(result["runroot"]), str(result["image"])
 
 
 def test_the_image_builds_from_the_dockerfile_and_runs_as_its_user(tmp_path: Path) -> None:
-    storage, image = _built(tmp_path)
+    storage, runroot, image = _built(tmp_path)
     version = sglang_sentinel.__version__
-    with podman(storage) as pod:
+    pod = podman(storage, runroot)
+    try:
         (info,) = json.loads(run([*pod, "image", "inspect", image]))
         config = info["Config"]
         labels = config["Labels"]
@@ -100,3 +105,5 @@ def test_the_image_builds_from_the_dockerfile_and_runs_as_its_user(tmp_path: Pat
             assert "Warning" not in config_run.stderr, config_run.stderr  # e.g. no local time zone
         finally:
             run([*pod, "image", "umount", image])
+    finally:
+        shutil.rmtree(runroot, ignore_errors=True)
