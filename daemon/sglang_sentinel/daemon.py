@@ -177,8 +177,9 @@ class Daemon:
 
     # -- life cycle -----------------------------------------------------------------------------
 
-    async def run(self) -> int:
-        """Run until SIGTERM/SIGINT; returns the exit code."""
+    async def run(self, stop_requested: Callable[[], bool] | None = None) -> int:
+        """Run until SIGTERM/SIGINT; returns the exit code. ``stop_requested``: whether a stop was
+        asked for before this loop took the signals over (the CLI's early handler records it)."""
         loop = asyncio.get_running_loop()
         # Installed before anything starts: a SIGTERM during start-up must still stop the server
         # child (its own process group) instead of killing this process and orphaning it.
@@ -186,6 +187,8 @@ class Daemon:
             loop.add_signal_handler(sig, self.request_stop, sig.name)
         loop.add_signal_handler(signal.SIGHUP, self._on_sighup)
         loop.add_signal_handler(signal.SIGUSR1, self.reset, "SIGUSR1")
+        if stop_requested is not None and stop_requested():
+            self.request_stop("SIGTERM")
         try:
             # Stopped during start-up: what had started is stopped below, exit 0.
             with contextlib.suppress(_Stopped):

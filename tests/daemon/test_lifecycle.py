@@ -479,3 +479,31 @@ def test_a_routine_start_and_stop_logs_no_warning(tmp_path: Path, daemons: list[
     for r in records:
         if r.get("event") == "nvml_unavailable":
             assert r["level"] == "info"
+
+
+def test_a_sigterm_whose_exit_was_swallowed_still_stops_the_daemon(tmp_path: Path) -> None:
+    """A SIGTERM handled inside a callback the interpreter guards (a weakref callback of the import
+    system: "Exception ignored in: ...") loses its SystemExit; the request it recorded stops the
+    daemon as soon as its loop takes the signals over, with status 0, instead of running on."""
+    cfg, _, _ = write_config(tmp_path, tmp_path / "state")
+    script = (
+        "import sys\n"
+        "from sglang_sentinel.cli import early_stop, main\n"
+        "try:\n"
+        "    early_stop.handle_sigterm(15, None)  # what a swallowed SIGTERM leaves behind\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        f"sys.exit(main(['run', '--config', {str(cfg)!r}]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert '"signal": "SIGTERM"' in done.stderr or "signal=SIGTERM" in done.stderr, done.stderr
+    assert "server_process_started" not in done.stderr  # stopped before the launch
+    assert not (tmp_path / "state" / "sentinel.pid").exists()

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from sglang_sentinel import __version__
+from sglang_sentinel.cli import early_stop
 from sglang_sentinel.cli.common import CliError, add_common_options
 
 __all__ = ["COMMANDS", "ENTRY_POINT_GROUP", "CliError", "add_common_options", "build_parser", "main"]
@@ -79,16 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _exit_cleanly(signum: int, frame: object) -> None:
-    # SIGTERM before the daemon's event loop installs its own handler (imports, config, parsing):
-    # nothing has started yet, so stopping is exiting, with status 0 like any requested stop.
-    raise SystemExit(0)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["run"] and threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, _exit_cleanly)
+        # SIGTERM before the daemon's event loop installs its own handler (imports, config,
+        # parsing): nothing has started yet, so stopping is exiting, with status 0 like any
+        # requested stop; recorded too, for the daemon, where the exit is swallowed (early_stop).
+        previous = signal.signal(signal.SIGTERM, early_stop.handle_sigterm)
         try:
             return _main(args_list)
         finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from sglang_sentinel.cli import early_stop
 from sglang_sentinel.cli.common import CliError, add_common_options
 
 __all__ = ["parse_listen", "register"]
@@ -86,6 +87,6 @@ def _handle(args: argparse.Namespace) -> int:
     configure_logging(args.log_level or settings.log.level, args.log_format or settings.log.format)
     daemon = Daemon(settings, config_path=args.config, overrides=overrides)
     try:
-        return asyncio.run(daemon.run())
+        return asyncio.run(daemon.run(stop_requested=early_stop.requested))
     except DaemonError as exc:
         raise CliError(str(exc), exc.exit_code) from None
