@@ -84,8 +84,10 @@ async def test_client_ttft_is_never_below_the_servers_with_cpu_hogs(
 
 async def test_chat_output_throughput_matches_the_truth_at_saturation(sim_factory: Any) -> None:
     # Twice as many requests as the server runs at once, all at t=0: the server queues, the
-    # client reads 32 streams of reasoning + content chunks.
-    sim = sim_factory("--skip-server-warmup", "--speed", "50", "--max-running-requests", "32")
+    # client reads 32 streams of reasoning + content chunks. At --speed 20, not 50: a simulator
+    # short of CPU on a busy box writes its tokens later than its own clock says it did, and its
+    # summary (the truth here) is then no longer what went over the wire (1.6 % off, seen once).
+    sim = sim_factory("--skip-server-warmup", "--speed", "20", "--max-running-requests", "32")
     spec = LoadSpec(
         base_url=sim.base_url,
         backend=Backend.OPENAI_CHAT,
