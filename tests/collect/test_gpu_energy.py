@@ -12,7 +12,6 @@ from sglang_sentinel.collect.gpu.energy import (
     COUNTER_RESOLUTION_JOULES,
     EnergySample,
     IdleBaseline,
-    NvmlEnergyMeter,
     energy_between,
     energy_figures,
     read_energy,
@@ -191,21 +190,6 @@ def test_idle_baseline_comes_from_the_gap_between_loads() -> None:
     baseline.load_ended(EnergySample(40.0, {UUID0: 9000.0}))
     baseline.load_started(EnergySample(60.0, {UUID0: 10.0}))
     assert baseline.watts == pytest.approx(80.0)
-
-
-def test_standalone_meter_on_its_own_nvml_handle() -> None:
-    fake = FakeNvml(devices=2, sample="busy")
-    meter = NvmlEnergyMeter(fake, ("0",))
-    try:
-        assert meter.indices == [0]
-        start = meter.sample()
-        fake.step_energy(None, 2_000)
-        assert energy_between(start, meter.sample()).joules == pytest.approx(2.0)
-        assert meter.busy_gpus() == [0]  # the fake's SGLang-like worker on every GPU
-    finally:
-        meter.close()
-    with pytest.raises(ValueError, match="no GPU 5"):
-        NvmlEnergyMeter(FakeNvml(devices=1), ("5",))
 
 
 def test_reads_record_their_thread_for_the_acceptance_check() -> None:

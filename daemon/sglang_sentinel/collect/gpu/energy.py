@@ -13,14 +13,13 @@ the GPU reset; the counter restarted at 0), a GPU set that changed between the e
 (``gpus_changed``), no GPU at all (``no_gpus``) or NVML itself unusable (its status).
 
 Pure functions and frozen values; the NVML calls happen in :func:`read_energy`, which the poller
-runs on its own worker thread (:meth:`GpuPoller.read_energy`) and the command line on a private
-NVML handle (:class:`NvmlEnergyMeter`).
+runs on its own worker thread (:meth:`GpuPoller.read_energy`), for the daemon and for the commands
+run beside a server on this host alike (:mod:`sglang_sentinel.collect.gpu.local`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +36,6 @@ __all__ = [
     "EnergySample",
     "IdleBaseline",
     "LoadMeter",
-    "NvmlEnergyMeter",
     "energy_between",
     "energy_figures",
     "read_energy",
@@ -337,43 +335,3 @@ class LoadMeter:
             price_per_kwh=self.price_per_kwh,
             currency=self.currency,
         )
-
-
-class NvmlEnergyMeter:
-    """An energy meter on its own NVML handle: for commands run beside a server on this host."""
-
-    def __init__(self, nvml: Nvml, gpus: Sequence[str] = ()) -> None:
-        self._nvml = nvml
-        nvml.nvmlInit()
-        handles: dict[str, object] = {}
-        identities: list[tuple[int, str]] = []
-        for index in range(int(nvml.nvmlDeviceGetCount())):
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            uuid = nvml.nvmlDeviceGetUUID(handle)
-            uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
-            handles[uuid] = handle
-            identities.append((index, uuid))
-        chosen = select_gpus(identities, gpus)
-        if chosen is None:
-            nvml.nvmlShutdown()
-            raise ValueError(f"no GPU {', '.join(gpus)} here (NVML sees {len(identities)})")
-        self.handles = {u: h for u, h in handles.items() if u in chosen}
-        self.indices = [i for i, u in identities if u in chosen]
-
-    def sample(self) -> EnergySample:
-        return read_energy(self._nvml, self.handles)
-
-    def busy_gpus(self) -> list[int]:
-        """Indices of the chosen GPUs that run a compute process (a server's, on this host)."""
-        busy = []
-        for index, handle in zip(self.indices, self.handles.values(), strict=True):
-            try:
-                if self._nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                    busy.append(index)
-            except Exception:
-                continue
-        return busy
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._nvml.nvmlShutdown()
