@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,25 +19,14 @@ from sglang_sentinel.calibrate.settings import CalibrationSettings
 from sglang_sentinel.cli import main
 from sglang_sentinel.collect.gpu import FakeNvml, GpuPoller
 from sglang_sentinel.collect.gpu.energy import COUNTER_RESOLUTION_JOULES, IdleBaseline, LoadMeter
+from support import energy_fixtures
+from support.energy_fixtures import BUSY_WATTS
 
-BUSY_WATTS = 651.508
+# The shared fake GPUs and their poller (tests/support/energy_fixtures.py), as this module's fixtures.
+fake = energy_fixtures.fake
+poller = energy_fixtures.poller
+
 RESOLUTION = 2 * COUNTER_RESOLUTION_JOULES  # one mJ per GPU per read
-
-
-@pytest.fixture
-def fake() -> FakeNvml:
-    nvml = FakeNvml(devices=2, sample="busy")
-    nvml.energy_watts = BUSY_WATTS
-    return nvml
-
-
-@pytest.fixture
-def poller(fake: FakeNvml) -> Iterator[GpuPoller]:
-    # No background thread: the steps' reads are the only energy reads besides this first cycle.
-    p = GpuPoller(lambda: fake, interval=1.0, timeout=2.0, init_timeout=2.0, xid_events=False)
-    p.run_cycle()
-    yield p
-    p.stop(1.0)
 
 
 async def test_each_step_carries_its_windows_counter_delta_over_its_output_tokens(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,29 +23,15 @@ from sglang_sentinel.collect.gpu.energy import (
 from sglang_sentinel.load import ArrivalProcess, Backend, LoadSpec, RandomDataset, format_result_block
 from sglang_sentinel.load.bench import run_bench
 from sglang_sentinel.load.result import RunResult
+from support import energy_fixtures
+from support.energy_fixtures import BUSY_WATTS
 
-BUSY_WATTS = 651.508
+# The shared fake GPUs and their poller (tests/support/energy_fixtures.py), as this module's fixtures.
+fake = energy_fixtures.fake
+poller = energy_fixtures.poller
+
 UUIDS = ("GPU-00000000-1111-2222-3333-444444444400", "GPU-00000000-1111-2222-3333-444444444401")
 RESOLUTION = 2 * COUNTER_RESOLUTION_JOULES  # one mJ per GPU per read
-
-
-@pytest.fixture
-def fake() -> FakeNvml:
-    nvml = FakeNvml(devices=2, sample="busy")
-    nvml.energy_watts = BUSY_WATTS
-    # A day since the driver loaded, as on a real GPU: a counter reset never climbs back above a
-    # window's start within a test (the sample's own 4.8 kJ would be passed again after ~7 s).
-    nvml.step_energy(None, 86_400 * 651_508)
-    return nvml
-
-
-@pytest.fixture
-def poller(fake: FakeNvml) -> Iterator[GpuPoller]:
-    # No background thread: the run's reads are the only energy reads besides this first cycle.
-    p = GpuPoller(lambda: fake, interval=1.0, timeout=2.0, init_timeout=2.0, xid_events=False)
-    p.run_cycle()
-    yield p
-    p.stop(1.0)
 
 
 def _spec(base_url: str) -> LoadSpec:

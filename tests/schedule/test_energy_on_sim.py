@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +26,13 @@ from sglang_sentinel.schedule.polite import ServerLoadReader
 from sglang_sentinel.schedule.scheduler import LoadScheduler
 from sglang_sentinel.schedule.settings import ScheduleSettings
 from sglang_sentinel.statedir import StateDir
+from support import energy_fixtures
+from support.energy_fixtures import BUSY_WATTS
 
-BUSY_WATTS = 651.508
+# The shared fake GPUs and their poller (tests/support/energy_fixtures.py), as this module's fixtures.
+fake = energy_fixtures.fake
+poller = energy_fixtures.poller
+
 UUIDS = ("GPU-00000000-1111-2222-3333-444444444400", "GPU-00000000-1111-2222-3333-444444444401")
 
 
@@ -43,22 +48,6 @@ class ReadyServer:
 
     def started_warm(self) -> bool:
         return False
-
-
-@pytest.fixture
-def fake() -> FakeNvml:
-    nvml = FakeNvml(devices=2, sample="busy")
-    nvml.energy_watts = BUSY_WATTS
-    return nvml
-
-
-@pytest.fixture
-def poller(fake: FakeNvml) -> Iterator[GpuPoller]:
-    # No background thread: the runs' own reads are the only energy reads besides this first cycle.
-    p = GpuPoller(lambda: fake, interval=1.0, timeout=2.0, init_timeout=2.0, xid_events=False)
-    p.run_cycle()
-    yield p
-    p.stop(1.0)
 
 
 @pytest.fixture
