@@ -340,9 +340,14 @@ class Box:
         self.server_port = free_port()
         self.exporter_port = free_port()
         self.config = workdir / "sentinel.toml"
-        doc = _merge(fast_config(workdir / "state", self.server_port, self.exporter_port), overrides)
-        self.config.write_text(to_toml(doc))
+        self.rewrite(overrides)
         self.daemons: list[DaemonProcess] = []
+
+    def rewrite(self, overrides: dict[str, Any]) -> None:
+        """The config file again with other ``overrides`` (same ports and state directory), as an
+        operator edits it: a running daemon sees it on SIGHUP (what it can change live) or a restart."""
+        doc = _merge(fast_config(self.workdir / "state", self.server_port, self.exporter_port), overrides)
+        self.config.write_text(to_toml(doc))
 
     @property
     def exporter(self) -> str:
