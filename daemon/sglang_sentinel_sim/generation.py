@@ -255,6 +255,13 @@ class ApiBase:
         if not clock.started:
             clock.started = True
             m.observe_ttft(now - clock.created, clock.stream, clock.priority)
+            if n > 1 and clock.stream:
+                # A stream's first write that holds several tokens (the writer fell behind the
+                # engine on a busy box): SGLang's tokenizer manager saw them one output batch at a
+                # time, so every token after the first is still an ITL observation; written
+                # together, they came with no interval between them. (A non-stream reply is one
+                # output: its TTFT only, as before.)
+                m.observe_itl(0.0, n - 1, clock.priority)
         elif n > clock.last_n:
             m.observe_itl(now - clock.last_t, n - clock.last_n, clock.priority)
         clock.last_t = now
