@@ -1,6 +1,6 @@
 """SglangServerOnFallbackConfig evaluated by a real Prometheus scraping a real ``sentinel run``.
 
-The SM120 scenario of issue 31, end to end: the daemon launches the simulator's GLM-5-NVFP4
+The self-healing launch on SM120, end to end: the daemon launches the simulator's GLM-5-NVFP4
 profile (8 simulated RTX PRO 6000, SM120) with the DSA backends that answer right there
 (trtllm/trtllm) and records that launch known-good itself; the operator edits the profile to the
 known-bad flashmla backends (launch_facts glm5.sm120.flashmla_garbage: the simulator answers
