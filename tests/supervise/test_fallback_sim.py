@@ -10,7 +10,6 @@ the recorded configuration within the window, once; a sentinel restarted mid-inc
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -18,13 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from sglang_sentinel.supervise import ServerState, Supervisor
 from sglang_sentinel.supervise.fallback import FALLBACK_FILE
-from sglang_sentinel.supervise.knowngood import KNOWN_GOOD_FILE
 from sglang_sentinel.supervise.settings import ServerSettings
 from support.daemon_proc import free_port
+from support.fallback_reads import records, until, value
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_leaked_children")]
 
@@ -50,29 +48,6 @@ def settings(fast: Fast, port: int, backends: tuple[str, str], **fallback: Any) 
         restart={"max_restarts": 3, "window": 60.0},
         fallback={"enabled": True, "failures": 2, "window": 60.0, "good_after": 0.5, **fallback},
     )
-
-
-def value(sup: Supervisor, name: str, **labels: str) -> float | None:
-    reg = CollectorRegistry()
-    reg.register(sup.collector())
-    return reg.get_sample_value(name, labels)
-
-
-async def until(cond: Callable[[], bool], timeout_s: float = 60.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or cond}")
-        await asyncio.sleep(0.05)
-
-
-def records(state: Path) -> list[dict[str, Any]]:
-    try:
-        doc: dict[str, Any] = json.loads((state / KNOWN_GOOD_FILE).read_text())
-    except (FileNotFoundError, ValueError):
-        return []
-    out: list[dict[str, Any]] = doc["records"]
-    return out
 
 
 async def record_good_life(fast: Fast, state: Path, port: int) -> str:

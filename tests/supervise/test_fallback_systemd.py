@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from sglang_sentinel.supervise import ServerState, Supervisor
 from sglang_sentinel.supervise.fallback import FALLBACK_FILE
-from sglang_sentinel.supervise.knowngood import KNOWN_GOOD_FILE, split_argv
+from sglang_sentinel.supervise.knowngood import split_argv
 from sglang_sentinel.supervise.launch import unit_command
 from sglang_sentinel.supervise.settings import ServerSettings
 from sglang_sentinel.supervise.unitenv import read_args
+from support.fallback_reads import records, until, value
 
 pytestmark = [pytest.mark.slow]
 
@@ -86,28 +86,6 @@ def settings(fast: Fast, port: int, d: Path, state: Path, **extra: Any) -> Serve
         fallback={"enabled": True, "failures": 2, "window": 60.0, "good_after": 0.5},
         **options,
     )
-
-
-def value(sup: Supervisor, name: str, **labels: str) -> float | None:
-    reg = CollectorRegistry()
-    reg.register(sup.collector())
-    return reg.get_sample_value(name, labels)
-
-
-async def until(cond: Callable[[], bool], timeout_s: float = 60.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or cond}")
-        await asyncio.sleep(0.05)
-
-
-def records(state: Path) -> list[dict[str, Any]]:
-    try:
-        out: list[dict[str, Any]] = json.loads((state / KNOWN_GOOD_FILE).read_text())["records"]
-    except (FileNotFoundError, ValueError):
-        return []
-    return out
 
 
 def ran(d: Path) -> list[str]:
