@@ -123,6 +123,7 @@ async def test_a_refused_profile_is_reported_and_the_run_goes_on(
     assert stopped["event"] == "bench_profile_stopped"  # bench_serving stops anyway (theirs, here)
     # PD workers: one with nothing listening, then the sim
     argv = ["--base-url", sim.base_url, *SMALL, "--profile", "--pd-separated",
+            "--profile-output-dir", str(tmp_path / "pd"),
             "--profile-decode-url", "http://127.0.0.1:9", sim.base_url]  # fmt: skip
     assert await _bench(*argv) == 0
     events = _events(capsys.readouterr().err)

@@ -16,6 +16,7 @@ import contextlib
 import importlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -137,6 +138,7 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             os.killpg(daemon.pid, signal.SIGKILL)
             daemon.wait()
+    shutil.rmtree(state, ignore_errors=True)  # kept only when the smoke failed: its log tells why
     return 0
 
 

@@ -148,7 +148,11 @@ async def test_by_stage_writes_extend_and_decode_traces(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-async def test_mem_activity_writes_a_snapshot_and_bad_fields_are_400(version: str, tmp_path: Path) -> None:
+async def test_mem_activity_writes_a_snapshot_and_bad_fields_are_400(
+    version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a start without output_dir uses the server's SGLANG_TORCH_PROFILER_DIR (else /tmp): keep it here
+    monkeypatch.setenv("SGLANG_TORCH_PROFILER_DIR", str(tmp_path / "env"))
     async with (
         serve(speed=200, startup_time=0, sglang_version=version, tp_size=1, err=Captured()) as sim,
         httpx.AsyncClient(base_url=sim.base_url, timeout=30) as client,
@@ -162,6 +166,7 @@ async def test_mem_activity_writes_a_snapshot_and_bad_fields_are_400(version: st
         # an activity SGLang does not know starts nothing: the stop is then refused
         assert (await client.post("/start_profile", json={"activities": ["FOO"]})).status_code == 200
         assert (await client.post("/stop_profile")).status_code == 500
+        assert sim.observer.profiler.output_dir == tmp_path / "env"
         r = await client.post("/start_profile", json={"start_step": "soon"})
         assert r.status_code == 400
         err = r.json()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,7 +13,15 @@ import pytest
 from sglang_sentinel.supervise import LaunchCommand, ServerState, Supervisor
 from sglang_sentinel.supervise.launch import BUILTIN_PROFILES
 from sglang_sentinel.supervise.logbus import LogBus
-from sglang_sentinel.supervise.runners import ExitInfo, SystemdRunner, _run, timespan_seconds
+from sglang_sentinel.supervise.runners import (
+    ChildRunner,
+    ExitInfo,
+    LaunchError,
+    SystemdRunner,
+    _run,
+    timespan_seconds,
+)
+from sglang_sentinel.supervise.secretargs import SECRETS_FILE
 from sglang_sentinel.supervise.settings import ServerSettings, SystemdSettings
 
 
@@ -256,3 +265,38 @@ def test_an_exit_with_a_status_after_a_stop_job_is_a_stop_not_a_crash() -> None:
     assert info.description == "unit inactive/dead: stopped outside sentinel (exited with status 0)"
     exited = {**stopped, "ActiveExitTimestampMonotonic": "5092801240"}
     assert not SystemdRunner._exit_info(exited).external
+
+
+_COPY_CONFIG = """
+import shutil, sys
+path = sys.argv[sys.argv.index("--config") + 1]
+shutil.copy(path, sys.argv[sys.argv.index("--out") + 1])
+print(path, flush=True)
+"""
+
+
+async def test_without_a_state_dir_the_key_file_lives_as_long_as_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No state directory: the key goes into a private temporary directory, which must not outlive
+    # the server (a copy of the API key left in /tmp after every start).
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    out = tmp_path / "seen"
+    argv = (sys.executable, "-c", _COPY_CONFIG, "--out", str(out), "--api-key", "k-temporary-1234")
+    bus = LogBus(None, max_bytes=4096, backups=0, tail_lines=5)
+    runner = ChildRunner(LaunchCommand("x", BUILTIN_PROFILES["sim"], argv, {}), bus)
+    for _ in range(2):  # each life writes its own file and removes it
+        await runner.launch()
+        assert (await runner.wait()).returncode == 0
+        assert "k-temporary-1234" in out.read_text()
+        key_file = Path(bus.tail(1)[0])
+        assert (key_file.name, key_file.parent.parent) == (SECRETS_FILE, temp)
+        assert not key_file.parent.exists()
+    await runner.close()
+    # A server that cannot be started leaves nothing behind either.
+    missing = (str(tmp_path / "no-such-binary"), "--api-key", "k-temporary-1234")
+    with pytest.raises(LaunchError):
+        await ChildRunner(LaunchCommand("x", BUILTIN_PROFILES["sim"], missing, {}), bus).launch()
+    assert list(temp.iterdir()) == []

@@ -129,6 +129,9 @@ class ChildRunner:
         self.command = cmd
         self._bus = bus
         self._secrets_dir = secrets_dir  # where the API key goes instead of argv (secretargs.py)
+        # Without a state directory the key file goes into a private temporary directory of this
+        # life of the server: removed when it exits, so no copy of the key outlives the server.
+        self._temp_secrets: Path | None = None
         self._pidfile = ServerPidfile(state_dir / PIDFILE) if state_dir is not None else None
         self.launch_hash = launch_hash
         self._proc: asyncio.subprocess.Process | None = None
@@ -150,9 +153,13 @@ class ChildRunner:
         # Unbuffered Python output: a crash's last lines must reach us before the process dies.
         env.setdefault("PYTHONUNBUFFERED", "1")
         self._exit = None
+        self._drop_temp_secrets()
         argv = hide_secret_flags(self.command.argv, self._secrets_dir)
+        if self._secrets_dir is None and argv != list(self.command.argv):
+            self._temp_secrets = Path(argv[-1]).parent  # [..., "--config", <temp dir>/<file>]
         # The wrapper execs the server, so a missing binary would only show as its exit 127.
         if shutil.which(argv[0], path=env.get("PATH")) is None:
+            self._drop_temp_secrets()
             raise LaunchError(f"cannot start {argv[0]}: No such file or directory")
         try:
             # Forked from the event-loop thread: the parent-death signal is tied to the forking
@@ -167,6 +174,7 @@ class ChildRunner:
                 limit=_LINE_LIMIT,
             )
         except OSError as exc:
+            self._drop_temp_secrets()
             raise LaunchError(f"cannot start {self.command.argv[0]}: {exc.strerror or exc}") from exc
         assert self._proc.stdout is not None
         if self._pidfile is not None:
@@ -200,8 +208,14 @@ class ChildRunner:
         await _reap(self._proc)  # the pipe is closed now: this lets asyncio close the transport
         if self._pidfile is not None:
             self._pidfile.remove()
+        self._drop_temp_secrets()
         self._exit = ExitInfo.from_returncode(rc)
         return self._exit
+
+    def _drop_temp_secrets(self) -> None:
+        if self._temp_secrets is not None:
+            shutil.rmtree(self._temp_secrets, ignore_errors=True)
+            self._temp_secrets = None
 
     async def reap_leftover(self, timeout_s: float) -> Leftover | None:
         """Stop a server a previous sentinel left running (pidfile still names it); before a launch."""
@@ -252,6 +266,8 @@ class ChildRunner:
             self._pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._pump
+        if self._proc is None or self._proc.returncode is not None:
+            self._drop_temp_secrets()  # a server still running (left to a successor) still reads it
 
 
 async def _run(argv: list[str], timeout_s: float) -> tuple[int, str]:
