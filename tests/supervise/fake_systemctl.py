@@ -10,7 +10,8 @@ Environment files as systemd's ``EnvironmentFile=``: ``STATE_DIR/env_files`` lis
 line, a leading ``-`` for an optional one; they are read at every start, in order (a later
 assignment wins), and an argument ``$NAME`` of the command is replaced by NAME's value split at
 whitespace, quotes respected (systemd.service(5), "Command lines"). The argv a start ran is in
-``STATE_DIR/argv`` (one argument per line).
+``STATE_DIR/argv`` (one argument per line); every start's argv is appended to ``STATE_DIR/argvs``
+(one JSON list a line).
 
 A start rate limit as systemd's: ``STATE_DIR/start_limit`` holds "BURST INTERVAL_S"; the start
 times are in ``STATE_DIR/starts``; a start beyond it is refused like systemd's (unit failed,
@@ -20,6 +21,7 @@ unless ``STATE_DIR/deny_reset`` exists (polkit's "Access denied", exit 1).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -70,6 +72,8 @@ def _manage(d: Path) -> None:
         else:
             argv.append(arg)
     (d / "argv").write_text("\n".join(argv) + "\n")
+    with (d / "argvs").open("a") as lives:
+        lives.write(json.dumps(argv) + "\n")
     with (d / "journal.log").open("ab") as journal:
         # ExecMainStartTimestampMonotonic: taken at the fork, as systemd does.
         started = time.monotonic_ns() // 1000

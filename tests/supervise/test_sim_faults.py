@@ -171,18 +171,23 @@ async def test_stall_with_requests_in_flight_is_detected(fast: Fast) -> None:
 async def test_garbage_and_503_storm_fail_canaries_and_restart(fast: Fast) -> None:
     # The other garbage styles (nan, random) are checked against the sim's exact strings in
     # test_probes.py.
-    rig = SimRig(fast)
-    doubts: list[tuple[float, str]] = []
-    rig.sup.on_canary_garbage(lambda since, reason: doubts.append((since, reason)))
+    interval = 0.3
+    # Two garbage rounds in a row confirm it: at least one canary interval lies between the last
+    # pass (the start of the doubt) and the confirmation, whatever the box's load.
+    rig = SimRig(fast, checks={"canary": {"interval": interval, "failures": 2}})
+    doubts: list[tuple[float, str, float]] = []
+    rig.sup.on_canary_garbage(lambda since, reason: doubts.append((since, reason, time.time())))
+    started = time.time()
     async with rig:
         await ready(rig)
-        passed_before = time.time()  # the canaries ran right after ready and passed
         await rig.fault("garbage:style=bang")
         await restarted_and_ready(rig)
         assert rig.value("sentinel_server_restarts_total", reason="canary") == 1
-        # The scheduler is told once, with the last pass as the start of the doubt.
+        # The scheduler is told once, with the last pass (wall clock) as the start of the doubt,
+        # not the moment the garbage was confirmed.
         assert len(doubts) == 1
-        assert doubts[0][0] <= passed_before
+        since, _, confirmed_at = doubts[0]
+        assert started <= since <= confirmed_at - interval
         assert doubts[0][1].startswith("canary_")
         garbage = sum(
             rig.value("sentinel_probe_failures_total", probe=p, reason="garbage_repeated") or 0
