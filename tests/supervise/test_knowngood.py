@@ -250,6 +250,8 @@ def test_a_decision_is_discarded_when_the_server_reports_another_version(tmp_pat
     fb.begin(unknown)
     assert fb.active
     assert not fb.set_version("0.5.9")
+    assert not fb.set_version("0.5.9.post1")  # the decision said 0.5.9 only: one release, as at restore
+    assert fb.active
     assert fb.set_version("0.5.10")
     assert fb.view().source == "configured"  # (not fb.active: mypy keeps the narrowing above)
     assert fb.running is unknown

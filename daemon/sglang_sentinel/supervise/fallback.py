@@ -283,8 +283,8 @@ class Fallback:
             d["sglang_version"] = version
             self._save()
             return False
-        if decided_for == version:
-            return False
+        if _same_release(decided_for, version):
+            return False  # as at restore: "0.5.9" from a pinned launch is the 0.5.9.post1 reported
         self._discard(
             "sglang_version_changed",
             "the server reports another SGLang version than the one the fallback was decided for; "
