@@ -19,6 +19,7 @@ from sglang_sentinel.supervise.settings import ServerSettings
 from sglang_sentinel.supervise.snapshot import FallbackView, SupervisorSnapshot, frozen
 from sglang_sentinel.supervise.state import ServerState
 from support.daemon_proc import clean_env, free_port
+from support.fallback_reads import known_good_record
 
 pytestmark = pytest.mark.slow
 
@@ -67,17 +68,7 @@ def test_check_names_the_simulators_version_and_the_fallback_a_record_gives(tmp_
              ["--speed", ["100"]], ["--sglang-version", ["0.5.9"]],
              ["--max-running-requests", ["64"]]]  # fmt: skip
     now = time.time()
-    record = {
-        "argv_hash": "0123456789abcdef",
-        "flags": flags,
-        "argv": ["python", "-m", "sglang_sentinel_sim", *(t for f, v in flags for t in (f, *v))],
-        "sglang_version": "0.5.9",
-        "driver_version": None,
-        "gpu_model": None,
-        "first_good": now,
-        "last_good": now,
-        "profile": "fastsim",
-    }
+    record = known_good_record(flags, now)
     # The same flags under another profile: never a candidate.
     other = {**record, "argv_hash": "fedcba9876543210", "profile": "sim", "last_good": now + 1}
     (state / KNOWN_GOOD_FILE).write_text(json.dumps({"records": [record, other]}))

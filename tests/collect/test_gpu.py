@@ -10,6 +10,7 @@ import pynvml
 import pytest
 from prometheus_client.core import Metric
 
+from sglang_sentinel.atomic import atomic_write_bytes
 from sglang_sentinel.collect.gpu import (
     ErrorClass,
     FakeNvml,
@@ -200,9 +201,7 @@ def test_gpu_falling_off_the_bus_is_a_failure(gpu: GpuCollector, fake_nvml: Fake
 
 def _replace(path: Path, text: str) -> None:
     # As the fault file's writers must: a whole new file renamed over the old one.
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    atomic_write_bytes(path, text.encode())
 
 
 def test_the_daemons_fake_gpus_lose_a_gpu_named_in_the_fault_file(tmp_path: Path) -> None:

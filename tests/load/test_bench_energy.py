@@ -24,13 +24,12 @@ from sglang_sentinel.load import ArrivalProcess, Backend, LoadSpec, RandomDatase
 from sglang_sentinel.load.bench import run_bench
 from sglang_sentinel.load.result import RunResult
 from support import energy_fixtures
-from support.energy_fixtures import BUSY_WATTS
+from support.energy_fixtures import BUSY_WATTS, UUIDS
 
 # The shared fake GPUs and their poller (tests/support/energy_fixtures.py), as this module's fixtures.
 fake = energy_fixtures.fake
 poller = energy_fixtures.poller
 
-UUIDS = ("GPU-00000000-1111-2222-3333-444444444400", "GPU-00000000-1111-2222-3333-444444444401")
 RESOLUTION = 2 * COUNTER_RESOLUTION_JOULES  # one mJ per GPU per read
 
 

@@ -38,6 +38,7 @@ import httpx
 import pytest
 
 from sglang_sentinel.supervise.knowngood import KNOWN_GOOD_FILE
+from support.fallback_reads import known_good_record
 from support.live_prometheus import (
     Box,
     Prometheus,
@@ -285,17 +286,7 @@ def test_reset_configured_ends_a_running_fallback_and_the_alert_resolves(
         ["--max-running-requests", ["64"]],
     ]  # fmt: skip
     now = time.time() - 3600
-    record = {
-        "argv_hash": "0123456789abcdef",
-        "flags": flags,
-        "argv": ["python", "-m", "sglang_sentinel_sim", *(t for f, v in flags for t in (f, *v))],
-        "sglang_version": "0.5.9",
-        "driver_version": None,
-        "gpu_model": None,
-        "first_good": now,
-        "last_good": now,
-        "profile": "fastsim",
-    }
+    record = known_good_record(flags, now)
     (state / KNOWN_GOOD_FILE).write_text(json.dumps({"records": [record]}))
     daemon = box.start()
     prom = prometheus_factory({"box1": box.exporter}, interval="1s", rule_files=[rules])

@@ -27,6 +27,7 @@ import pytest
 
 from prom.test_alerts_live import ALERTS, FACTOR, SCRAPE, AlertLog, _last_evaluation
 from prom.test_alerts_live import alert_log as alert_log  # the fixture
+from sglang_sentinel.atomic import atomic_write_bytes
 from sglang_sentinel.schedule.history import RUNS_FILE
 from support.live_prometheus import Box, Prometheus, free_port, requires_prometheus, scale_durations
 
@@ -79,9 +80,7 @@ def _active_at(prom: Prometheus, name: str) -> float:
 
 def _replace(path: Path, doc: dict[str, Any]) -> None:
     # Whole or not at all, as the fake GPU backend's fault file must be written.
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc))
-    tmp.replace(path)
+    atomic_write_bytes(path, json.dumps(doc).encode())
 
 
 def test_after_a_restart_with_only_failing_runs_the_stale_run_alert_fires_on_schedule(

@@ -27,13 +27,11 @@ from sglang_sentinel.schedule.scheduler import LoadScheduler
 from sglang_sentinel.schedule.settings import ScheduleSettings
 from sglang_sentinel.statedir import StateDir
 from support import energy_fixtures
-from support.energy_fixtures import BUSY_WATTS
+from support.energy_fixtures import BUSY_WATTS, UUIDS
 
 # The shared fake GPUs and their poller (tests/support/energy_fixtures.py), as this module's fixtures.
 fake = energy_fixtures.fake
 poller = energy_fixtures.poller
-
-UUIDS = ("GPU-00000000-1111-2222-3333-444444444400", "GPU-00000000-1111-2222-3333-444444444401")
 
 
 class ReadyServer:

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import os
+import signal
 import socket
 import sys
 from collections.abc import Callable, Coroutine, Iterator
@@ -159,3 +161,17 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+@pytest.fixture
+def unit_dir(tmp_path: Path) -> Iterator[Path]:
+    """The fake systemd unit's directory (fake_systemctl.py's STATE_DIR)."""
+    d = tmp_path / "unit"
+    d.mkdir()
+    (d / "journal.log").write_text("")
+    yield d
+    # Whatever a failing test left running in the fake unit goes now.
+    pid_file = d / "pid"
+    if pid_file.exists():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.killpg(int(pid_file.read_text()), signal.SIGKILL)

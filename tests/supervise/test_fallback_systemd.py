@@ -11,13 +11,10 @@ start); ``reset --configured`` removes the file and the unit runs launch.env's f
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
-import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,18 +36,6 @@ GOOD = ("trtllm", "trtllm")
 BAD = ("flashmla_sparse", "flashmla_kv")
 
 Fast = Callable[..., ServerSettings]
-
-
-@pytest.fixture
-def unit_dir(tmp_path: Path) -> Iterator[Path]:
-    d = tmp_path / "unit"
-    d.mkdir()
-    (d / "journal.log").write_text("")
-    yield d
-    pid_file = d / "pid"
-    if pid_file.exists():
-        with contextlib.suppress(ProcessLookupError, ValueError):
-            os.killpg(int(pid_file.read_text()), signal.SIGKILL)
 
 
 def write_launch_env(path: Path, port: int, backends: tuple[str, str], *extra: str) -> None:

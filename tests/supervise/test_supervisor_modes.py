@@ -3,45 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from sglang_sentinel.supervise import GpuInfo, LogLine, ServerState, Supervisor
 from sglang_sentinel.supervise.launch import LaunchCommand
 from sglang_sentinel.supervise.settings import ServerSettings
+from support.fallback_reads import value
 
 FAKE_SYSTEMCTL = Path(__file__).with_name("fake_systemctl.py")
 
 Fast = Callable[..., ServerSettings]
 FakeCmd = Callable[..., LaunchCommand]
-
-
-def value(sup: Supervisor, name: str, **labels: str) -> float | None:
-    reg = CollectorRegistry()
-    reg.register(sup.collector())
-    return reg.get_sample_value(name, labels)
-
-
-@pytest.fixture
-def unit_dir(tmp_path: Path) -> Iterator[Path]:
-    d = tmp_path / "unit"
-    d.mkdir()
-    (d / "journal.log").write_text("")
-    yield d
-    # Whatever a failing test left running in the fake unit goes now.
-    pid_file = d / "pid"
-    if pid_file.exists():
-        with contextlib.suppress(ProcessLookupError, ValueError):
-            os.killpg(int(pid_file.read_text()), signal.SIGKILL)
 
 
 def systemd_settings(fast: Fast, port: int, d: Path, **extra: object) -> ServerSettings:

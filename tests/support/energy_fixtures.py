@@ -14,6 +14,8 @@ from sglang_sentinel.collect.gpu import FakeNvml, GpuPoller
 
 #: nvmlDeviceGetPowerUsage of the busy H200 sample, in watts.
 BUSY_WATTS = 651.508
+#: The two fake GPUs' UUIDs (FakeNvml: the sample's UUID with the device index as its last two digits).
+UUIDS = ("GPU-00000000-1111-2222-3333-444444444400", "GPU-00000000-1111-2222-3333-444444444401")
 
 
 @pytest.fixture

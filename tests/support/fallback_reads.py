@@ -1,5 +1,6 @@
-"""What the in-process fallback tests read of a Supervisor and its state dir: one series, the
-known-good records, and a wait for a condition (tests/supervise/test_fallback_*.py)."""
+"""What the in-process supervisor tests read of a Supervisor and its state dir: one series, the
+known-good records, and a wait for a condition (tests/supervise/test_fallback_*.py,
+test_supervisor_modes.py); and the known-good record the fallback tests seed."""
 
 from __future__ import annotations
 
@@ -37,3 +38,19 @@ def records(state: Path) -> list[dict[str, Any]]:
     except (FileNotFoundError, ValueError):
         return []
     return out
+
+
+def known_good_record(flags: list[list[Any]], good_at: float, *, profile: str = "fastsim") -> dict[str, Any]:
+    """A known-good record as the daemon writes it (supervise/knowngood.py): the simulator launched
+    with ``flags`` (``[[flag, [values]], ...]``, an SGLang 0.5.9 one), good at ``good_at``."""
+    return {
+        "argv_hash": "0123456789abcdef",
+        "flags": flags,
+        "argv": ["python", "-m", "sglang_sentinel_sim", *(t for f, v in flags for t in (f, *v))],
+        "sglang_version": "0.5.9",
+        "driver_version": None,
+        "gpu_model": None,
+        "first_good": good_at,
+        "last_good": good_at,
+        "profile": profile,
+    }
