@@ -241,12 +241,24 @@ def test_the_daemons_fake_gpus_lose_a_gpu_named_in_the_fault_file(tmp_path: Path
 
 
 def test_the_nvml_backend_has_no_fault_file() -> None:
-    from sglang_sentinel.collect.gpu.collector import _factory, _real_nvml
+    from sglang_sentinel.collect.gpu.collector import _factory
     from sglang_sentinel.collect.settings import GpuSettings
 
     collector = _factory(GpuSettings(backend="nvml", fake_faults_file=Path("faults.json")))
     assert isinstance(collector, GpuCollector)
-    assert collector.poller._nvml_factory is _real_nvml
+    assert collector.poller._nvml_factory() is pynvml
+
+
+def test_the_fake_backend_is_one_set_of_gpus_across_inits() -> None:
+    """A poller re-initialises NVML after a lost GPU: the fake backend's GPUs (and their energy
+    counters) are still the same ones, for the daemon and for `sentinel bench` alike."""
+    from sglang_sentinel.collect.gpu.fake import nvml_backend
+    from sglang_sentinel.collect.settings import GpuSettings
+
+    factory = nvml_backend(GpuSettings(backend="fake", fake_devices=2))
+    first = factory()
+    assert isinstance(first, FakeNvml)
+    assert factory() is first
 
 
 def test_no_gpu_library_is_a_clean_status() -> None:

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from sglang_sentinel.collect.gpu.fake import FakeNvml
+from sglang_sentinel.collect.gpu.fake import nvml_backend
 from sglang_sentinel.collect.gpu.health import GpuHealth
 from sglang_sentinel.collect.gpu.poller import NO_DRIVER, GpuPoller, GpuSnapshot
-from sglang_sentinel.collect.gpu.reading import DeviceIdentity, DeviceReading, Nvml
+from sglang_sentinel.collect.gpu.reading import DeviceIdentity, DeviceReading
 from sglang_sentinel.collect.registry import register
 from sglang_sentinel.collect.render import render_families
 from sglang_sentinel.collect.source import CollectionFailed, NotApplicable
@@ -365,22 +365,10 @@ class GpuCollector:
                 yield extra
 
 
-def _real_nvml() -> Nvml:
-    import pynvml
-
-    return pynvml
-
-
 @register("gpu", section=lambda settings: settings.collectors.gpu)
 def _factory(cfg: GpuSettings) -> GpuCollector:
-    nvml_factory: Callable[[], Nvml]
-    if cfg.backend == "fake":
-        fake = FakeNvml.backend(cfg.fake_devices, cfg.fake_faults_file)
-        nvml_factory = lambda: fake  # noqa: E731
-    else:
-        nvml_factory = _real_nvml
     poller = GpuPoller(
-        nvml_factory,
+        nvml_backend(cfg),
         interval=cfg.interval_seconds,
         timeout=cfg.timeout_seconds,
         init_timeout=cfg.init_timeout_seconds,

@@ -11,7 +11,8 @@ GPU can be injected: ``fault_file`` (``[collectors.gpu] fake_faults_file``) name
 ``{"lost": [1]}`` listing the GPU indices lost now; the fake rereads it whenever it changes (each
 NVML call compares its inode, size and mtime), and an absent file means no GPU lost. Writers
 replace it whole (write a temporary file, rename it over): a half-written file is ignored. The
-nvml backend never reads that file: nothing but this fake does.
+nvml backend never reads that file: nothing but this fake does. :func:`nvml_backend` is what a poller
+initialises for either backend.
 """
 
 from __future__ import annotations
@@ -21,17 +22,22 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pynvml
 
 from sglang_sentinel.log import get_logger
 
-__all__ = ["FakeNvml", "load_sample"]
+if TYPE_CHECKING:
+    from sglang_sentinel.collect.gpu.reading import Nvml
+    from sglang_sentinel.collect.settings import GpuSettings
+
+__all__ = ["FakeNvml", "load_sample", "nvml_backend"]
 
 _log = get_logger(__name__)
 
@@ -426,3 +432,13 @@ class FakeNvml:
 
     def nvmlEventSetFree(self, event_set: object) -> None:
         self._enter("nvmlEventSetFree")
+
+
+def nvml_backend(cfg: GpuSettings) -> Callable[[], Nvml]:
+    """What a poller initialises for ``[collectors.gpu] backend``: the NVIDIA library, or
+    :meth:`FakeNvml.backend`'s GPUs, one set for the poller's life (a re-init after a lost GPU finds
+    the same GPUs and counters, as on a real host)."""
+    if cfg.backend != "fake":
+        return lambda: pynvml
+    fake = FakeNvml.backend(cfg.fake_devices, cfg.fake_faults_file)
+    return lambda: fake

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from sglang_sentinel.collect.gpu.energy import IdleBaseline, LoadMeter, select_gpus
-from sglang_sentinel.collect.gpu.fake import FakeNvml
+from sglang_sentinel.collect.gpu.fake import nvml_backend
 from sglang_sentinel.collect.gpu.poller import GpuPoller
 from sglang_sentinel.collect.gpu.reading import Nvml
 from sglang_sentinel.collect.settings import CostSettings, EnergySettings, GpuSettings
@@ -43,14 +43,6 @@ class LocalEnergy:
         if self.poller is not None:
             self.poller.stop(1.0)
             self.poller = None
-
-
-def _nvml_factory(gpu: GpuSettings) -> Nvml:
-    if gpu.backend == "fake":
-        return FakeNvml.backend(gpu.fake_devices, gpu.fake_faults_file)
-    import pynvml
-
-    return pynvml
 
 
 def open_local_energy(
@@ -83,7 +75,7 @@ def open_local_energy(
         # Before NVML: this host's GPUs are not the server's (and NVML init can take seconds).
         return LocalEnergy(None, f"the server ({target_host}) is not on this host")
     poller = GpuPoller(
-        nvml if nvml is not None else lambda: _nvml_factory(gpu),
+        nvml if nvml is not None else nvml_backend(gpu),
         timeout=gpu.timeout_seconds,
         init_timeout=gpu.init_timeout_seconds,
         pcie_throughput=False,  # 2 x 20 ms per GPU, and nothing here reads it
