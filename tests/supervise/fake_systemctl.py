@@ -17,10 +17,17 @@ A start rate limit as systemd's: ``STATE_DIR/start_limit`` holds "BURST INTERVAL
 times are in ``STATE_DIR/starts``; a start beyond it is refused like systemd's (unit failed,
 ``Result=start-limit-hit``, ExecMain* left from the previous life). ``reset-failed`` clears it,
 unless ``STATE_DIR/deny_reset`` exists (polkit's "Access denied", exit 1).
+
+Jobs are serialized as systemd's job queue does: start, stop, restart and reset-failed hold a lock
+on ``STATE_DIR/jobs.lock`` (an operator's restart and sentinel's start never interleave), and each
+waits *for* its outcome (the manager's pid, the exit's record) with a generous deadline, never a
+fixed time: on a loaded box a manager takes seconds to start, and a start that gave up early
+launched a second server beside the first.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -29,7 +36,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+# Far beyond any start or stop on a loaded box; only a broken fake reaches it.
+_DEADLINE_S = 60.0
+# As systemd's TimeoutStopSec (shortened): SIGTERM first, SIGKILL after this long.
+_STOP_TIMEOUT_S = 10.0
 
 
 def _alive(pid: int) -> bool:
@@ -63,6 +76,13 @@ def _environment(d: Path) -> dict[str, str]:
     return env
 
 
+def _record(d: Path, *fields: object) -> None:
+    """The unit's last result, replaced in one rename: a concurrent ``show`` never reads half."""
+    tmp = d / f"result.{os.getpid()}"
+    tmp.write_text("".join(f"{f}\n" for f in fields))
+    tmp.replace(d / "result")
+
+
 def _manage(d: Path) -> None:
     env = _environment(d)
     argv: list[str] = []
@@ -88,8 +108,10 @@ def _manage(d: Path) -> None:
     left = int((d / "stopping").read_text() or exited - 1) if stopping else exited + 1
     result = "success" if stopping or rc == 0 else ("signal" if rc < 0 else "exit-code")
     active = "inactive" if result == "success" else "failed"
-    (d / "result").write_text(f"{active}\n{result}\n{code}\n{status}\n{left}\n{exited}\n")
-    (d / "pid").unlink(missing_ok=True)
+    _record(d, active, result, code, status, left, exited)
+    pid_file = d / "pid"
+    if pid_file.exists() and pid_file.read_text() == str(proc.pid):
+        pid_file.unlink(missing_ok=True)
 
 
 def _start_limited(d: Path) -> bool:
@@ -105,7 +127,7 @@ def _start_limited(d: Path) -> bool:
     if len(starts) >= burst:
         old = (d / "result").read_text().split() if (d / "result").exists() else []
         code, status, left, exited = old[2:6] if len(old) >= 6 else ("0", "0", "0", "0")
-        (d / "result").write_text(f"failed\nstart-limit-hit\n{code}\n{status}\n{left}\n{exited}\n")
+        _record(d, "failed", "start-limit-hit", code, status, left, exited)
         starts_file.write_text(" ".join(map(str, starts)))
         return True
     starts_file.write_text(" ".join(map(str, [*starts, now])))
@@ -119,9 +141,11 @@ def _start(d: Path) -> bool:
         return True
     if _start_limited(d):
         return False
+    # "starting" first: a show in between reads the last life's record (as systemd keeps ExecMain*
+    # until the next start), never a unit that looks as if it had never run.
+    (d / "starting").write_text("")
     for name in ("result", "stopping"):
         (d / name).unlink(missing_ok=True)
-    (d / "starting").write_text("")
     subprocess.Popen(
         [sys.executable, __file__, str(d), "_manage"],
         start_new_session=True,
@@ -129,27 +153,28 @@ def _start(d: Path) -> bool:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    for _ in range(100):
-        if pid_file.exists():
-            break
-        time.sleep(0.02)
+    _wait_for(pid_file.exists, _DEADLINE_S)
     (d / "starting").unlink(missing_ok=True)
+    return True
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float) -> bool:
+    """Poll ``condition()`` until it holds or ``timeout_s`` passed; whether it held."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
     return True
 
 
 def _stop(d: Path, pid: int) -> None:
     (d / "stopping").write_text(str(time.monotonic_ns() // 1000))
     os.killpg(pid, signal.SIGTERM)
-    for _ in range(100):
-        if not _alive(pid):
-            break
-        time.sleep(0.02)
-    else:
+    if not _wait_for(lambda: not _alive(pid), _STOP_TIMEOUT_S):
         os.killpg(pid, signal.SIGKILL)
-    for _ in range(100):
-        if (d / "result").exists():
-            break
-        time.sleep(0.02)
+    # The manager records the exit (and drops the pid file) once it has reaped the process.
+    _wait_for((d / "result").exists, _DEADLINE_S)
 
 
 def main() -> int:
@@ -158,34 +183,49 @@ def main() -> int:
     args = [a for a in sys.argv[3:] if not a.startswith("-")]
     with (d / "calls").open("a") as f:
         f.write(" ".join(sys.argv[2:]) + "\n")
-    pid_file = d / "pid"
-    pid = int(pid_file.read_text()) if pid_file.exists() else 0
-    running = pid > 0 and _alive(pid)
     if verb == "_manage":
         _manage(d)
         return 0
     if verb == "show":
-        if running and (d / "stopping").exists():
-            # As systemd while a stop job waits for the main process: it has not exited yet.
-            print(f"ActiveState=deactivating\nSubState=stop-sigterm\nResult=success\nMainPID={pid}")
-            print("ExecMainCode=0\nExecMainStatus=0")
-        elif running:
-            print(f"ActiveState=active\nSubState=running\nResult=success\nMainPID={pid}")
-            print("ExecMainCode=0\nExecMainStatus=0")
-            print(f"ExecMainStartTimestampMonotonic={(d / 'started').read_text()}")
-        elif (d / "result").exists():
-            active, result, code, status, left, exited = (d / "result").read_text().split()
-            print(f"ActiveState={active}\nSubState={'dead' if active == 'inactive' else 'failed'}")
-            print(f"Result={result}\nMainPID=0\nExecMainCode={code}\nExecMainStatus={status}")
-            print(f"ActiveExitTimestampMonotonic={left}\nExecMainExitTimestampMonotonic={exited}")
-            if (d / "start_limit").exists():
-                burst, interval = (d / "start_limit").read_text().split()
-                print(f"StartLimitIntervalUSec={interval}s\nStartLimitBurst={burst}")
-        elif (d / "starting").exists():
-            print("ActiveState=activating\nSubState=start\nResult=success\nMainPID=0")
-        else:
-            print("ActiveState=inactive\nSubState=dead\nResult=success\nMainPID=0")
-        return 0
+        return _show(d)
+    with (d / "jobs.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _job(d, verb, args)
+
+
+def _running(d: Path) -> tuple[int, bool]:
+    pid_file = d / "pid"
+    pid = int(pid_file.read_text() or 0) if pid_file.exists() else 0
+    return pid, pid > 0 and _alive(pid)
+
+
+def _show(d: Path) -> int:
+    pid, running = _running(d)
+    if running and (d / "stopping").exists():
+        # As systemd while a stop job waits for the main process: it has not exited yet.
+        print(f"ActiveState=deactivating\nSubState=stop-sigterm\nResult=success\nMainPID={pid}")
+        print("ExecMainCode=0\nExecMainStatus=0")
+    elif running:
+        print(f"ActiveState=active\nSubState=running\nResult=success\nMainPID={pid}")
+        print("ExecMainCode=0\nExecMainStatus=0")
+        print(f"ExecMainStartTimestampMonotonic={(d / 'started').read_text()}")
+    elif (d / "result").exists():
+        active, result, code, status, left, exited = (d / "result").read_text().split()
+        print(f"ActiveState={active}\nSubState={'dead' if active == 'inactive' else 'failed'}")
+        print(f"Result={result}\nMainPID=0\nExecMainCode={code}\nExecMainStatus={status}")
+        print(f"ActiveExitTimestampMonotonic={left}\nExecMainExitTimestampMonotonic={exited}")
+        if (d / "start_limit").exists():
+            burst, interval = (d / "start_limit").read_text().split()
+            print(f"StartLimitIntervalUSec={interval}s\nStartLimitBurst={burst}")
+    elif (d / "starting").exists():
+        print("ActiveState=activating\nSubState=start\nResult=success\nMainPID=0")
+    else:
+        print("ActiveState=inactive\nSubState=dead\nResult=success\nMainPID=0")
+    return 0
+
+
+def _job(d: Path, verb: str, args: list[str]) -> int:
+    pid, running = _running(d)
     if verb == "reset-failed":
         if (d / "deny_reset").exists():
             print(f"Failed to reset failed state of unit {args[0] if args else '?'}: Access denied")
