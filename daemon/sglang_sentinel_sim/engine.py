@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from sglang_sentinel_sim.profiles import Profile
-from sglang_sentinel_sim.reqstate import Request, RequestState
+from sglang_sentinel_sim.reqstate import INJECTED_ABORT, Request, RequestState
 
 __all__ = ["Engine", "EngineHooks", "EngineStats", "Request", "RequestState"]
 
@@ -547,19 +547,23 @@ class Engine:
             if req.state != RequestState.RUNNING:
                 finished = True
                 continue
+            stop = req.target if req.fault_at is None else min(req.target, req.fault_at)
+            left = stop - req.generated
+            if left <= 0:  # at its fault's token since the prefill: ended below, no token
+                finished = True
+                continue
             if mtp:
                 k = self._accepted()
                 req.spec_steps += 1
             else:
                 k = 1
-            left = req.target - req.generated
             if k > left:
                 k = left
             req.generated += k
             req.kv_held += k
             total += k
             req.last_token_at = now
-            if req.generated >= req.target:
+            if req.generated >= stop:
                 finished = True
             elif req.generated >= req.wake_at:
                 p = req.pusher  # a stream in its steady state writes its own event (push.py)
@@ -583,6 +587,9 @@ class Engine:
                     continue
                 if req.generated >= req.target:
                     self._finish(req, now)
+                elif req.fault_at is not None and req.generated >= req.fault_at:
+                    self._release(req)
+                    self._abort(req, INJECTED_ABORT)
                 else:
                     keep.append(req)
             self.running = keep

@@ -26,6 +26,7 @@ from aiohttp import web
 from sglang_sentinel_sim.disagg import NO_ROOM_MESSAGE, missing_room
 from sglang_sentinel_sim.engine import Request, RequestState
 from sglang_sentinel_sim.push import NO_FAULT, StreamPusher
+from sglang_sentinel_sim.reqstate import INJECTED_ABORT
 from sglang_sentinel_sim.requests import BadRequest, GenParams, stop_position
 from sglang_sentinel_sim.sse import SseWriter
 from sglang_sentinel_sim.text import EOS_TOKEN_ID, make_script, token_id
@@ -325,11 +326,13 @@ class ApiBase:
         self, request: web.Request, req: Request, gp: GenParams, fmt: StreamFormat, route: str
     ) -> web.StreamResponse:
         """Stream ``req`` in ``fmt``: the one loop behind every streamed route."""
+        fault_name, fault_at = self._fault_plan(True)
+        if fault_name == "error_chunk":
+            req.fault_at = fault_at  # the engine ends it there (reqstate.Request.fault_at)
         self._submit(req, request)
         clock = _ChunkClock(req.arrival, stream=True, priority=req.priority)
         resp = await self._start_stream(request)
         out = SseWriter(request, resp)
-        fault_name, fault_at = self._fault_plan(True)
         status: str | None = None
         seen = 0
         interval = gp.stream_interval
@@ -353,12 +356,14 @@ class ApiBase:
                 req.pusher = None
                 seen = pusher.seen
                 n = req.generated
-                done = req.done
-                if req.state == RequestState.ABORTED:
+                # Ended by the engine at the fault's token: its tokens, then the error, as below.
+                injected = req.state == RequestState.ABORTED and req.finish_message == INJECTED_ABORT
+                done = req.done and not injected
+                if req.state == RequestState.ABORTED and not injected:
                     await out.write(fmt.error(req.finish_message, False))
                     status = "aborted"
                     break
-                if not done and seen > 0 and n - seen < interval:
+                if not done and not injected and seen > 0 and n - seen < interval:
                     continue
                 if n > seen or done:
                     writes = fmt.chunks(seen, n, done)
@@ -370,7 +375,7 @@ class ApiBase:
                 seen = pusher.seen = n
                 if fault_name is not None and n >= fault_at and not done:
                     if fault_name == "error_chunk":
-                        self.engine.abort(req, "injected error")
+                        self.engine.abort(req, INJECTED_ABORT)  # (already ended by the engine: a no-op)
                         await out.write(fmt.error(INJECTED_ERROR, True))
                         status = "error"
                         break

@@ -12,7 +12,10 @@ from typing import Any, Final
 
 from sglang_sentinel_sim.text import EOS_TOKEN_ID, Script
 
-__all__ = ["Request", "RequestState"]
+__all__ = ["INJECTED_ABORT", "Request", "RequestState"]
+
+# The abort message of a request the error_chunk fault ended (``Request.fault_at``).
+INJECTED_ABORT: Final = "injected error"
 
 
 class RequestState:
@@ -28,6 +31,7 @@ class Request:
     __slots__ = (
         "arrival",
         "cached_tokens",
+        "fault_at",
         "finish_matched",
         "finish_message",
         "finish_type",
@@ -134,6 +138,10 @@ class Request:
         # A streaming handler in its steady state (sglang_sentinel_sim.push): the engine calls it instead
         # of waking the handler when wake_at is reached; False = declined, wake the handler.
         self.pusher: Callable[[], bool] | None = None
+        # The error_chunk fault planned for this stream: the engine ends the request at this token
+        # (aborted with INJECTED_ABORT), so the error comes after exactly that many tokens however
+        # late the handler wakes; never skipped because the request ran to its end meanwhile.
+        self.fault_at: int | None = None
 
     @property
     def done(self) -> bool:

@@ -106,7 +106,9 @@ def test_after_a_restart_with_only_failing_runs_the_stale_run_alert_fires_on_sch
             },
             "schedule": {
                 "calibrate_when_missing": False,
-                "profiles": {"reference": {"interval_seconds": 1}},
+                # Every request 16 tokens, so every one meets the error after its 2nd token (one of
+                # 1 or 2 tokens would end first, and the run would complete).
+                "profiles": {"reference": {"interval_seconds": 1, "range_ratio": 1.0}},
                 # Sentinel's own checks count as foreign traffic: a run that meets two of them is
                 # shrunk, and a shrunk run is no reference (it would not move the timestamp). On a
                 # busy box runs are slow and meet them often; this test is about stale runs only.

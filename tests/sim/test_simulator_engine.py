@@ -6,7 +6,8 @@ import pytest
 
 from sglang_sentinel_sim.config import SimConfig
 from sglang_sentinel_sim.engine import Engine, EngineHooks, Request
-from sglang_sentinel_sim.profiles import get_profile
+from sglang_sentinel_sim.profiles import Profile, get_profile
+from sglang_sentinel_sim.reqstate import INJECTED_ABORT
 from sglang_sentinel_sim.text import Script
 from support.sim_virtual import simulate
 
@@ -127,6 +128,33 @@ def test_lone_request_outgrowing_the_pool_is_aborted_not_overcommitted() -> None
     assert "Out of memory" in reason["message"]
     assert req.generated == 200  # exactly what fit
     assert engine.kv_used == 0
+
+
+@pytest.mark.parametrize(
+    ("profile", "fault_at"), [(GLM, 3), (GLM, 1), (get_profile("glm5-nvfp4-8x-rtxpro6000-mtp"), 5)]
+)
+def test_the_error_chunk_fault_ends_the_request_at_its_token_with_no_handler_awake(
+    profile: Profile, fault_at: int
+) -> None:
+    """The engine itself stops a stream at its planned error (reqstate.Request.fault_at): on a busy
+    box the handler wakes late, and a request that had meanwhile run to its end came back whole.
+    MTP's several tokens a step do not step over it; one that ends first is not touched."""
+    engine = Engine(profile, clock=lambda: 0.0, seed=1)
+    faulted = Request("f", 50, 400, Script([], 0, 1), ignore_eos=True)
+    faulted.fault_at = fault_at
+    short = Request("s", 50, fault_at, Script([], 0, 1), ignore_eos=True)
+    short.fault_at = fault_at
+    plain = Request("p", 50, 40, Script([], 0, 1), ignore_eos=True)
+    _drive(engine, [faulted, short, plain])
+    assert faulted.generated == fault_at
+    assert faulted.finish_reason() == {
+        "type": "abort", "message": INJECTED_ABORT, "status_code": 500, "err_type": None
+    }  # fmt: skip
+    assert short.finish_reason() == {"type": "length", "length": fault_at}
+    assert plain.generated == 40
+    assert plain.finish_reason() == {"type": "length", "length": 40}
+    assert engine.kv_used == 0
+    assert not engine.running
 
 
 @pytest.mark.parametrize("scale", [0.85, 1.2])

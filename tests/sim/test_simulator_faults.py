@@ -160,7 +160,7 @@ async def test_error_chunk_and_malformed_sse() -> None:
         assert events[-1] == "[DONE]"
         err = json.loads(events[-2])
         assert err == {"error": {"message": "CUDA error: an illegal memory access was encountered"}}
-        assert json.loads(events[-3])["meta_info"]["completion_tokens"] >= 3
+        assert json.loads(events[-3])["meta_info"]["completion_tokens"] == 3
         status, events = await sse(
             c, "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "stream": True}
         )
