@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
+import time
 from pathlib import Path
 
 import httpx
@@ -110,13 +112,11 @@ async def test_retraction_and_health_failure_lines() -> None:
     err = io.StringIO()
     async with (
         serve(
-            speed=400, profile="tiny-llama-1x-h200", max_total_tokens=2000, err=err, health_timeout=2.0
+            speed=400, profile="tiny-llama-1x-h200", max_total_tokens=2000, err=err, health_timeout=20.0
         ) as sim,
         httpx.AsyncClient(base_url=sim.base_url) as c,
     ):
         body = {"input_ids": list(range(100)), "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}}
-        import asyncio
-
         rs = await asyncio.gather(*(c.post("/generate", json=body) for _ in range(10)))
         assert all(r.status_code == 200 for r in rs)
         async with httpx.AsyncClient(base_url=sim.control_url) as ctl:
@@ -124,11 +124,16 @@ async def test_retraction_and_health_failure_lines() -> None:
             assert (await c.get("/health")).status_code == 503
             assert (await ctl.get("/state")).json()["status"] == "unhealthy"
             await ctl.delete("/faults/hang")
-        assert (await c.get("/health")).status_code == 200
+        # Healthy again once the scheduler runs: waited for, since on a busy box a probe right
+        # after the thaw can still miss its 50 ms (20 server seconds at speed 400) and fail.
+        deadline = time.monotonic() + 30
+        while (await c.get("/health")).status_code != 200:
+            assert time.monotonic() < deadline, "/health did not recover after the hang was cleared"
+            await asyncio.sleep(0.05)
     events = [parse_line(line) for line in err.getvalue().splitlines()]
     retractions = [e for e in events if isinstance(e, KvRetraction)]
     assert retractions
     assert retractions[0].new_token_ratio_after is not None
     failures = [e for e in events if isinstance(e, HealthCheckFailed)]
-    assert len(failures) == 1
-    assert failures[0].timeout_seconds == 2.0
+    assert failures  # the hang's (and any probe a busy box made miss its deadline after it)
+    assert {f.timeout_seconds for f in failures} == {20.0}
