@@ -409,20 +409,17 @@ def test_overridden_rules_pass_promtool(rendered: dict[str, list[dict[str, Any]]
 
 
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool missing (Debian package prometheus)")
-@pytest.mark.slow
-def test_promtool_checks_and_unit_tests_the_extracted_rules(tmp_path: Path) -> None:
-    """The chart's PrometheusRule (dcgm rules included) passes deploy/'s unit tests as shipped."""
+def test_promtool_checks_the_extracted_rules(tmp_path: Path) -> None:
+    """The chart's PrometheusRule (dcgm rules included), written out as rule files, passes promtool's
+    lint. Its unit tests are deploy/'s: test_prometheus_rule_is_deploy_alerts proves the rendered
+    groups equal deploy/'s files, which tests/deploy/test_deploy.py unit-tests as shipped."""
     assert PROMTOOL is not None
     groups = _rule_groups(chart.render({"prometheusRule": {"enabled": True, "dcgm": {"enabled": True}}}))
     for name in chart.ALERT_FILES:
         names = {g["name"] for g in _shipped(name)}
         mine = [g for g in groups if g["name"] in names]
-        assert len(mine) == len(names), name
+        assert mine == _shipped(name), name
         (tmp_path / name).write_text(yaml.safe_dump({"groups": mine}, sort_keys=False), encoding="utf-8")
-    tests = sorted((REPO / "deploy").glob("*.test.yml"))
-    assert len(tests) >= 3
-    for t in tests:
-        shutil.copy(t, tmp_path / t.name)
     check = subprocess.run(
         [PROMTOOL, "check", "rules", "--lint-fatal", *chart.ALERT_FILES],
         cwd=tmp_path,
@@ -431,14 +428,6 @@ def test_promtool_checks_and_unit_tests_the_extracted_rules(tmp_path: Path) -> N
         timeout=120,
     )
     assert check.returncode == 0, check.stdout + check.stderr
-    unit = subprocess.run(
-        [PROMTOOL, "test", "rules", *(t.name for t in tests)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert unit.returncode == 0, unit.stdout[-4000:] + unit.stderr[-4000:]
 
 
 def test_dashboards_are_grafana_sidecar_configmaps(rendered: dict[str, list[dict[str, Any]]]) -> None:
