@@ -104,7 +104,21 @@ async def test_chat_output_throughput_matches_the_truth_at_saturation(sim_factor
         assert rec.output_len == truth[rec.rid]["completion_tokens"]
     summary = sim.control("/summary")
     assert m.total_output_tokens == summary["total_output_tokens"]
-    assert m.output_throughput == pytest.approx(summary["output_throughput"], rel=0.01)
+    # Never more than the server made: the client's window holds the server's (it stamps before
+    # its first send, reads the last chunk after the server wrote it).
+    assert m.output_throughput <= summary["output_throughput"] * (1 + 1e-9)
+    # Short of it only by what the client measured itself. Its window runs from the planned start
+    # (0) to the last end: sent + E2E of the last request to end, whose E2E is the server's plus
+    # that request's send and read lag; the server's window opens at the first arrival, which the
+    # client sent at `sent` after 0. So the client's window is the server's plus at most two lags
+    # and that send offset. On an idle box that is ~1 %; a starved client (or simulator) on a busy
+    # one lags more, and the bound follows what it measured instead of failing.
+    lags = [rec.latency - truth[rec.rid]["e2e_s"] for rec in result.measured if rec.latency is not None]
+    assert min(lags) >= -_FLOAT_RESOLUTION_S  # (the other test here: E2E never below the server's)
+    first = min(result.measured, key=lambda rec: truth[rec.rid]["arrival_time"])
+    slack = 2 * max(lags) + first.sent + _FLOAT_RESOLUTION_S
+    floor = summary["total_output_tokens"] / (summary["duration_s"] + slack)
+    assert m.output_throughput >= floor, (m.output_throughput, summary["output_throughput"], slack)
 
 
 def _send_delay_rule(result: RunResult) -> bool:
