@@ -19,7 +19,8 @@ times are in ``STATE_DIR/starts``; a start beyond it is refused like systemd's (
 unless ``STATE_DIR/deny_reset`` exists (polkit's "Access denied", exit 1).
 
 Jobs are serialized as systemd's job queue does: start, stop, restart and reset-failed hold a lock
-on ``STATE_DIR/jobs.lock`` (an operator's restart and sentinel's start never interleave), and each
+on ``STATE_DIR/jobs.lock`` (an operator's restart and sentinel's start never interleave; a
+``--no-block`` job that finds one running is queued behind it and the command returns), and each
 waits *for* its outcome (the manager's pid, the exit's record) with a generous deadline, never a
 fixed time: on a loaded box a manager takes seconds to start, and a start that gave up early
 launched a second server beside the first.
@@ -181,15 +182,30 @@ def main() -> int:
     d = Path(sys.argv[1])
     verb = sys.argv[2]
     args = [a for a in sys.argv[3:] if not a.startswith("-")]
-    with (d / "calls").open("a") as f:
-        f.write(" ".join(sys.argv[2:]) + "\n")
+    if "--queued" not in sys.argv:  # (a queued job's call was recorded when it was made)
+        with (d / "calls").open("a") as f:
+            f.write(" ".join(sys.argv[2:]) + "\n")
     if verb == "_manage":
         _manage(d)
         return 0
     if verb == "show":
         return _show(d)
     with (d / "jobs.lock").open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if "--no-block" in sys.argv:
+                # As systemd: the job is queued behind the one running (an operator's restart) and
+                # the command returns at once; the queued job runs when that one is done.
+                subprocess.Popen(
+                    [sys.executable, __file__, str(d), verb, "--queued", *args],
+                    start_new_session=True,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                return 0
+            fcntl.flock(lock, fcntl.LOCK_EX)
         return _job(d, verb, args)
 
 
