@@ -42,8 +42,9 @@ from pathlib import Path
 
 # Far beyond any start or stop on a loaded box; only a broken fake reaches it.
 _DEADLINE_S = 60.0
-# As systemd's TimeoutStopSec (shortened): SIGTERM first, SIGKILL after this long.
-_STOP_TIMEOUT_S = 10.0
+# As systemd's TimeoutStopSec (90 s there, shortened: a test's server that ignores SIGTERM would
+# hold the test that long): SIGTERM first, SIGKILL after this long.
+_STOP_TIMEOUT_S = 2.0
 
 
 def _alive(pid: int) -> bool:
@@ -77,11 +78,17 @@ def _environment(d: Path) -> dict[str, str]:
     return env
 
 
+def _put(path: Path, text: str) -> None:
+    """Written in one rename: a concurrent ``show`` (or a start waiting for the pid) never finds
+    the file there but still empty."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
 def _record(d: Path, *fields: object) -> None:
-    """The unit's last result, replaced in one rename: a concurrent ``show`` never reads half."""
-    tmp = d / f"result.{os.getpid()}"
-    tmp.write_text("".join(f"{f}\n" for f in fields))
-    tmp.replace(d / "result")
+    """The unit's last result."""
+    _put(d / "result", "".join(f"{f}\n" for f in fields))
 
 
 def _manage(d: Path) -> None:
@@ -99,8 +106,8 @@ def _manage(d: Path) -> None:
         # ExecMainStartTimestampMonotonic: taken at the fork, as systemd does.
         started = time.monotonic_ns() // 1000
         proc = subprocess.Popen(argv, stdout=journal, stderr=subprocess.STDOUT, start_new_session=True)
-        (d / "started").write_text(str(started))
-        (d / "pid").write_text(str(proc.pid))
+        _put(d / "started", str(started))
+        _put(d / "pid", str(proc.pid))
         rc = proc.wait()
     code, status = ("1", rc) if rc >= 0 else ("2", -rc)
     exited = time.monotonic_ns() // 1000
@@ -170,7 +177,7 @@ def _wait_for(condition: Callable[[], bool], timeout_s: float) -> bool:
 
 
 def _stop(d: Path, pid: int) -> None:
-    (d / "stopping").write_text(str(time.monotonic_ns() // 1000))
+    _put(d / "stopping", str(time.monotonic_ns() // 1000))
     os.killpg(pid, signal.SIGTERM)
     if not _wait_for(lambda: not _alive(pid), _STOP_TIMEOUT_S):
         os.killpg(pid, signal.SIGKILL)
