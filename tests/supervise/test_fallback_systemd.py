@@ -176,10 +176,12 @@ async def test_an_edit_of_launch_env_during_a_fallback_ends_it_at_the_units_next
     state = tmp_path / "state"
     fallback_env = state / "sglang-fallback.env"
     write_launch_env(unit_dir / "launch.env", port, BAD)
-    # /health slower to give up than the unit's poll, as deployed (10 s x 3 against 2 s): the
-    # operator's restart is seen as the unit's, not as /health failing while it comes back.
+    # The checks slower to give up than the unit's poll, as deployed (10 s x 3 against 2 s): the
+    # operator's restart is seen as the unit's, not as a check failing while it comes back (the
+    # canaries too: at the test default, one refused canary on a busy box restarted the unit first).
     slow = {"interval": 1.0, "failures": 3}
-    s = settings(fast, port, unit_dir, state, checks={"health": slow, "health_generate": slow})
+    checks = {"health": slow, "health_generate": slow, "canary": slow}
+    s = settings(fast, port, unit_dir, state, checks=checks)
     write_launch_env(tmp_path / "good.env", port, GOOD)
     good_flags = read_args([tmp_path / "good.env"], "SGLANG_ARGS") or ()
     save_decision(s, unit_dir, state, good_flags)
