@@ -24,7 +24,7 @@ def test_the_key_moves_into_a_private_config_file(tmp_path: Path) -> None:
         "--port",
         "1",
     ]
-    out = hide_secret_flags(argv, tmp_path)
+    out, key_file = hide_secret_flags(argv, tmp_path)
     assert out == [
         "py",
         "-m",
@@ -35,6 +35,7 @@ def test_the_key_moves_into_a_private_config_file(tmp_path: Path) -> None:
         str(tmp_path / SECRETS_FILE),
     ]
     path = tmp_path / SECRETS_FILE
+    assert key_file == path
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     # JSON is YAML: SGLang's ConfigArgumentMerger turns each key into "--key value".
     assert json.loads(path.read_text()) == {"api-key": "k-123456", "admin-api-key": "adm-98765"}
@@ -50,17 +51,18 @@ def test_an_existing_file_is_narrowed_and_rewritten(tmp_path: Path) -> None:
 
 
 def test_no_secret_no_file_and_a_foreign_config_keeps_argv(tmp_path: Path) -> None:
-    assert hide_secret_flags(["x", "--port", "1"], tmp_path) == ["x", "--port", "1"]
+    assert hide_secret_flags(["x", "--port", "1"], tmp_path) == (["x", "--port", "1"], None)
     assert not (tmp_path / SECRETS_FILE).exists()
     # SGLang takes one --config: sentinel cannot merge into the user's file, so the key stays (warned).
     argv = ["x", "--config", "mine.yaml", "--api-key", "k-123456"]
-    assert hide_secret_flags(argv, tmp_path) == argv
+    assert hide_secret_flags(argv, tmp_path) == (argv, None)
     assert not (tmp_path / SECRETS_FILE).exists()
 
 
 def test_without_a_state_dir_a_private_temporary_directory_is_used() -> None:
-    out = hide_secret_flags(["x", "--api-key", "k-123456"], None)
-    path = Path(out[-1])
+    out, path = hide_secret_flags(["x", "--api-key", "k-123456"], None)
+    assert path is not None
+    assert out[-1] == str(path)
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     path.unlink()
     path.parent.rmdir()

@@ -154,9 +154,9 @@ class ChildRunner:
         env.setdefault("PYTHONUNBUFFERED", "1")
         self._exit = None
         self._drop_temp_secrets()
-        argv = hide_secret_flags(self.command.argv, self._secrets_dir)
-        if self._secrets_dir is None and argv != list(self.command.argv):
-            self._temp_secrets = Path(argv[-1]).parent  # [..., "--config", <temp dir>/<file>]
+        argv, key_file = hide_secret_flags(self.command.argv, self._secrets_dir)
+        if self._secrets_dir is None and key_file is not None:
+            self._temp_secrets = key_file.parent
         # The wrapper execs the server, so a missing binary would only show as its exit 127.
         if shutil.which(argv[0], path=env.get("PATH")) is None:
             self._drop_temp_secrets()

@@ -18,10 +18,11 @@ import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from sglang_sentinel.log import get_logger
 
-__all__ = ["SECRETS_FILE", "SECRET_FLAGS", "hide_secret_flags"]
+__all__ = ["SECRETS_FILE", "SECRET_FLAGS", "Hidden", "hide_secret_flags"]
 
 SECRET_FLAGS = ("--api-key", "--admin-api-key")
 SECRETS_FILE = "server-secrets.yaml"
@@ -60,27 +61,34 @@ def write_private(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def hide_secret_flags(argv: Sequence[str], directory: Path | None) -> list[str]:
+class Hidden(NamedTuple):
+    argv: list[str]
+    # The file the keys went into (None: argv kept them, or had none).
+    key_file: Path | None
+
+
+def hide_secret_flags(argv: Sequence[str], directory: Path | None) -> Hidden:
     """``argv`` with ``--api-key``/``--admin-api-key`` moved into a 0600 ``--config`` file.
 
-    ``directory`` is the state directory (0700); without one a private temporary directory is used.
-    Returns ``argv`` unchanged when it carries no secret flag, or (with a warning) when it already
-    has a ``--config`` of its own.
+    ``directory`` is the state directory (0700); without one a private temporary directory is made
+    for the key file alone: the caller removes it (``key_file.parent``) when the server is done
+    with it. ``argv`` comes back unchanged when it carries no secret flag, or (with a warning) when
+    it already has a ``--config`` of its own.
     """
     rest, found = _split(argv)
     if not found:
-        return list(argv)
+        return Hidden(list(argv), None)
     if "--config" in rest or any(a.startswith("--config=") for a in rest):
         _log.warning(
             "api_key_on_command_line",
             reason="the launch profile passes its own --config; SGLang takes only one, so the API key "
             "stays in argv (visible in ps). Put api-key into that file instead.",
         )
-        return list(argv)
+        return Hidden(list(argv), None)
     if directory is None:
         directory = Path(tempfile.mkdtemp(prefix="sentinel-"))  # created 0700
     path = directory / SECRETS_FILE
     write_private(path, (json.dumps(found, ensure_ascii=True) + "\n").encode())
     # After the program and its module (python -m sglang.launch_server): SGLang merges the file's
     # options before the others, so explicit flags still win, as with any --config.
-    return [*rest, "--config", str(path)]
+    return Hidden([*rest, "--config", str(path)], path)
