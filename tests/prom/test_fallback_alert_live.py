@@ -38,7 +38,7 @@ import httpx
 import pytest
 
 from sglang_sentinel.supervise.knowngood import KNOWN_GOOD_FILE
-from support.fallback_reads import known_good_record
+from support.fallback_reads import known_good_record, records
 from support.live_prometheus import (
     Box,
     Prometheus,
@@ -93,15 +93,6 @@ def _sm120(backends: tuple[str, str]) -> dict[str, Any]:
     }
 
 
-def _records(state: Path) -> list[dict[str, Any]]:
-    try:
-        doc: dict[str, Any] = json.loads((state / KNOWN_GOOD_FILE).read_text())
-    except (FileNotFoundError, ValueError):
-        return []
-    out: list[dict[str, Any]] = doc["records"]
-    return out
-
-
 def _config_info(source: str, running: str, configured: str) -> str:
     return (
         f'sentinel_server_config_info{{source="{source}", config_hash="{running}", '
@@ -149,8 +140,8 @@ def test_sm120_garbage_after_a_recorded_good_config_falls_back_once_and_the_aler
         return daemon.tail() + "\n--- prometheus:\n" + prom.tail()
 
     # 1. The good launch: it answers right for good_after, the daemon records it known-good.
-    daemon.wait("a known-good record", lambda: bool(_records(state)), 60)
-    [good] = _records(state)
+    daemon.wait("a known-good record", lambda: bool(records(state)), 60)
+    [good] = records(state)
     good_hash = good["argv_hash"]
     assert good["sglang_version"] == "0.5.9", good  # as the server reported it
     assert good["profile"] == PROFILE, good
@@ -197,7 +188,7 @@ def test_sm120_garbage_after_a_recorded_good_config_falls_back_once_and_the_aler
             ),
             60,
         )
-    daemon.wait("the fallback recorded good again", lambda: _records(state)[0]["last_good"] > fb["since"], 60)
+    daemon.wait("the fallback recorded good again", lambda: records(state)[0]["last_good"] > fb["since"], 60)
 
     # It runs on: a while of scrapes and canary rounds, no second fallback, no wrong answer.
     fired_at = time.time()
@@ -258,7 +249,7 @@ def test_sm120_garbage_after_a_recorded_good_config_falls_back_once_and_the_aler
     # (A scrape that failed while it fired would end a run too: the target's down times then show.)
     assert _firing_runs(prom, began) == 1, (prom.query_range("up == 0", began, time.time()), tail())
     assert not prom.query_range(f'ALERTS{{alertname="{ALERT}", alertstate="pending"}}', began, time.time())
-    assert [r["argv_hash"] for r in _records(state)] == [good_hash]
+    assert [r["argv_hash"] for r in records(state)] == [good_hash]
 
 
 def test_reset_configured_ends_a_running_fallback_and_the_alert_resolves(
