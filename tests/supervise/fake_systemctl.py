@@ -144,8 +144,7 @@ def _start_limited(d: Path) -> bool:
 
 def _start(d: Path) -> bool:
     """Start the unit (a no-op while it runs); False when the start limit refused it."""
-    pid_file = d / "pid"
-    if pid_file.exists() and _alive(int(pid_file.read_text())):
+    if _running(d)[1]:
         return True
     if _start_limited(d):
         return False
@@ -161,7 +160,7 @@ def _start(d: Path) -> bool:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    _wait_for(pid_file.exists, _DEADLINE_S)
+    _wait_for((d / "pid").exists, _DEADLINE_S)
     (d / "starting").unlink(missing_ok=True)
     return True
 
