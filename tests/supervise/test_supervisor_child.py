@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from sglang_sentinel.supervise import LogLine, ServerState, StateChange, Supervisor
 from sglang_sentinel.supervise.launch import LaunchCommand
 from sglang_sentinel.supervise.settings import ServerSettings
+from support.fallback_reads import until
 
 pytestmark = [pytest.mark.usefixtures("no_leaked_children")]
 
@@ -67,12 +67,11 @@ async def test_starts_warms_becomes_ready_and_stops(
     assert value(reg, "sentinel_server_ready_timestamp_seconds") == sup.epoch
     # Canaries run right after ready; health and stall soon after: waited for, a busy box is slow.
     probes = ("health", "health_generate", "stall", "canary_arithmetic", "canary_is_prime")
-    deadline = time.monotonic() + 30
-    while any(value(series(sup), "sentinel_probe_success", probe=p) != 1 for p in probes):
-        assert time.monotonic() < deadline, {
-            p: value(series(sup), "sentinel_probe_success", probe=p) for p in probes
-        }
-        await asyncio.sleep(0.05)
+    await until(
+        lambda: all(value(series(sup), "sentinel_probe_success", probe=p) == 1 for p in probes),
+        30,
+        what=f"every probe passing: {probes}",
+    )
     reg = series(sup)
     for probe in probes:
         assert value(reg, "sentinel_probe_success", probe=probe) == 1, probe
