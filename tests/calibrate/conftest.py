@@ -30,6 +30,9 @@ class SyntheticServer:
     error_from: int | None = None  # concurrency from which half the requests fail
     client_bound_from: int | None = None
     seed: int = 7
+    # A step at one of these concurrencies reads this fraction of the true throughput (a noisy
+    # window: the client lagged, a neighbour took the CPU), once: the next probe there reads true.
+    dips: dict[int, float] = field(default_factory=dict)
     plans: list[StepPlan] = field(default_factory=list)
 
     def throughput(self, c: int) -> float:
@@ -42,7 +45,7 @@ class SyntheticServer:
         self.plans.append(plan)
         rng = random.Random(self.seed * 1000 + len(self.plans))
         c = plan.concurrency
-        thr = self.throughput(c) * (1 + rng.uniform(-self.noise, self.noise))
+        thr = self.throughput(c) * (1 + rng.uniform(-self.noise, self.noise)) * self.dips.pop(c, 1.0)
         running = min(c, self.max_running) if self.max_running else c
         queue = c - running
         per_req = thr / running

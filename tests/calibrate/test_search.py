@@ -50,6 +50,37 @@ async def test_plateau_without_server_metrics(synthetic: Any) -> None:
     assert sat >= 0.95 * 200.0
 
 
+async def test_a_plateau_that_read_low_is_judged_again_from_the_step_before_it(
+    synthetic: Any,
+) -> None:
+    # Saturated from ~16 on (no queue: nothing server-side says so). The step at 32 reads 20% low,
+    # so 16->32 is a plateau and 32->64 climbs out of it by 25% of linear: judged only against its
+    # neighbour, the last step would overturn the plateau and the sweep would end as a lower bound.
+    server = synthetic(ceiling=200.0, max_running=None, dips={32: 0.8})
+    result = await run_search(server, settings(max_concurrency=64), WORKLOAD)
+    assert result.stop_reason == "saturated"
+    assert not result.lower_bound
+    top = max(result.steps, key=lambda st: st.concurrency)
+    assert top.concurrency == 64
+    assert any(r.startswith("throughput plateau: 16->64 gained") for r in top.saturation_reasons)
+    sat = result.saturation_output_throughput.value
+    assert sat is not None
+    assert sat >= 0.95 * 200.0
+
+
+async def test_a_dip_on_a_server_that_still_scales_is_no_ceiling(synthetic: Any) -> None:
+    # The same dip on a server far from its ceiling: 16->64 gains nearly all of linear, so the
+    # plateau at 32 is not confirmed and the sweep reports the lower bound it is.
+    server = synthetic(ceiling=1e6, max_running=None, dips={32: 0.5})
+    result = await run_search(server, settings(max_concurrency=64), WORKLOAD)
+    assert result.stop_reason == "max-concurrency"
+    assert result.lower_bound
+    step32 = next(st for st in result.steps if st.concurrency == 32)
+    assert step32.saturated  # the dip did read as a plateau
+    top = max(result.steps, key=lambda st: st.concurrency)
+    assert not top.saturated, top.saturation_reasons
+
+
 async def test_slo_boundary_is_bisected_and_goodput_reported(synthetic: Any) -> None:
     server = synthetic(ceiling=200.0, max_running=24)
     slo = SloSettings(tpot_seconds=0.105, tpot_percentile=50)

@@ -6,7 +6,8 @@ Saturation is decided from both sides, because either alone misleads:
   KV pool nearly full (``sglang:token_usage``) or requests retracted for lack of KV. These say the
   server cannot take more work in parallel, whatever the client sees.
 - client: a throughput plateau (doubling concurrency bought less than ``plateau_efficiency`` of
-  the linear gain) or TTFT growing many times over while throughput barely moves — requests wait.
+  the linear gain; a plateau that the next step climbs out of is judged again from the step
+  before it) or TTFT growing many times over while throughput barely moves — requests wait.
 
 A plateau the client measured while it was itself lagging (the load engine's ``client_bound``)
 with an idle server queue says nothing about the server: that step is *untrusted* and the search
@@ -104,6 +105,22 @@ def judge_saturation(
             reasons.append(
                 f"throughput plateau: {below.concurrency}->{m.concurrency} gained {eff:.0%} of linear"
             )
+        elif below.saturated and not below.server_saturated:
+            # The step below was a plateau by the client's figures alone and this one climbed from
+            # it: either that step read low (a noisy window) or the server still scales. Measured
+            # from the step before the plateau the two tell apart: on a bending curve the fraction
+            # of linear gain depends on the upper concurrency, not on the base (throughput
+            # c/(c+K) gains K/(c+K) of linear from any lower c), and a base two steps down divides
+            # the same noise by a larger ideal gain. So a step at 128 that read low, between 64
+            # and 256 that together gained (say) 8% of linear, is a ceiling, not a lower bound.
+            base = [st for st in lower if st.concurrency < below.concurrency]
+            if base:
+                root = max(base, key=lambda st: st.concurrency)
+                wide = scaling_efficiency(root.measurement, m)
+                if wide is not None and wide < settings.plateau_efficiency:
+                    reasons.append(
+                        f"throughput plateau: {root.concurrency}->{m.concurrency} gained {wide:.0%} of linear"
+                    )
         ttfts = [st.measurement.ttft.p50 for st in lower if st.measurement.ttft is not None]
         if (
             m.ttft is not None
