@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+
+from support.loopback import HTTP
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +44,7 @@ def test_the_simulator_ignores_sighup(sim_factory: Any) -> None:
     sim.process.send_signal(signal.SIGHUP)
     time.sleep(0.5)
     assert sim.process.poll() is None
-    assert httpx.get(sim.base_url + "/health", timeout=5).status_code == 200
+    assert HTTP.get(sim.base_url + "/health", timeout=5).status_code == 200
 
 
 def test_bench_ignores_sighup_and_reads_sentinel_api_key(sim_factory: Any, tmp_path: Path) -> None:
@@ -128,12 +129,12 @@ def test_sweep_report_without_the_extra_fails_before_sending_load(sim_factory: A
     (hide / "sitecustomize.py").write_text("import sys\nsys.modules['matplotlib'] = None\n")
     env = _env(PYTHONPATH=os.pathsep.join([str(hide), os.environ.get("PYTHONPATH", "")]))
     # (the server's own start-up warm-up request is counted too: compare before and after)
-    before = _requests(httpx.get(sim.base_url + "/metrics", timeout=5).text)
+    before = _requests(HTTP.get(sim.base_url + "/metrics", timeout=5).text)
     done = _sweep(sim, "--report", str(tmp_path / "report"), env=env)
     assert done.returncode == 2, done.stderr
     assert "pip install 'sglang-sentinel[report]'" in done.stderr
     assert "Calibration Result" not in done.stdout
-    served = httpx.get(sim.base_url + "/metrics", timeout=5).text
+    served = HTTP.get(sim.base_url + "/metrics", timeout=5).text
     assert _requests(served) == before  # not one request was sent
 
 

@@ -21,6 +21,7 @@ import pytest
 
 from sglang_sentinel.supervise.pidfile import process_start_ticks
 from support.daemon_proc import DaemonProcess, alive, free_port
+from support.loopback import HTTP
 
 pytestmark = pytest.mark.slow
 
@@ -117,7 +118,7 @@ def test_a_leftover_server_is_reaped_by_the_next_daemon(tmp_path: Path, daemons:
         deadline = time.monotonic() + 30
         while True:
             try:
-                if httpx.get(f"http://127.0.0.1:{server_port}/health", timeout=1).status_code == 200:
+                if HTTP.get(f"http://127.0.0.1:{server_port}/health", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
@@ -299,5 +300,5 @@ run_on_ready = true
     assert excluded == 1
     # No reference figure came from it.
     assert d.value(metrics, "sentinel_load_output_throughput_tokens_per_second", profile="reference") is None
-    page = httpx.get(d.url + "/", timeout=10).text
+    page = HTTP.get(d.url + "/", timeout=10).text
     assert "time gap" in page

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from support.daemon_proc import DaemonProcess, alive, clean_env, descendants, free_port
+from support.loopback import HTTP
 
 pytestmark = pytest.mark.slow
 
@@ -123,7 +124,7 @@ def test_daemon_end_to_end(
         m, "sentinel_load_runs_excluded_total", profile="reference", reason="restart_window"
     )
 
-    page = httpx.get(d.url + "/", timeout=5)
+    page = HTTP.get(d.url + "/", timeout=5)
     assert page.status_code == 200
     assert "sglang-sentinel" in page.text
     assert "reference" in page.text
@@ -180,8 +181,8 @@ def test_daemon_end_to_end(
     # State survives a daemon restart: history on the status page, spending in the budget.
     d2 = DaemonProcess(cfg, port, tmp_path / "daemon2.log", tolerate=_TOLERATE)
     daemons.append(d2)
-    d2.wait("the exporter", lambda: httpx.get(d2.url + "/status.json", timeout=5).status_code == 200, 30)
-    snapshot = httpx.get(d2.url + "/status.json", timeout=5).json()
+    d2.wait("the exporter", lambda: HTTP.get(d2.url + "/status.json", timeout=5).status_code == 200, 30)
+    snapshot = HTTP.get(d2.url + "/status.json", timeout=5).json()
     old_runs = [r for r in snapshot["schedule"]["recent"] if r.get("started_at", 0) <= spans[-1][0]]
     assert old_runs
     assert snapshot["schedule"]["budget"]["spent"] > 0

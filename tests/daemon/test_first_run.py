@@ -14,10 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 
 from support.daemon_proc import DaemonProcess, free_port
+from support.loopback import HTTP
 
 
 def _no_gpu_here() -> bool:
@@ -73,7 +73,7 @@ def test_first_run_without_configuration_shows_no_false_alarm(
     m = d.metrics()
     assert d.value(m, "sentinel_collector_state", collector="gpu", state="not_applicable") == 1
     assert d.value(m, "sentinel_collector_success", collector="gpu") is None
-    page = httpx.get(d.url + "/", timeout=10).text
+    page = HTTP.get(d.url + "/", timeout=10).text
     assert not re.search(r'class="badge bad"', page), page
     assert "not applicable" in page
 
@@ -81,6 +81,6 @@ def test_first_run_without_configuration_shows_no_false_alarm(
     capacity = d.status()["capacity"]
     assert capacity.get("bound") != "lower", capacity
     assert "raise max_concurrency" not in d.text()
-    page = httpx.get(d.url + "/", timeout=10).text
+    page = HTTP.get(d.url + "/", timeout=10).text
     assert "lower bound" not in page
     assert not re.search(r'class="badge bad"', page)

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from support.daemon_proc import DaemonProcess, free_port
+from support.loopback import HTTP
 
 pytestmark = pytest.mark.slow
 
@@ -109,7 +109,7 @@ def test_killing_rank1_restarts_the_whole_group(tmp_path: Path, daemons: list[Da
     r0.wait("both ranks up", lambda: _group(r0)["members_ready"] == 2, 60)
     assert r0.status()["server"]["state"] == "ready"
     assert r1.status()["server"]["state"] == "running"  # never "ready": its /health is the dummy
-    assert httpx.get(f"http://127.0.0.1:{s1}/health", timeout=5).status_code == 200
+    assert HTTP.get(f"http://127.0.0.1:{s1}/health", timeout=5).status_code == 200
     m = r0.metrics()
     assert r0.value(m, "sentinel_group_members_ready") == 2
     assert r0.value(m, "sentinel_group_member_state", rank="1", state="running") == 1

@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from support.daemon_proc import DaemonProcess, free_port
 from support.hostile_http import HostileServer
+from support.loopback import HTTP
 
 pytestmark = pytest.mark.slow
 
@@ -126,8 +127,8 @@ def test_sentinel_metrics_answer_within_the_deadline_under_a_hostile_server(
     port = free_port()
     d = DaemonProcess(hostile_config(tmp_path, hostile.port, port), port, tmp_path / "daemon.log")
     daemons.append(d)
-    d.wait("exporter up", lambda: httpx.get(d.url + "/healthz", timeout=5).status_code in (200, 503))
-    first = families(httpx.get(d.url + "/metrics", timeout=SCRAPE_DEADLINE * 5).text)
+    d.wait("exporter up", lambda: HTTP.get(d.url + "/healthz", timeout=5).status_code in (200, 503))
+    first = families(HTTP.get(d.url + "/metrics", timeout=SCRAPE_DEADLINE * 5).text)
     assert {"sentinel_build_info", "sentinel_collector_success", "sentinel_server_up"} <= first, first
     with Scrapers(d.url + "/metrics") as scrapers:
         for fine in (frozenset(), frozenset({"/health"})):

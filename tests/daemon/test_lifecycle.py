@@ -14,10 +14,10 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import httpx
 import pytest
 
 from support.daemon_proc import DaemonProcess, clean_env, free_port
+from support.loopback import HTTP
 
 pytestmark = pytest.mark.slow
 
@@ -177,7 +177,7 @@ def test_the_daemon_loads_only_its_own_calibrations_and_says_why(
     assert ignored["loaded"] == 1
     assert ignored["ignored"] == 3
     assert ignored["reasons"] == {"another launch_hash": 1, "another url": 1, "no target recorded": 1}
-    latest = httpx.get(d.url + "/calibration/latest.json", timeout=5).json()
+    latest = HTTP.get(d.url + "/calibration/latest.json", timeout=5).json()
     assert latest["saturation_output_throughput"]["value"] == 777.0
     assert d.stop() == 0
 
@@ -402,8 +402,8 @@ def test_reset_from_failed_through_sentinel_reset(tmp_path: Path, daemons: list[
     crashes = _crashes(d, auth)
 
     # The endpoint: POST only, and never without the exporter's credentials.
-    assert httpx.post(d.url + "/reset", timeout=5).status_code == 401
-    assert httpx.get(d.url + "/reset", timeout=5, auth=auth).status_code == 405
+    assert HTTP.post(d.url + "/reset", timeout=5).status_code == 401
+    assert HTTP.get(d.url + "/reset", timeout=5, auth=auth).status_code == 405
     run = [sys.executable, "-m", "sglang_sentinel", "reset", "--url", d.url]
     refused = subprocess.run(run, capture_output=True, text=True, env=clean_env(), timeout=60)
     assert refused.returncode == 1
@@ -434,7 +434,7 @@ def test_reset_from_failed_through_sentinel_reset(tmp_path: Path, daemons: list[
 def _crashes(d: DaemonProcess, auth: tuple[str, str]) -> float:
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = httpx.get(d.url + "/metrics", timeout=5, auth=auth).text
+    text = HTTP.get(d.url + "/metrics", timeout=5, auth=auth).text
     return sum(
         s.value
         for f in text_string_to_metric_families(text)

@@ -20,12 +20,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from sglang_sentinel.cli.status import health_code, summarize
 from support.daemon_proc import DaemonProcess, clean_env, free_port
 from support.headless_chromium import CHROMIUM, dump_dom_and_screenshot
+from support.loopback import HTTP
 
 pytestmark = pytest.mark.slow
 
@@ -131,7 +131,7 @@ def test_crash_loop_screens(tmp_path: Path, daemons: list[DaemonProcess]) -> Non
             names = {p["name"] for p in doc["probes"]}
             if state == "ready" and not {"health", "stall", "canary_arithmetic"} <= names:
                 return False  # wait for the first results, so there is something to go stale
-            html = httpx.get(d.url + "/", timeout=5).text
+            html = HTTP.get(d.url + "/", timeout=5).text
             pages[state] = (html, d.status())
             return True
 
@@ -267,7 +267,7 @@ def test_lower_bound_calibration_screens(tmp_path: Path, daemons: list[DaemonPro
     assert capacity["max_concurrency"] == 2
     # No SLO configured: nothing claims "within SLO".
     assert capacity["slo_concurrency"] is None
-    html = httpx.get(d.url + "/", timeout=5).text
+    html = HTTP.get(d.url + "/", timeout=5).text
     text = _text(_shoot(html, "lower-bound", tmp_path)[0])
     assert "≥" in text
     assert "lower bound: did not saturate up to concurrency 2" in text
@@ -279,9 +279,9 @@ def test_lower_bound_calibration_screens(tmp_path: Path, daemons: list[DaemonPro
     series = [k for k in m if k[0] == "sentinel_capacity_output_throughput_tokens_per_second"]
     assert series == [("sentinel_capacity_output_throughput_tokens_per_second", (("bound", "lower"),))]
     assert not [k for k in m if k[0] == "sentinel_capacity_slo_concurrency"]
-    latest = httpx.get(d.url + "/calibration/latest.json", timeout=5).json()
+    latest = HTTP.get(d.url + "/calibration/latest.json", timeout=5).json()
     assert latest["stop_reason"] == "max-concurrency"
-    report = httpx.get(d.url + "/calibration/report", timeout=5)
+    report = HTTP.get(d.url + "/calibration/report", timeout=5)
     if report.status_code == 200:  # matplotlib installed
         assert "lower bound: did not saturate up to concurrency 2" in report.text
         assert "within SLO" not in report.text

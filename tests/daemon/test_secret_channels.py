@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from support.daemon_proc import DaemonProcess, clean_env, descendants, free_port
+from support.loopback import HTTP
 
 pytestmark = pytest.mark.slow
 
@@ -89,8 +90,8 @@ run_on_ready = false
 
     # The key is in force: the simulator (the child) refuses a request without it.
     api = f"http://127.0.0.1:{server_port}/v1/models"
-    assert httpx.get(api, timeout=5).status_code == 401
-    assert httpx.get(api, headers={"Authorization": f"Bearer {key}"}, timeout=5).status_code == 200
+    assert HTTP.get(api, timeout=5).status_code == 401
+    assert HTTP.get(api, headers={"Authorization": f"Bearer {key}"}, timeout=5).status_code == 200
 
     channels: dict[str, str] = {"cli": "\n".join(cli_outputs)}
     for pid in (d.proc.pid, *descendants(d.proc.pid)):
@@ -104,7 +105,7 @@ run_on_ready = false
             continue  # a short-lived helper that is gone already
     assert any("sim" in v for k, v in channels.items() if k.startswith("cmdline"))
     for path in ("/metrics", "/status.json", "/", "/calibration/latest.json", "/calibration/report"):
-        channels[path] = httpx.get(url + path, timeout=10).text
+        channels[path] = HTTP.get(url + path, timeout=10).text
     # Stop first so every buffered line (server.log, the daemon's log) is on disk.
     assert d.stop() == 0
     channels["daemon log"] = log_path.read_text(errors="replace")

@@ -46,6 +46,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.daemon_proc import DaemonProcess, free_port
 from support.dashboard_vars import at_all
 from support.live_prometheus import PROMETHEUS, Box, Prometheus
+from support.loopback import HTTP
 
 pytestmark = pytest.mark.slow
 
@@ -143,7 +144,7 @@ def _status(daemon: DaemonProcess) -> dict[str, Any]:
 
 
 def _status_json(daemon: DaemonProcess) -> dict[str, Any]:
-    doc: dict[str, Any] = httpx.get(daemon.url + "/status.json", timeout=5).json()
+    doc: dict[str, Any] = HTTP.get(daemon.url + "/status.json", timeout=5).json()
     return doc
 
 

@@ -29,6 +29,7 @@ from support.live_prometheus import (
     requires_prometheus,
     scale_durations,
 )
+from support.loopback import HTTP
 
 pytestmark = [pytest.mark.slow, requires_prometheus]
 
@@ -132,7 +133,7 @@ def _long_request(base_url: str, done: threading.Event) -> None:
     # Decoding for long enough that the stall freezes it mid-flight.
     body = {"text": "hello", "sampling_params": {"max_new_tokens": 60000, "ignore_eos": True}}
     with contextlib.suppress(httpx.HTTPError):
-        httpx.post(base_url + "/generate", json=body, timeout=120)
+        HTTP.post(base_url + "/generate", json=body, timeout=120)
     done.set()
 
 
@@ -184,10 +185,10 @@ def test_alerts_follow_faults_pending_firing_resolved(
     assert not set(quiet) & set(log.current), log.current
 
     def arm(spec: str) -> None:
-        httpx.post(control + "/faults", json={"spec": spec}, timeout=10).raise_for_status()
+        HTTP.post(control + "/faults", json={"spec": spec}, timeout=10).raise_for_status()
 
     def clear() -> None:
-        httpx.delete(control + "/faults", timeout=10).raise_for_status()
+        HTTP.delete(control + "/faults", timeout=10).raise_for_status()
 
     # 1. Streams that end in an error chunk (HTTP 200; the checks do not stream, the server stays
     #    ready): the reference run fails. sentinel_load_runs_total{outcome="failed"} is at 0 from
@@ -209,7 +210,7 @@ def test_alerts_follow_faults_pending_firing_resolved(
     threading.Thread(target=_long_request, args=(server, done), daemon=True).start()
     prom.wait(
         "the long request running",
-        lambda: httpx.get(control + "/state", timeout=5).json()["engine"]["running"] >= 1,
+        lambda: HTTP.get(control + "/state", timeout=5).json()["engine"]["running"] >= 1,
         10,
     )
     arm("stall:duration=3000")
@@ -228,7 +229,7 @@ def test_alerts_follow_faults_pending_firing_resolved(
     prom.wait(
         "the restarted server",
         lambda: (
-            httpx.get(control + "/state", timeout=2).json()["status"] == "up"
+            HTTP.get(control + "/state", timeout=2).json()["status"] == "up"
             and bool(prom.query("sum(sentinel_server_restarts_total) >= 1"))
         ),
         30,

@@ -34,7 +34,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from sglang_sentinel.supervise.knowngood import KNOWN_GOOD_FILE
@@ -46,6 +45,7 @@ from support.live_prometheus import (
     requires_prometheus,
     scale_durations,
 )
+from support.loopback import HTTP
 
 pytestmark = [pytest.mark.slow, requires_prometheus]
 
@@ -236,7 +236,7 @@ def test_sm120_garbage_after_a_recorded_good_config_falls_back_once_and_the_aler
     prom.wait("the alert resolved", lambda: _firing(prom) == "inactive", 60)
     assert _one(prom, 'sentinel_server_fallback_discarded_total{why="configuration_changed"}') == 1, tail()
     # The runbook's last step changes nothing more: no fallback runs, the configured one stays.
-    reset = httpx.post(f"http://{box.exporter}/reset?configured=1", timeout=10)
+    reset = HTTP.post(f"http://{box.exporter}/reset?configured=1", timeout=10)
     assert reset.status_code == 200, reset.text
     assert daemon.status()["server"]["fallback"]["source"] == "configured"
 
@@ -288,16 +288,16 @@ def test_reset_configured_ends_a_running_fallback_and_the_alert_resolves(
     prom.wait("ready and scraped", lambda: bool(prom.query('sentinel_server_state{state="ready"} == 1')), 40)
     assert prom.query('sentinel_server_fallback_total{reason="garbage"} == 0'), tail()
     assert _firing(prom) == "inactive"
-    httpx.post(f"http://127.0.0.1:{control}/faults", json={"spec": "garbage"}, timeout=10).raise_for_status()
+    HTTP.post(f"http://127.0.0.1:{control}/faults", json={"spec": "garbage"}, timeout=10).raise_for_status()
     prom.wait("the alert firing", lambda: _firing(prom) == "firing", 60)
     assert prom.query('sentinel_server_config_info{source="fallback"} == 1'), tail()
     assert prom.query('sentinel_server_fallback_total{reason="garbage"} == 1'), tail()
-    status = httpx.get(f"http://{box.exporter}/status.json", timeout=10).json()
+    status = HTTP.get(f"http://{box.exporter}/status.json", timeout=10).json()
     message = status["server"]["fallback"]["message"]
     assert message.startswith("running the fallback configuration"), message
     assert "sentinel reset --configured" in message
     assert any("--max-running-requests" in d for d in status["server"]["fallback"]["differences"])
-    reset = httpx.post(f"http://{box.exporter}/reset?configured=1", timeout=10)
+    reset = HTTP.post(f"http://{box.exporter}/reset?configured=1", timeout=10)
     assert reset.status_code == 200, reset.text
     prom.wait("the alert resolved", lambda: _firing(prom) == "inactive", 60)
     assert prom.query('sentinel_server_config_info{source="configured"} == 1'), tail()

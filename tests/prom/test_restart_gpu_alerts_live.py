@@ -22,7 +22,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from prom.test_alerts_live import ALERTS, FACTOR, SCRAPE, AlertLog, _last_evaluation
@@ -30,6 +29,7 @@ from prom.test_alerts_live import alert_log as alert_log  # the fixture
 from sglang_sentinel.atomic import atomic_write_bytes
 from sglang_sentinel.schedule.history import RUNS_FILE
 from support.live_prometheus import Box, Prometheus, free_port, requires_prometheus, scale_durations
+from support.loopback import HTTP
 
 pytestmark = [pytest.mark.slow, requires_prometheus]
 
@@ -178,7 +178,7 @@ def test_after_a_restart_with_only_failing_runs_the_stale_run_alert_fires_on_sch
     assert {v for _, v in restored} == {1.0}, tail()
 
     # The server answers again: the next run completes, replaces the restored figures, resolves it.
-    httpx.delete(control + "/faults", timeout=10).raise_for_status()
+    HTTP.delete(control + "/faults", timeout=10).raise_for_status()
     log.wait("ReferenceRunsStale", "inactive", 60, tail)
     prom.wait(
         "a completed run of this life, scraped",

@@ -33,6 +33,7 @@ from sglang_sentinel.schedule.polite import ServerLoadReader
 from sglang_sentinel.schedule.scheduler import LoadScheduler
 from sglang_sentinel.schedule.settings import ScheduleSettings
 from sglang_sentinel.statedir import StateDir
+from support.loopback import HTTP
 
 pytestmark = pytest.mark.slow
 
@@ -100,7 +101,7 @@ class TruthPoller:
     def _run(self) -> None:
         while not self._stop.is_set():
             with contextlib.suppress(httpx.HTTPError, ValueError):
-                self.records = httpx.get(self.url, timeout=2).json()["requests"]
+                self.records = HTTP.get(self.url, timeout=2).json()["requests"]
             self._stop.wait(0.05)
 
     def __enter__(self) -> TruthPoller:
@@ -111,7 +112,7 @@ class TruthPoller:
         self._stop.set()
         self._thread.join(5)
         with contextlib.suppress(httpx.HTTPError, ValueError):
-            self.records = httpx.get(self.url, timeout=2).json()["requests"]
+            self.records = HTTP.get(self.url, timeout=2).json()["requests"]
 
 
 def truth_spent(records: list[Any], truth: list[dict[str, Any]]) -> tuple[int, int]:

@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from sglang_sentinel.cli import main
+from support.loopback import HTTP
 
 
 def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
@@ -96,7 +97,7 @@ def test_sigterm_drains_then_dies_like_sglang(sim_factory) -> None:  # type: ign
     assert sim.info["base_url"] == f"http://127.0.0.1:{sim.port}"
     assert sim.info["control_url"].startswith("http://127.0.0.1:")
     auth = {"Authorization": "Bearer k"}
-    assert httpx.get(sim.base_url + "/v1/models").status_code == 401
+    assert HTTP.get(sim.base_url + "/v1/models").status_code == 401
     body = {"text": "x", "sampling_params": {"max_new_tokens": 1000, "ignore_eos": True}, "stream": True}
     with httpx.Client(base_url=sim.base_url, timeout=30, headers=auth) as c:
         with c.stream("POST", "/generate", json=body) as resp:
@@ -104,7 +105,7 @@ def test_sigterm_drains_then_dies_like_sglang(sim_factory) -> None:  # type: ign
             next(chunks)
             sim.process.send_signal(signal.SIGTERM)
             time.sleep(0.1)
-            assert httpx.get(sim.base_url + "/health", timeout=5).status_code == 503
+            assert HTTP.get(sim.base_url + "/health", timeout=5).status_code == 503
             rest = b"".join(chunks)
         assert rest.endswith(b"data: [DONE]\n\n")  # the in-flight request finished
     assert sim.wait_exit(20) == -signal.SIGKILL

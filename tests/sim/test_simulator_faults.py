@@ -13,6 +13,7 @@ import pytest
 
 from sglang_sentinel.sglang.logparse import CrashKind, classify_crash
 from sglang_sentinel_sim import serve
+from support.loopback import HTTP
 from support.sim_sse import sse
 
 LONG = {"text": "x", "sampling_params": {"max_new_tokens": 100000, "ignore_eos": True}}
@@ -28,13 +29,13 @@ def test_crash_at_runtime_kills_with_sigkill_after_a_traceback(sim_factory) -> N
     assert "SIGQUIT received" in log
     assert classify_crash(log.splitlines()) == CrashKind.NAN_IN_SAMPLER
     with pytest.raises(httpx.ConnectError):
-        httpx.get(sim.base_url + "/health", timeout=2)
+        HTTP.get(sim.base_url + "/health", timeout=2)
 
 
 def test_crash_during_startup_never_listens(sim_factory) -> None:  # type: ignore[no-untyped-def]
     sim = sim_factory("--fault", "crash:phase=startup", "--speed", "20", wait_ready=False)
     with pytest.raises(httpx.ConnectError):
-        httpx.get(sim.base_url + "/health", timeout=2)
+        HTTP.get(sim.base_url + "/health", timeout=2)
     assert sim.wait_exit(20) == -signal.SIGKILL
     log = sim.stderr_text()
     assert "Received sigquit from a child process" in log
@@ -49,7 +50,7 @@ def test_hang_turns_health_503_then_watchdog_kills(sim_factory) -> None:  # type
         if sim.control("/state")["status"] == "up":
             break
         time.sleep(0.01)
-    assert httpx.get(sim.base_url + "/health", timeout=10).status_code == 503
+    assert HTTP.get(sim.base_url + "/health", timeout=10).status_code == 503
     assert sim.control("/state")["engine"]["frozen"] is True
     assert sim.wait_exit(20) == -signal.SIGKILL
     log = sim.stderr_text()

@@ -24,6 +24,7 @@ from sglang_sentinel.sglang.logparse import PrefillBatch, parse_line
 from sglang_sentinel.sglang.versions import RELEASES_READ, Version, change, parse_version
 from sglang_sentinel_sim import serve
 from sglang_sentinel_sim.versions import BEHAVIOURS, DEFAULT_VERSION, VERSIONS, has
+from support.loopback import HTTP
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "sim.md"
 _STAMP = re.compile(r"^\[[^\]]*\] ")
@@ -133,7 +134,7 @@ def test_a_release_between_two_boundaries_runs_as_a_process(sim_factory) -> None
     # The command line too (not only the in-process API): 0.5.10.post1 is after the metrics and
     # crash-text rows (0.5.10) and before the Prefill #pending-token one (0.5.11).
     sim = sim_factory("--sglang-version", "0.5.10.post1")
-    info = httpx.get(sim.base_url + "/server_info", timeout=30).json()
+    info = HTTP.get(sim.base_url + "/server_info", timeout=30).json()
     assert info["version"] == "0.5.10.post1"
     assert Version(0, 5, 10, 1) == parse_version(info["version"])
     assert "nsa_decode_backend" in info

@@ -21,6 +21,8 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from support.loopback import HTTP
+
 __all__ = [
     "TOLERATED",
     "DaemonProcess",
@@ -118,11 +120,11 @@ class DaemonProcess:
     # -- talking to it ---------------------------------------------------------------------------
 
     def status(self, auth: tuple[str, str] | None = None) -> dict[str, Any]:
-        result: dict[str, Any] = httpx.get(self.url + "/status.json", timeout=5, auth=auth).json()
+        result: dict[str, Any] = HTTP.get(self.url + "/status.json", timeout=5, auth=auth).json()
         return result
 
     def metrics_text(self) -> str:
-        return httpx.get(self.url + "/metrics", timeout=5).text
+        return HTTP.get(self.url + "/metrics", timeout=5).text
 
     def metrics(self) -> Samples:
         """Every sample of ``/metrics``: (name, sorted labels) -> value."""
