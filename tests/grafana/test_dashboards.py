@@ -141,6 +141,9 @@ def _metric_names(expr: str) -> set[str]:
     return {n for n in names if n not in _NOT_METRICS and not re.fullmatch(r"[0-9e]+", n)}
 
 
+# One worker for both readers of `known_metrics` (session-scoped: a registry filled by every
+# collector once per worker that needs it).
+@pytest.mark.xdist_group("known_metrics")
 def test_dashboards_name_only_existing_metrics(known_metrics: set[str]) -> None:
     unknown = {
         (name, title, metric)
@@ -156,6 +159,7 @@ def test_dashboards_name_only_existing_metrics(known_metrics: set[str]) -> None:
     } <= used
 
 
+@pytest.mark.xdist_group("known_metrics")
 def test_alert_rules_name_only_existing_metrics(known_metrics: set[str]) -> None:
     exprs = []
     for name in ("alerts.yml", "alerts-dcgm.yml"):

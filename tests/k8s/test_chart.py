@@ -29,6 +29,10 @@ kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kuberne
 
 from k8s import chart  # noqa: E402  (tests/k8s/chart.py, also a script; tests/ is on the path)
 
+# One worker for the module: `rendered` (every case of the matrix through Helm) is module-scoped,
+# and every worker that ran one of these tests rendered them all again.
+pytestmark = pytest.mark.xdist_group("k8s_chart")
+
 HERE = Path(__file__).parent
 REPO = chart.REPO
 KUBE_VERSIONS = ("1.29.0", "1.32.0")

@@ -28,7 +28,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.daemon_proc import DaemonProcess
 from support.live_prometheus import Box, Prometheus, has_data, requires_prometheus
 
-pytestmark = [pytest.mark.slow, requires_prometheus]
+# One worker for the module: `live` (a daemon, reference runs, a calibration and Prometheus, about
+# 25 s and 7 CPU-s to set up) is module-scoped, and each worker that ran one of these tests set up
+# its own.
+pytestmark = [pytest.mark.slow, requires_prometheus, pytest.mark.xdist_group("dashboards_live")]
 
 DASHBOARDS = Path(__file__).resolve().parents[2] / "grafana" / "dashboards"
 DCGM_SAMPLE = Path(__file__).resolve().parents[1] / "support" / "samples" / "dcgm-exporter-h200.txt"
