@@ -276,17 +276,18 @@ class Engine:
                     self.hooks.on_idle(self)
                     last_idle_refresh = clock()
                     continue
-                now = clock()
-                sched = max(sched, now)
                 continue
             self.hooks.before_step(self)
-            duration = self._plan_and_cost()
-            if self._planned_prefill:
-                # A forward cannot start before its requests reached the scheduler (matters when
-                # catching up); that also keeps every TTFT >= the forward's duration > 0.
-                latest = max(r.submitted for r, _ in self._planned_prefill)
-                if latest > sched:
-                    sched = latest
+            if not self.running:
+                # Idle, an engine on time starts when the first request reaches the scheduler,
+                # not when this loop got round to it (the loop's wake-up is lag, not server time).
+                sched = max(sched, min(r.submitted for r in self.waiting))
+            # The forward at `sched` sees only the requests that had reached the scheduler by then.
+            # This loop plans when it wakes, which on a busy host is later: a request that came in
+            # between would have joined a prefill that an engine on time started without it one
+            # step later (served faster than the schedule, by up to a whole step for a lag of
+            # milliseconds). It waits for the next forward, as it would have.
+            duration = self._plan_and_cost(visible_at=sched)
             self.fwd_start = sched
             end = sched + self._step_delay(duration)
             now = clock()
@@ -333,10 +334,13 @@ class Engine:
     _planned_cached: int
     _planned_decode: bool
 
-    def _plan_and_cost(self) -> float:
-        """Choose the next forward and return its duration in server seconds."""
+    def _plan_and_cost(self, visible_at: float | None = None) -> float:
+        """Choose the next forward and return its duration in server seconds.
+
+        ``visible_at``: only requests submitted by then can join a prefill (None: every waiting one).
+        """
         p = self.profile
-        batch = self._plan_prefill()
+        batch = self._plan_prefill(visible_at)
         self._planned_prefill = batch
         if batch:
             self._planned_decode = False
@@ -357,7 +361,7 @@ class Engine:
         ratio = self.new_token_ratio
         return int(sum((r.target - r.generated) * ratio for r in self.running))
 
-    def _plan_prefill(self) -> list[tuple[Request, int]]:
+    def _plan_prefill(self, visible_at: float | None = None) -> list[tuple[Request, int]]:
         p = self.profile
         if not self.waiting:
             return []
@@ -369,6 +373,8 @@ class Engine:
         for req in self.waiting:
             if budget <= 0 or slots <= 0:
                 break
+            if visible_at is not None and req.submitted > visible_at:
+                continue  # not in the scheduler's queue yet at this forward's start
             if req.prefilled == 0:
                 cached = self._lookup_prefix(req)
                 req.cached_tokens = cached
@@ -383,7 +389,7 @@ class Engine:
                 # Can never fit: SGLang rejects such prompts up front; abort it here.
                 self.waiting.remove(req)
                 self._abort(req, f"Input length ({total} tokens) exceeds the KV cache capacity.")
-                return self._plan_prefill()
+                return self._plan_prefill(visible_at)
             chunk = min(remaining, budget)
             batch.append((req, chunk))
             if req.kv_held == 0 and req.cached_tokens:

@@ -37,6 +37,10 @@ class TruthRecord:
     # sim's own TTFT histogram and of meta_info's request_received_ts/e2e_latency). Minus
     # arrival_time = how long the request waited inside the simulator before its handler ran.
     handler_time: float
+    # When the request entered the scheduler's waiting queue, its body read and parsed (SGLang's
+    # request_sent_to_scheduler_ts). The scheduler admits in this order, which a busy loop can make
+    # differ from the handlers' order: what replays the scheduler's decisions starts here.
+    submitted_time: float
     first_token_time: float | None
     last_token_time: float | None
     finish_time: float | None
@@ -114,6 +118,7 @@ class GroundTruth:
                 arrival_time=self.unix(req.received_at),
                 arrival_source=req.received_source,
                 handler_time=self.unix(req.arrival),
+                submitted_time=self.unix(req.submitted),
                 first_token_time=self.unix(req.first_token_at) if started else None,
                 last_token_time=self.unix(req.last_token_at) if started else None,
                 finish_time=self.unix(req.finished_at) if finished else None,

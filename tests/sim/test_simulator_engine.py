@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from sglang_sentinel_sim.config import SimConfig
@@ -177,3 +179,38 @@ def test_capacity_scale_divides_every_time_constant(scale: float) -> None:
         assert f.ttft == pytest.approx(b.ttft / scale)
         assert f.e2e == pytest.approx(b.e2e / scale)
     assert SimConfig().resolved_profile() == GLM
+
+
+async def test_a_request_that_came_while_the_loop_was_late_waits_for_the_next_forward() -> None:
+    """A forward sees only the requests that had reached the scheduler when it started.
+
+    The loop plans when it wakes; on a busy host that is after the forward's start (the engine
+    then catches up). Here the clock jumps past B's arrival before the loop first wakes, as a busy
+    host would have it: B must not join A's prefill, which began before B arrived, nor pull that
+    prefill forward to B's arrival; both must be served exactly as an engine on time serves them
+    (the virtual engine, support.sim_virtual)."""
+    speed = 1000.0
+    now = [0.0]
+    engine = Engine(GLM, speed=speed, clock=lambda: now[0], seed=1)
+    engine.start()
+    await asyncio.sleep(0)  # the loop starts, idle, at 0
+    try:
+        a = Request("a", 50, 20, Script([], 0, 1), ignore_eos=True)
+        b = Request("b", 50, 20, Script([], 0, 1), ignore_eos=True)
+        engine.submit(a)
+        # In the middle of A's third decode step (server seconds), before the loop woke at all.
+        arrival_b = GLM.prefill_base_s + 50 / GLM.prefill_tokens_per_s + 2.5 * GLM.decode_base_s
+        now[0] = arrival_b / speed
+        engine.submit(b)
+        for _ in range(2000):  # the engine's steps sleep ~0.1 ms each here: well under 2000 x 5 ms
+            if not engine.busy:
+                break
+            await asyncio.sleep(0.005)
+        assert not engine.busy, "the engine did not finish"
+    finally:
+        await engine.stop()
+    want_a, want_b = simulate(GLM, [(0.0, 50, 20), (arrival_b, 50, 20)])
+    for served, want in ((a, want_a), (b, want_b)):
+        assert served.generated == 20
+        assert served.first_token_at * speed == pytest.approx(want.first_token, abs=1e-6), served.rid
+        assert served.finished_at * speed == pytest.approx(want.finish, abs=1e-6), served.rid
