@@ -79,6 +79,33 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+# Tests marked xdist_group that pytest-xdist's loadgroup failed to group (see below).
+_UNGROUPED: set[str] = set()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # An `xdist_group` mark keeps its tests on one worker (an expensive module fixture set up
+    # once): xdist's loadgroup does it by appending "@group" to the node IDs on each worker. With
+    # pytest 9.2 that silently stopped working (https://github.com/pytest-dev/pytest-xdist/issues/1386):
+    # the tests still passed, each worker setting the fixture up again. Such a test now errors
+    # saying why (an exception here would be an INTERNALERROR of xdist's, without the message).
+    if getattr(session.config.option, "loadgroup", False):
+        _UNGROUPED.update(
+            item.nodeid
+            for item in session.items
+            if item.get_closest_marker("xdist_group") is not None
+            and "@" not in item.nodeid.rsplit("::", 1)[-1]
+        )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.nodeid in _UNGROUPED:
+        raise RuntimeError(
+            "pytest-xdist's loadgroup did not group this test (marked xdist_group): this pytest and "
+            "pytest-xdist do not work together (see pyproject.toml's pin of pytest)"
+        )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Slow tests first (a stable sort: the order within each half is unchanged). xdist's loadgroup
     # scheduler hands tests out in collection order as workers free up, so a 50 s test collected
