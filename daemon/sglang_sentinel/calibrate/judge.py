@@ -101,10 +101,9 @@ def judge_saturation(
     if lower:
         below = max(lower, key=lambda st: st.concurrency)
         eff = scaling_efficiency(below.measurement, m)
-        if eff is not None and eff < settings.plateau_efficiency:
-            reasons.append(
-                f"throughput plateau: {below.concurrency}->{m.concurrency} gained {eff:.0%} of linear"
-            )
+        plateau = _plateau(below, m, settings)
+        if plateau is not None:
+            reasons.append(plateau)
         elif below.saturated and not below.server_saturated:
             # The step below was a plateau by the client's figures alone and this one climbed from
             # it: either that step read low (a noisy window) or the server still scales. Measured
@@ -114,13 +113,9 @@ def judge_saturation(
             # the same noise by a larger ideal gain. So a step at 128 that read low, between 64
             # and 256 that together gained (say) 8% of linear, is a ceiling, not a lower bound.
             base = [st for st in lower if st.concurrency < below.concurrency]
-            if base:
-                root = max(base, key=lambda st: st.concurrency)
-                wide = scaling_efficiency(root.measurement, m)
-                if wide is not None and wide < settings.plateau_efficiency:
-                    reasons.append(
-                        f"throughput plateau: {root.concurrency}->{m.concurrency} gained {wide:.0%} of linear"
-                    )
+            wide = _plateau(max(base, key=lambda st: st.concurrency), m, settings) if base else None
+            if wide is not None:
+                reasons.append(wide)
         ttfts = [st.measurement.ttft.p50 for st in lower if st.measurement.ttft is not None]
         if (
             m.ttft is not None
@@ -132,3 +127,11 @@ def judge_saturation(
         ):
             reasons.append(f"median TTFT {m.ttft.p50 / min(ttfts):.1f}x the lowest step's at small gain")
     return bool(reasons), server_side, tuple(reasons)
+
+
+def _plateau(low: Step, m: StepMeasurement, settings: CalibrationSettings) -> str | None:
+    """The reason ``m`` is a throughput plateau over step ``low``, or None."""
+    eff = scaling_efficiency(low.measurement, m)
+    if eff is None or eff >= settings.plateau_efficiency:
+        return None
+    return f"throughput plateau: {low.concurrency}->{m.concurrency} gained {eff:.0%} of linear"
