@@ -18,6 +18,12 @@ times are in ``STATE_DIR/starts``; a start beyond it is refused like systemd's (
 ``Result=start-limit-hit``, ExecMain* left from the previous life). ``reset-failed`` clears it,
 unless ``STATE_DIR/deny_reset`` exists (polkit's "Access denied", exit 1).
 
+The unit holds its main PID until the manager has reaped the process and recorded the exit, as
+systemd does until it has handled the SIGCHLD: a ``show`` between the process's death and that
+record says "active" (a crash) or "deactivating" (a stop job), never an "inactive" unit with no
+exit status, which no systemd prints and which read as an unexplained crash. ``show`` prints
+ExecMainCode and ExecMainStatus in every state (0 before any exit), as ``systemctl show`` does.
+
 Jobs are serialized as systemd's job queue does: start, stop, restart and reset-failed hold a lock
 on ``STATE_DIR/jobs.lock`` (an operator's restart and sentinel's start never interleave; a
 ``--no-block`` job that finds one running is queued behind it and the command returns), and each
@@ -28,6 +34,7 @@ launched a second server beside the first.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -146,6 +153,9 @@ def _start(d: Path) -> bool:
     """Start the unit (a no-op while it runs); False when the start limit refused it."""
     if _running(d)[1]:
         return True
+    # The last life's manager drops its pid file just after recording the exit: let it, so that
+    # the file is never the old life's once this start has cleared the record.
+    _wait_for(lambda: not (d / "pid").exists(), _DEADLINE_S)
     if _start_limited(d):
         return False
     # "starting" first: a show in between reads the last life's record (as systemd keeps ExecMain*
@@ -175,11 +185,17 @@ def _wait_for(condition: Callable[[], bool], timeout_s: float) -> bool:
     return True
 
 
+def _kill(pid: int, sig: int) -> None:
+    # The process may have died (and been reaped) since the unit was read as running.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, sig)
+
+
 def _stop(d: Path, pid: int) -> None:
     _put(d / "stopping", str(time.monotonic_ns() // 1000))
-    os.killpg(pid, signal.SIGTERM)
+    _kill(pid, signal.SIGTERM)
     if not _wait_for(lambda: not _alive(pid), _STOP_TIMEOUT_S):
-        os.killpg(pid, signal.SIGKILL)
+        _kill(pid, signal.SIGKILL)
     # The manager records the exit (and drops the pid file) once it has reaped the process.
     _wait_for((d / "result").exists, _DEADLINE_S)
 
@@ -215,14 +231,25 @@ def main() -> int:
         return _job(d, verb, args)
 
 
+def _read(path: Path) -> str | None:
+    """The file's text, None when it is not there (a job may remove it at any time)."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return None
+
+
 def _running(d: Path) -> tuple[int, bool]:
-    pid_file = d / "pid"
-    pid = int(pid_file.read_text() or 0) if pid_file.exists() else 0
-    return pid, pid > 0 and _alive(pid)
+    """The main PID, and whether the unit still holds it: started and its exit not yet recorded.
+    Read the record first: a start clears it only once the last life's pid file is gone."""
+    recorded = (d / "result").exists()
+    pid = int(_read(d / "pid") or 0)
+    return pid, pid > 0 and not recorded
 
 
 def _show(d: Path) -> int:
     pid, running = _running(d)
+    record = None if running else _read(d / "result")
     if running and (d / "stopping").exists():
         # As systemd while a stop job waits for the main process: it has not exited yet.
         print(f"ActiveState=deactivating\nSubState=stop-sigterm\nResult=success\nMainPID={pid}")
@@ -230,9 +257,9 @@ def _show(d: Path) -> int:
     elif running:
         print(f"ActiveState=active\nSubState=running\nResult=success\nMainPID={pid}")
         print("ExecMainCode=0\nExecMainStatus=0")
-        print(f"ExecMainStartTimestampMonotonic={(d / 'started').read_text()}")
-    elif (d / "result").exists():
-        active, result, code, status, left, exited = (d / "result").read_text().split()
+        print(f"ExecMainStartTimestampMonotonic={_read(d / 'started')}")
+    elif record is not None:
+        active, result, code, status, left, exited = record.split()
         print(f"ActiveState={active}\nSubState={'dead' if active == 'inactive' else 'failed'}")
         print(f"Result={result}\nMainPID=0\nExecMainCode={code}\nExecMainStatus={status}")
         print(f"ActiveExitTimestampMonotonic={left}\nExecMainExitTimestampMonotonic={exited}")
@@ -241,8 +268,10 @@ def _show(d: Path) -> int:
             print(f"StartLimitIntervalUSec={interval}s\nStartLimitBurst={burst}")
     elif (d / "starting").exists():
         print("ActiveState=activating\nSubState=start\nResult=success\nMainPID=0")
+        print("ExecMainCode=0\nExecMainStatus=0")
     else:
         print("ActiveState=inactive\nSubState=dead\nResult=success\nMainPID=0")
+        print("ExecMainCode=0\nExecMainStatus=0")
     return 0
 
 
@@ -253,9 +282,11 @@ def _job(d: Path, verb: str, args: list[str]) -> int:
             print(f"Failed to reset failed state of unit {args[0] if args else '?'}: Access denied")
             return 1
         (d / "starts").unlink(missing_ok=True)
-        result_file = d / "result"
-        if result_file.exists() and result_file.read_text().split()[0] == "failed":
-            result_file.unlink()
+        # As systemd: a failed unit goes inactive with Result=success; the last exit's ExecMain*
+        # stay until the next start.
+        record = _read(d / "result")
+        if record is not None and record.split()[0] == "failed":
+            _record(d, "inactive", "success", *record.split()[2:6])
         return 0
     if verb == "start":
         _start(d)  # --no-block: a refused job was queued; systemd refuses it when it runs
