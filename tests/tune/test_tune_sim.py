@@ -25,6 +25,7 @@ import pytest
 
 from sglang_sentinel.supervise.pidfile import process_start_ticks
 from sglang_sentinel.tune.settings import TuneSettings
+from sglang_sentinel.tune.trial import CLIENT_BOUND_RETRIES
 from support.daemon_proc import clean_env, free_port
 from support.headless_chromium import CHROMIUM, check_report_page
 
@@ -110,7 +111,11 @@ def test_the_fastest_correct_configuration_wins_and_garbage_is_rejected(tmp_path
             "no significant difference" in doc["winner_reason"]
             or "the only configuration measured to the end" in doc["winner_reason"]
         ), doc["winner_reason"]
-        assert fastest["status"] in ("measured", "eliminated"), fastest
+        # Or, where even the retries of its probe measured the starved client, failed saying so.
+        assert fastest["status"] in ("measured", "eliminated") or (
+            fastest["status"] == "failed"
+            and f"(client-bound, {CLIENT_BOUND_RETRIES + 1} times in this life)" in fastest["reason"]
+        ), fastest
     bs = winner["flags"]["--cuda-graph-max-bs"]
     assert winner["argv"][-4:] == ["--moe-runner-backend", "auto", "--cuda-graph-max-bs", str(bs)]
     for garbage_bs in (4, 16):
@@ -122,7 +127,11 @@ def test_the_fastest_correct_configuration_wins_and_garbage_is_rejected(tmp_path
     assert winner["ready_s"] > 0
     assert winner["server_version"] == "0.5.9"
     assert winner["started_at"].endswith("Z")
-    kinds = [r["kind"] for r in winner["rounds"]]
+    # A round that measured a starved client (client-bound) is measured again in the same life.
+    retried = [r for r in winner["rounds"] if r["kind"] != "reference" and r["throughput_tok_s"] is None]
+    assert all(r["stop_reason"] == "client-bound" for r in retried), retried
+    assert len(retried) <= CLIENT_BOUND_RETRIES
+    kinds = [r["kind"] for r in winner["rounds"] if r not in retried]
     if winner is fastest:
         # Its probe, repeated in the same life while it is within noise of the best probe so far
         # (how close two probes come depends on the box's load, so how many is not fixed), then the

@@ -51,6 +51,12 @@ from sglang_sentinel.tune.state import now_iso
 __all__ = ["ServerLab", "flag_aliases"]
 
 _HISTORY = "supervisor-restarts.json"
+# A round the load generator could not keep up with (the calibration stopped "client-bound":
+# another job on the tune's host, a stalled event loop) measured the client, not the
+# configuration. It is measured again in the same life, with other prompts, this many times in
+# a life before the trial is given up: a configuration lost to a moment's stall of the client
+# may be the fastest one, and the life (the server's start) is the expensive part.
+CLIENT_BOUND_RETRIES = 2
 
 
 def flag_aliases(
@@ -238,6 +244,7 @@ class ServerLab:
                     return LifeResult("rejected", gate_reason(correctness), tokens=tokens)
         epoch = sup.snapshot().epoch
         pending = list(kinds)
+        client_bound = 0
         while pending:
             kind = pending.pop(0)
             # The n-th measurement of a kind in this life draws other prompts than the ones
@@ -256,11 +263,18 @@ class ServerLab:
             trial["rounds"].append(measured)
             checkpoint()
             if kind != "reference" and measured["throughput_tok_s"] is None:
-                return LifeResult(
-                    "failed",
-                    f"{kind} calibration measured nothing trustworthy ({measured['stop_reason']})",
-                    tokens=tokens,
-                )
+                stop = measured["stop_reason"]
+                if stop == "client-bound" and client_bound < CLIENT_BOUND_RETRIES:
+                    client_bound += 1
+                    self.say(
+                        f"{trial['id']}: the {kind} round measured the load generator, not the server "
+                        f"(client-bound); measuring it again ({client_bound} of {CLIENT_BOUND_RETRIES})"
+                    )
+                    pending.insert(0, kind)
+                    continue
+                times = f", {client_bound + 1} times in this life" if stop == "client-bound" else ""
+                why = f"{kind} calibration measured nothing trustworthy ({stop}{times})"
+                return LifeResult("failed", why, tokens=tokens)
             if not pending:
                 pending = list(more(trial))
         return LifeResult("ok", tokens=tokens)
