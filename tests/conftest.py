@@ -20,6 +20,8 @@ its whole process group is SIGKILLed at teardown. Logs are kept in files under `
 from __future__ import annotations
 
 import itertools
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -32,6 +34,20 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 def _has(args: tuple[str, ...], flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
+@pytest.fixture
+def certificate(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key (PEM files), made by openssl."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return cert, key
 
 
 @pytest.fixture

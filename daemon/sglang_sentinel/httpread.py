@@ -18,6 +18,11 @@ collector runs) read through :class:`BlockingReader`: the same :func:`read` on o
 thread with one pooled client. httpx's blocking client cannot bound a whole response: its
 timeouts are per socket operation, so headers that drip a byte a second never trip them and a
 scrape worker would wait forever.
+
+Every httpx client sentinel makes verifies TLS with :func:`tls_context`: one context per process.
+httpx builds a context per client by default, loading the whole CA bundle each time (~25 ms of
+CPU, measured), and sentinel makes clients per probe round, per router scrape, per calibration
+and per supervised server.
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import json
+import ssl
 import threading
 import time
 from collections.abc import Mapping
@@ -34,9 +41,18 @@ from typing import Any, Literal
 
 import httpx
 
-__all__ = ["BlockingReader", "HttpReadError", "ReadReason", "Reply", "read", "read_json"]
+__all__ = ["BlockingReader", "HttpReadError", "ReadReason", "Reply", "read", "read_json", "tls_context"]
 
 ReadReason = Literal["timeout", "too_large", "http_status", "connect", "disconnected", "error"]
+
+
+@functools.cache
+def tls_context(trust_env: bool = True) -> ssl.SSLContext:
+    """The verifying TLS context of every httpx client in this process: ``verify=tls_context()``,
+    or ``tls_context(False)`` for a client made with ``trust_env=False``; the same context httpx
+    would build for that client (its CA bundle; with ``trust_env``, SSL_CERT_FILE / SSL_CERT_DIR).
+    Sharing one across clients and threads is safe (OpenSSL's SSL_CTX is)."""
+    return httpx.create_ssl_context(trust_env=trust_env)
 
 
 class HttpReadError(Exception):
@@ -182,7 +198,10 @@ class BlockingReader:
 
                 async def make() -> httpx.AsyncClient:
                     return httpx.AsyncClient(
-                        transport=self._transport, follow_redirects=False, trust_env=False
+                        transport=self._transport,
+                        follow_redirects=False,
+                        trust_env=False,
+                        verify=tls_context(trust_env=False),
                     )
 
                 self._client = asyncio.run_coroutine_threadsafe(make(), loop).result()

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import shutil
 import ssl
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -158,19 +156,6 @@ def test_users_file_errors(tmp_path: Path) -> None:
     empty.write_text("# nobody\n")
     with pytest.raises(ExporterConfigError, match="no users"):
         load_users(empty)
-
-
-@pytest.fixture
-def certificate(tmp_path: Path) -> tuple[Path, Path]:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl not installed")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
-    return cert, key
 
 
 async def test_tls(collectors: CollectorSet, exporter_factory: Any, certificate: tuple[Path, Path]) -> None:

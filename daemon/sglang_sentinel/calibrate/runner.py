@@ -17,6 +17,7 @@ from sglang_sentinel.calibrate.model import Latency, ServerSignals, StepEnergy, 
 from sglang_sentinel.calibrate.settings import CalibrationSettings, SloSettings
 from sglang_sentinel.calibrate.signals import ServerSampler
 from sglang_sentinel.collect.gpu.energy import EnergySample, LoadMeter
+from sglang_sentinel.httpread import tls_context
 from sglang_sentinel.load import ArrivalProcess, LoadCounters, LoadSpec, RequestRecord, RunResult, Summary
 
 __all__ = ["LoadStepRunner", "measurement_from_run"]
@@ -131,7 +132,10 @@ class LoadStepRunner:
         self.counters = counters
         try:
             async with httpx.AsyncClient(
-                timeout=httpx.Timeout(5.0), headers=self.metrics_headers, trust_env=False
+                timeout=httpx.Timeout(5.0),
+                headers=self.metrics_headers,
+                trust_env=False,
+                verify=tls_context(trust_env=False),
             ) as client:
                 sampler = ServerSampler(client, self.metrics_url, self.settings.metrics_interval)
                 meter = self.energy

@@ -18,6 +18,7 @@ from prometheus_client.metrics_core import Metric
 
 from sglang_sentinel.collect.registry import CollectorInputs, register
 from sglang_sentinel.collect.source import CollectionFailed
+from sglang_sentinel.httpread import tls_context
 from sglang_sentinel.router import RouterReadError, RouterSnapshot, read_router
 from sglang_sentinel.router.counters import UPSTREAM_SOURCES, RouterCounters
 from sglang_sentinel.router.workers import WORKER_STATES
@@ -125,7 +126,10 @@ class RouterCollector:
 
     async def _read(self) -> RouterSnapshot:
         async with httpx.AsyncClient(
-            base_url=self._cfg.base_url, transport=self._transport, trust_env=False
+            base_url=self._cfg.base_url,
+            transport=self._transport,
+            trust_env=False,
+            verify=tls_context(trust_env=False),
         ) as c:
             return await read_router(c, timeout_s=self._cfg.timeout, metrics_url=self._cfg.metrics_url)
 

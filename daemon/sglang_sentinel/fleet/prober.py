@@ -21,6 +21,7 @@ import httpx
 
 from sglang_sentinel.fleet.settings import FleetSettings, FleetTarget
 from sglang_sentinel.fleet.slo import SloResult, run_slo
+from sglang_sentinel.httpread import tls_context
 from sglang_sentinel.log import get_logger
 from sglang_sentinel.router import READINESS_PATH, RouterReadError, RouterSnapshot, read_router, resolve_model
 from sglang_sentinel.router.detect import probe_once
@@ -133,7 +134,11 @@ class Prober:
         s = self.settings
         headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else None
         async with httpx.AsyncClient(
-            base_url=target.url, headers=headers, transport=self._transport, trust_env=False
+            base_url=target.url,
+            headers=headers,
+            transport=self._transport,
+            trust_env=False,
+            verify=tls_context(trust_env=False),
         ) as client:
             # Planned times on a fixed grid (interval, shifted by the target's phase): a slow
             # round delays the next one but never shifts the grid, so lag is measurable.

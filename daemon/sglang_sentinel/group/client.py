@@ -11,7 +11,7 @@ from collections import Counter
 import httpx
 
 from sglang_sentinel.group.state import MemberView
-from sglang_sentinel.httpread import HttpReadError, read
+from sglang_sentinel.httpread import HttpReadError, read, tls_context
 from sglang_sentinel.log import get_logger
 from sglang_sentinel.netloc import url_host
 
@@ -47,6 +47,7 @@ class PeerClient:
             timeout=timeout,
             transport=transport,
             follow_redirects=False,
+            verify=tls_context(),
         )
         self._last_error: dict[int, str] = {}
         self._timeout = timeout

@@ -33,7 +33,7 @@ import httpx
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from sglang_sentinel.httpread import HttpReadError, read
+from sglang_sentinel.httpread import HttpReadError, read, tls_context
 from sglang_sentinel.log import get_logger
 
 __all__ = ["Detection", "TargetInfo", "classify", "detect_kind", "probe_once", "resolve_kind"]
@@ -132,7 +132,11 @@ async def detect_kind(
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     deadline = time.monotonic() + within_s
     async with httpx.AsyncClient(
-        base_url=base_url, headers=headers, transport=transport, trust_env=False
+        base_url=base_url,
+        headers=headers,
+        transport=transport,
+        trust_env=False,
+        verify=tls_context(trust_env=False),
     ) as client:
         while True:
             found = await probe_once(client, timeout_s)

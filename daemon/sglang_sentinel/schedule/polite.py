@@ -35,7 +35,7 @@ from typing import Any, Literal
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from sglang_sentinel.httpread import HttpReadError, read
+from sglang_sentinel.httpread import HttpReadError, read, tls_context
 from sglang_sentinel.schedule.settings import PoliteSettings
 from sglang_sentinel.sglang.series import loads_totals, server_total
 
@@ -169,7 +169,11 @@ class ServerLoadReader:
         self._timeout = timeout
         self.max_bytes = max_bytes
         self._client = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), timeout=timeout, headers=headers, transport=transport
+            base_url=base_url.rstrip("/"),
+            timeout=timeout,
+            headers=headers,
+            transport=transport,
+            verify=tls_context(),
         )
 
     async def read(self) -> ServerLoad:

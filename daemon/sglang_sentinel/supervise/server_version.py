@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import httpx
 
-from sglang_sentinel.httpread import HttpReadError, read_json
+from sglang_sentinel.httpread import HttpReadError, read_json, tls_context
 from sglang_sentinel.log import get_logger
 from sglang_sentinel.supervise.state import ServerState, StateChange, StateListener
 
@@ -93,7 +93,11 @@ class ServerVersionReader:
         key = self._api_key()
         headers = {"Authorization": f"Bearer {key}"} if key else None
         async with httpx.AsyncClient(
-            base_url=self.base_url, transport=self._transport, headers=headers, follow_redirects=False
+            base_url=self.base_url,
+            transport=self._transport,
+            headers=headers,
+            follow_redirects=False,
+            verify=tls_context(),
         ) as client:
             version, source = await read_server_version(client, deadline_s=self._deadline_s)
         if version is None:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import httpx
 
+from sglang_sentinel.httpread import tls_context
 from sglang_sentinel.log import get_logger
 from sglang_sentinel.netloc import url_host
 from sglang_sentinel.supervise.backoff import RestartPolicy
@@ -271,6 +272,7 @@ class Supervisor:
             headers=headers,
             # Probes must not queue behind each other or behind a stuck connection.
             limits=httpx.Limits(max_connections=8, max_keepalive_connections=4),
+            verify=tls_context(),
         )
         self._history.restore(self.config_hash)
         if s.mode != "external":

@@ -23,6 +23,7 @@ import httpx
 
 from sglang_sentinel.calibrate.api import calibrate
 from sglang_sentinel.calibrate.settings import CalibrationSettings
+from sglang_sentinel.httpread import tls_context
 from sglang_sentinel.netloc import url_host
 from sglang_sentinel.schedule.settings import LoadProfileSettings
 from sglang_sentinel.sglang.launch_facts import dsa_verdicts, launch_facts
@@ -226,7 +227,7 @@ class ServerLab:
         trial["ready_s"] = round(time.monotonic() - t0, 3)
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
         tokens = 0
-        async with httpx.AsyncClient(base_url=self.base_url, headers=headers) as client:
+        async with httpx.AsyncClient(base_url=self.base_url, headers=headers, verify=tls_context()) as client:
             version, _ = await read_server_version(client)
             trial["server_version"] = version or version_text(self.base.sglang_version)
             if self.gpu_state is not None:
