@@ -15,6 +15,11 @@ Defaults added unless the caller passes them: ``--speed 100`` and ``--lifetime 6
 so that no simulator outlives a crashed test run). Every simulator runs in its own session and
 its whole process group is SIGKILLed at teardown. Logs are kept in files under ``tmp_path``:
 ``sim.stderr_text()`` (SGLang's log lines) and ``sim.stdout_text()`` (access lines).
+
+The simulators are forked from a per-worker process that has imported the simulator once
+(support/sim_zygote.py: a start's CPU is mostly imports); each runs what ``python -m
+sglang_sentinel_sim ARGS`` runs. The simulators that the daemons and supervisors under test launch
+are started by them, as deployed.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pathlib import Path
 import pytest
 
 from sglang_sentinel_sim.testing import SimProcess, start_sim
+from support.sim_zygote import Zygote
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,8 +56,15 @@ def certificate(tmp_path: Path) -> tuple[Path, Path]:
     return cert, key
 
 
+@pytest.fixture(scope="session")
+def sim_zygote() -> Iterator[Zygote]:
+    zygote = Zygote()
+    yield zygote
+    zygote.close()
+
+
 @pytest.fixture
-def sim_factory(tmp_path: Path) -> Iterator[Callable[..., SimProcess]]:
+def sim_factory(tmp_path: Path, sim_zygote: Zygote) -> Iterator[Callable[..., SimProcess]]:
     started: list[SimProcess] = []
     # Names (log files) from a counter, not len(started): callers may start several at once from
     # threads (each start waits for the simulator's import and bind, a second or more when busy).
@@ -74,6 +87,7 @@ def sim_factory(tmp_path: Path) -> Iterator[Callable[..., SimProcess]]:
             timeout=timeout,
             env=env,
             cwd=REPO_ROOT,
+            spawner=sim_zygote.spawn,
         )
         started.append(sim)
         return sim

@@ -14,6 +14,10 @@ SGLang's log, ``sim.stdout_text()`` the access lines). :func:`spawn_sim` waits f
 then for ``GET /health`` 200 (``wait_ready=False``: the ready file only, for tests of a slow
 start), and kills and reaps the process group on exit. :func:`start_sim` is the same without the
 ``with``: the caller calls :meth:`SimProcess.kill`.
+
+``spawner``: how the process is made (default: ``subprocess.Popen``). A suite that starts many
+simulators can fork them from a process that has already imported the simulator (this project's
+tests/support/sim_zygote.py); the result needs only the :class:`SimChild` subset of ``Popen``.
 """
 
 from __future__ import annotations
@@ -28,15 +32,43 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["SimProcess", "spawn_sim", "start_sim"]
+__all__ = ["SimChild", "SimProcess", "Spawner", "spawn_sim", "start_sim"]
+
+
+class SimChild(Protocol):
+    """What :class:`SimProcess` uses of its process (``subprocess.Popen`` has it all)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+
+# (argv, stdout, stderr, environment, working directory) -> the started process, in its own session.
+Spawner = Callable[[list[str], IO[bytes], IO[bytes], Mapping[str, str], Path | None], SimChild]
+
+
+def _popen(
+    argv: list[str], stdout: IO[bytes], stderr: IO[bytes], env: Mapping[str, str], cwd: Path | None
+) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        argv, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL, cwd=cwd, env=env, start_new_session=True
+    )
 
 
 @functools.cache
@@ -58,7 +90,7 @@ def _http() -> httpx.Client:
 class SimProcess:
     """A running simulator subprocess: its addresses (from the ready file), logs and control API."""
 
-    process: subprocess.Popen[bytes]
+    process: SimChild
     args: list[str]
     info: dict[str, Any]
     stdout_path: Path
@@ -148,6 +180,7 @@ def start_sim(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     cpus: set[int] | None = None,
+    spawner: Spawner | None = None,
 ) -> SimProcess:
     """Start ``python -m sglang_sentinel_sim --port 0 --ready-file ... *args``; return once it is ready.
 
@@ -166,15 +199,12 @@ def start_sim(
     err_path = log_dir / f"{name}.stderr"
     out = out_path.open("wb")
     err = err_path.open("wb")
-    proc = subprocess.Popen(
-        cmd,
-        stdout=out,
-        stderr=err,
-        stdin=subprocess.DEVNULL,
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        start_new_session=True,
-    )
+    try:
+        proc = (spawner or _popen)(cmd, out, err, {**os.environ, **(env or {})}, cwd)
+    except BaseException:
+        out.close()
+        err.close()
+        raise
     sim = SimProcess(proc, cmd, {}, out_path, err_path, [out, err], tmpdir)
     try:
         if cpus:
@@ -208,10 +238,19 @@ def spawn_sim(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     cpus: set[int] | None = None,
+    spawner: Spawner | None = None,
 ) -> Iterator[SimProcess]:
     """:func:`start_sim` as a context manager: the simulator is killed and reaped on exit."""
     sim = start_sim(
-        *args, log_dir=log_dir, name=name, wait_ready=wait_ready, timeout=timeout, env=env, cwd=cwd, cpus=cpus
+        *args,
+        log_dir=log_dir,
+        name=name,
+        wait_ready=wait_ready,
+        timeout=timeout,
+        env=env,
+        cwd=cwd,
+        cpus=cpus,
+        spawner=spawner,
     )
     try:
         yield sim
