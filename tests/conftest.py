@@ -136,12 +136,18 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         )
 
 
+def _order(item: pytest.Item) -> tuple[bool, float]:
+    slow = item.get_closest_marker("slow")
+    return slow is None, -float(slow.kwargs.get("seconds", 0)) if slow is not None else 0.0
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Slow tests first (a stable sort: the order within each half is unchanged). xdist's loadgroup
-    # scheduler hands tests out in collection order as workers free up, so a 50 s test collected
-    # last would start when the others are done and run alone at the end; started first, the
-    # short tests fill the other workers around it. The same order on every worker (xdist checks).
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    # Slow tests first, the longest (``slow(seconds=N)``) first of all; a stable sort: the order is
+    # otherwise the collection's. xdist's loadgroup scheduler hands tests out in that order as
+    # workers free up, so a 40 s test handed out late runs alone at the end (measured: the last
+    # 40 s of a run at about one core of two); started first, the short tests fill the other
+    # workers around it. The same order on every worker (xdist checks).
+    items.sort(key=_order)
     if config.getoption("--run-peer"):
         return
     skip = pytest.mark.skip(reason="peer test: opt in with --run-peer")

@@ -32,7 +32,7 @@ def _no_gpu_here() -> bool:
 
 
 @pytest.mark.skipif(not _no_gpu_here(), reason="this host has an NVIDIA driver")
-@pytest.mark.slow
+@pytest.mark.slow(seconds=75)
 def test_first_run_without_configuration_shows_no_false_alarm(
     tmp_path: Path, daemons: list[DaemonProcess]
 ) -> None:

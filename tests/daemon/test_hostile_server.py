@@ -121,6 +121,7 @@ def hostile() -> Iterator[HostileServer]:
         yield server
 
 
+@pytest.mark.slow(seconds=50)
 def test_sentinel_metrics_answer_within_the_deadline_under_a_hostile_server(
     tmp_path: Path, hostile: HostileServer, daemons: list[DaemonProcess]
 ) -> None:

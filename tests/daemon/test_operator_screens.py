@@ -115,6 +115,7 @@ def _text(dom: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom))
 
 
+@pytest.mark.slow(seconds=22)
 def test_crash_loop_screens(tmp_path: Path, daemons: list[DaemonProcess]) -> None:
     config = _CRASH_LOOP.replace("@STATE@", str(tmp_path / "state")).replace(
         "@SERVER_PORT@", str(free_port())

@@ -59,6 +59,7 @@ def _owner(path: Path) -> tuple[int, int, int]:
     return st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)
 
 
+@pytest.mark.slow(seconds=25)
 def test_install_into_a_clean_root_then_uninstall(tmp_path: Path) -> None:
     root = tmp_path / "root"
     _seed_os(root)

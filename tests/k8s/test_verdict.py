@@ -94,6 +94,7 @@ def _ok(code: int, text: str) -> bool:
     return code == 200 and text == "ok: server ready"
 
 
+@pytest.mark.slow(seconds=35)
 async def test_unsure_until_ready_then_garbage_confirmed(
     tmp_path: Any, sim_factory: Callable[..., Any]
 ) -> None:

@@ -137,6 +137,7 @@ def _long_request(base_url: str, done: threading.Event) -> None:
     done.set()
 
 
+@pytest.mark.slow(seconds=25)
 def test_alerts_follow_faults_pending_firing_resolved(
     tmp_path: Path,
     box_factory: Callable[..., Box],

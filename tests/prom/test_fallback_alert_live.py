@@ -127,6 +127,7 @@ def _firing_runs(prom: Prometheus, since: float) -> int:
     return runs
 
 
+@pytest.mark.slow(seconds=30)
 def test_sm120_garbage_after_a_recorded_good_config_falls_back_once_and_the_alert_fires_once(
     tmp_path: Path, box_factory: Callable[..., Box], prometheus_factory: Callable[..., Prometheus]
 ) -> None:

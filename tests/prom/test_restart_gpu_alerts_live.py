@@ -83,6 +83,7 @@ def _replace(path: Path, doc: dict[str, Any]) -> None:
     atomic_write_bytes(path, json.dumps(doc).encode())
 
 
+@pytest.mark.slow(seconds=20)
 def test_after_a_restart_with_only_failing_runs_the_stale_run_alert_fires_on_schedule(
     tmp_path: Path,
     box_factory: Callable[..., Box],

@@ -53,6 +53,7 @@ def _traffic(url: str, stop: threading.Event) -> None:
             stop.wait(0.2)
 
 
+@pytest.mark.slow(seconds=25)
 def test_a_breaker_outage_behind_the_router_pages_once_until_recovery(
     sim_factory: Callable[..., SimProcess],
     tmp_path: Path,

@@ -167,6 +167,7 @@ def pool_load(router_url: str) -> float:
     return asyncio.run(read())
 
 
+@pytest.mark.slow(seconds=20)
 def test_run_and_fleet_against_the_real_router(
     sim_factory: Callable[..., SimProcess], tmp_path: Path
 ) -> None:

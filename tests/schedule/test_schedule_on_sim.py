@@ -143,7 +143,7 @@ async def test_reference_run_then_foreign_traffic(tmp_path: Path, sim_factory: C
     assert run["reference"] is False
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=20)
 async def test_repeated_reference_runs_alone_are_never_foreign_traffic(
     tmp_path: Path, sim_factory: Callable[..., Any]
 ) -> None:

@@ -119,6 +119,7 @@ async def test_garbage_after_a_good_config_falls_back_once_and_survives_a_sentin
         await again.stop()
 
 
+@pytest.mark.slow(seconds=22)
 async def test_garbage_under_every_configuration_ends_in_failed_not_a_loop(
     fast: Fast, tmp_path: Path
 ) -> None:

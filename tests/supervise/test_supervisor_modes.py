@@ -227,6 +227,7 @@ async def _operator(unit_dir: Path, verb: str) -> int:
 
 
 @pytest.mark.parametrize("polkit_allows_reset", [True, False])
+@pytest.mark.slow(seconds=20)
 async def test_seven_operator_restarts_and_a_crash_against_a_start_limit_of_five_never_fail(
     fast: Fast, fake_cmd: FakeCmd, port: int, unit_dir: Path, polkit_allows_reset: bool
 ) -> None:

@@ -89,6 +89,7 @@ def _state(tmp_path: Path) -> dict[str, Any] | None:
     return None
 
 
+@pytest.mark.slow(seconds=40)
 def test_the_fastest_correct_configuration_wins_and_garbage_is_rejected(tmp_path: Path) -> None:
     proc = _tune(_config(tmp_path, free_port()), "--json", "--report", str(tmp_path / "report"))
     out, err = proc.communicate(timeout=180)
@@ -153,6 +154,7 @@ def test_the_fastest_correct_configuration_wins_and_garbage_is_rejected(tmp_path
         assert seen.errors == 0
 
 
+@pytest.mark.slow(seconds=40)
 def test_sigkill_mid_tune_kills_the_server_and_the_rerun_resumes(tmp_path: Path) -> None:
     cfg = _config(tmp_path, free_port())
     proc = _tune(cfg, "--report", str(tmp_path / "report"))
