@@ -10,6 +10,7 @@ import re
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from support.sim_zygote import Zygote, ZygoteChild
@@ -33,10 +34,10 @@ def _spawn(
     return child, out, err
 
 
-def _wait_for(path: Path, timeout_s: float = 60.0) -> None:
+def _wait_for(what: str, condition: Callable[[], object], timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} within {timeout_s:g} s"
         time.sleep(0.02)
 
 
@@ -49,14 +50,11 @@ def test_a_forked_simulator_runs_in_its_directory_with_its_environment_and_sessi
         sim_zygote, tmp_path, "ms", "--port", "0", "--ready-file", "ready.json", env={"SGLANG_LOG_MS": "1"}
     )
     try:
-        _wait_for(tmp_path / "ready.json")
+        _wait_for("ready file", (tmp_path / "ready.json").exists)
         info = json.loads((tmp_path / "ready.json").read_text())
         assert info["pid"] == child.pid
         assert os.getsid(child.pid) == child.pid
-        deadline = time.monotonic() + 60
-        while not _MS_STAMP.search(err.read_text()):
-            assert time.monotonic() < deadline, err.read_text()
-            time.sleep(0.02)
+        _wait_for("millisecond log stamp", lambda: _MS_STAMP.search(err.read_text()))
         assert child.poll() is None
     finally:
         child.send_signal(signal.SIGKILL)
@@ -74,11 +72,8 @@ def test_exit_statuses_and_output_are_the_simulators(sim_zygote: Zygote, tmp_pat
     # other child's environment stayed behind in the zygote.
     plain, _, plain_err = _spawn(sim_zygote, tmp_path, "plain", "--port", "0", "--ready-file", "plain.json")
     try:
-        _wait_for(tmp_path / "plain.json")
-        deadline = time.monotonic() + 60
-        while not _S_STAMP.search(plain_err.read_text()):
-            assert time.monotonic() < deadline, plain_err.read_text()
-            time.sleep(0.02)
+        _wait_for("ready file", (tmp_path / "plain.json").exists)
+        _wait_for("second log stamp", lambda: _S_STAMP.search(plain_err.read_text()))
         if os.environ.get("SGLANG_LOG_MS", "").lower() not in ("1", "true"):
             assert not _MS_STAMP.search(plain_err.read_text())
     finally:

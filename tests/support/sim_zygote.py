@@ -55,9 +55,7 @@ def _child(request: dict[str, object], proto: tuple[int, ...]) -> None:
             os.dup2(fd, target)
         for fd in {null, out, err, *proto} - {0, 1, 2}:
             os.close(fd)
-        cwd = request.get("cwd")
-        if isinstance(cwd, str):
-            os.chdir(cwd)
+        os.chdir(str(request["cwd"]))
         env = request["env"]
         assert isinstance(env, dict)
         os.environ.clear()
@@ -124,8 +122,7 @@ def _serve() -> None:
 
     buffered = b""
     while True:
-        with contextlib.suppress(InterruptedError):
-            ready, _, _ = select.select([stdin, wake_r], [], [])
+        ready, _, _ = select.select([stdin, wake_r], [], [])  # EINTR is retried (PEP 475)
         reap()
         if wake_r in ready:
             with contextlib.suppress(BlockingIOError):
@@ -177,9 +174,6 @@ class ZygoteChild:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, sig)
 
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
 
 class Zygote:
     """This process's zygote (started on first use) and the exits it reported."""
@@ -188,6 +182,7 @@ class Zygote:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._proc: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
         self._next_id = 0
         self._started: dict[int, int | str] = {}
         self._exited: dict[int, int] = {}
@@ -201,7 +196,11 @@ class Zygote:
                 stdout=subprocess.PIPE,
                 start_new_session=True,
             )
-            threading.Thread(target=self._read, args=(self._proc,), name="sim-zygote", daemon=True).start()
+            self._gone = None
+            self._reader = threading.Thread(
+                target=self._read, args=(self._proc,), name="sim-zygote", daemon=True
+            )
+            self._reader.start()
         return self._proc
 
     def _read(self, proc: subprocess.Popen[bytes]) -> None:
@@ -255,17 +254,18 @@ class Zygote:
         """End the zygote (its children live on: their owners kill them) and reap it."""
         with self._lock:
             proc, self._proc = self._proc, None
-        if proc is not None:
-            assert proc.stdin is not None
-            with contextlib.suppress(OSError):
-                proc.stdin.close()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            assert proc.stdout is not None
-            proc.stdout.close()
+            reader, self._reader = self._reader, None
+        if proc is None or reader is None:
+            return
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        with contextlib.suppress(OSError):
+            proc.stdin.close()  # the zygote ends at EOF; its reader thread then reaps it
+        reader.join(timeout=30)
+        if reader.is_alive():
+            proc.kill()
+            reader.join()
+        proc.stdout.close()  # only now: the reader thread is done with it
 
     def returncode(self, pid: int) -> int | None:
         with self._lock:
