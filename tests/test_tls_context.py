@@ -4,6 +4,7 @@ that trust the environment, against a real TLS server on loopback with its own c
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import ssl
 from collections.abc import AsyncIterator, Iterator
@@ -13,8 +14,6 @@ import httpx
 import pytest
 
 from sglang_sentinel.httpread import tls_context
-
-pytestmark = pytest.mark.asyncio
 
 
 @pytest.fixture
@@ -73,3 +72,21 @@ async def test_ssl_cert_file_is_trusted_by_clients_that_trust_the_environment_on
     assert await _get(https_url, tls_context(), trust_env=True) == 200
     with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
         await _get(https_url, tls_context(trust_env=False), trust_env=False)
+
+
+def test_every_httpx_client_sentinel_makes_uses_the_shared_context() -> None:
+    # A new client without `verify=` would load the CA bundle again (per scrape, per probe round).
+    root = Path(__file__).resolve().parents[1] / "daemon" / "sglang_sentinel"
+    missing = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("AsyncClient", "Client")
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "httpx"
+                and not any(k.arg == "verify" for k in node.keywords)
+            ):
+                missing.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert not missing, f"httpx clients without verify=tls_context(...): {missing}"
