@@ -18,7 +18,10 @@ that report (the ``subprocess.Popen`` subset ``SimProcess`` uses).
 
 Protocol, one line each way: the worker writes a JSON request ``{"id", "argv", "env", "cwd",
 "stdout", "stderr"}``; the zygote answers ``started ID PID`` (or ``failed ID WHY``) and, when a
-child ends, ``exited PID RETURNCODE`` (negative: the signal, as ``Popen.returncode``).
+child ends, ``exited ID RETURNCODE`` (negative: the signal, as ``Popen.returncode``). Exits are
+told by request ID, not PID: a PID is reused once its process is reaped (pid_max is 32768 on many
+boxes, and a suite run forks thousands), and a later child on an earlier one's PID must not read
+as already exited.
 """
 
 from __future__ import annotations
@@ -106,6 +109,7 @@ def _serve() -> None:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
+    ids: dict[int, int] = {}  # a running child's PID -> its request ID
 
     def say(line: str) -> None:
         os.write(stdout, (line + "\n").encode())
@@ -118,7 +122,7 @@ def _serve() -> None:
                 return
             if pid == 0:
                 return
-            say(f"exited {pid} {os.waitstatus_to_exitcode(status)}")
+            say(f"exited {ids.pop(pid)} {os.waitstatus_to_exitcode(status)}")
 
     buffered = b""
     while True:
@@ -143,6 +147,7 @@ def _serve() -> None:
                 continue
             if pid == 0:
                 _child(request, (stdin, stdout, wake_r, wake_w))
+            ids[pid] = request["id"]  # before the next reap() can see it end
             say(f"started {request['id']} {pid}")
 
 
@@ -150,20 +155,21 @@ def _serve() -> None:
 class ZygoteChild:
     """A simulator forked by the zygote: the ``subprocess.Popen`` subset ``SimProcess`` uses."""
 
-    def __init__(self, zygote: Zygote, pid: int, args: list[str]) -> None:
+    def __init__(self, zygote: Zygote, rid: int, pid: int, args: list[str]) -> None:
         self._zygote = zygote
+        self._rid = rid
         self.pid = pid
         self.args = args
 
     @property
     def returncode(self) -> int | None:
-        return self._zygote.returncode(self.pid)
+        return self._zygote.returncode(self._rid)
 
     def poll(self) -> int | None:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        code = self._zygote.wait_exit(self.pid, timeout)
+        code = self._zygote.wait_exit(self._rid, timeout)
         if code is None:
             raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
         return code
@@ -184,8 +190,8 @@ class Zygote:
         self._proc: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
         self._next_id = 0
-        self._started: dict[int, int | str] = {}
-        self._exited: dict[int, int] = {}
+        self._started: dict[int, int | str] = {}  # request ID -> PID, or why the fork failed
+        self._exited: dict[int, int] = {}  # request ID -> return code
         self._gone: str | None = None
 
     def _ensure(self) -> subprocess.Popen[bytes]:
@@ -248,7 +254,7 @@ class Zygote:
             answer = self._started.pop(rid)
         if isinstance(answer, str):
             raise OSError(f"the simulator zygote could not fork: {answer}")
-        return ZygoteChild(self, answer, argv)
+        return ZygoteChild(self, rid, answer, argv)
 
     def close(self) -> None:
         """End the zygote (its children live on: their owners kill them) and reap it."""
@@ -267,16 +273,16 @@ class Zygote:
             reader.join()
         proc.stdout.close()  # only now: the reader thread is done with it
 
-    def returncode(self, pid: int) -> int | None:
+    def returncode(self, rid: int) -> int | None:
         with self._lock:
-            return self._exited.get(pid)
+            return self._exited.get(rid)
 
-    def wait_exit(self, pid: int, timeout: float | None) -> int | None:
+    def wait_exit(self, rid: int, timeout: float | None) -> int | None:
         with self._changed:
-            self._changed.wait_for(lambda: pid in self._exited or self._gone is not None, timeout)
-            if pid not in self._exited and self._gone is not None:
+            self._changed.wait_for(lambda: rid in self._exited or self._gone is not None, timeout)
+            if rid not in self._exited and self._gone is not None:
                 raise RuntimeError(self._gone)
-            return self._exited.get(pid)
+            return self._exited.get(rid)
 
 
 if __name__ == "__main__":
