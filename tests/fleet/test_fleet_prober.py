@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import httpx
@@ -11,6 +10,7 @@ import pytest
 from sglang_sentinel.fleet.prober import Prober, probe_target
 from sglang_sentinel.fleet.service import result_families
 from sglang_sentinel.fleet.settings import FleetSettings, FleetTarget
+from support.waits import until
 
 
 def target_server(
@@ -90,10 +90,7 @@ async def test_the_prober_keeps_each_targets_latest_round_and_follows_target_cha
     a = FleetTarget(name="a", url="http://a:1")
     b = FleetTarget(name="b", url="http://b:1")
     prober.set_targets((a, b))
-    for _ in range(100):
-        if {"a", "b"} <= set(prober.results):
-            break
-        await asyncio.sleep(0.02)
+    await until(lambda: {"a", "b"} <= set(prober.results))
     assert set(prober.results) == {"a", "b"}
     assert prober.stats.targets == 2
     prober.set_targets((b,))
@@ -114,10 +111,7 @@ async def test_a_targets_api_key_goes_with_every_probe_and_never_into_file_sd() 
 
     prober = Prober(settings(canary={"enabled": False}), transport=httpx.MockTransport(handle))
     prober.set_targets((FleetTarget(name="k", url="http://k:1", api_key="s3cret"),))
-    for _ in range(100):
-        if "k" in prober.results:
-            break
-        await asyncio.sleep(0.02)
+    await until(lambda: "k" in prober.results)
     await prober.stop()
     assert auth == {"Bearer s3cret"}
     from sglang_sentinel.fleet.targets import FileSdError, parse_file_sd
@@ -159,10 +153,7 @@ async def test_auto_targets_are_told_apart_by_their_routes() -> None:
     prober = Prober(settings(canary={"enabled": False}), transport=httpx.MockTransport(handle))
     targets = [FleetTarget(name=n, url=f"http://{n}:1", kind="auto") for n in ("r", "s", "down")]
     prober.set_targets(tuple(targets))
-    for _ in range(200):
-        if {"r", "s", "down"} <= set(prober.results):
-            break
-        await asyncio.sleep(0.02)
+    await until(lambda: {"r", "s", "down"} <= set(prober.results))
     await prober.stop()
     kinds = {n: (r.target.kind, r.declared_kind) for n, r in prober.results.items()}
     assert kinds == {"r": ("router", "auto"), "s": ("server", "auto"), "down": ("server", "auto")}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sglang_sentinel.fleet import FleetFile, FleetService
 from sglang_sentinel_sim.testing import SimProcess
+from support.waits import until
 
 
 def values(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -20,14 +20,6 @@ def values(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
         for fam in text_string_to_metric_families(text)
         for s in fam.samples
     }
-
-
-async def until(check: Callable[[], object], what: str = "condition") -> None:
-    for _ in range(400):  # 20 s
-        if check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{what}: not within 20 s")
 
 
 async def test_probe_serves_each_targets_cached_round_and_metrics_the_fleets_health(
@@ -103,7 +95,7 @@ async def test_the_optional_slo_round_reports_the_latencies_of_a_small_load(
     await service.start()
     try:
         await until(
-            lambda: (r := service.prober.results.get("s")) is not None and r.slo is not None, "slo round"
+            lambda: (r := service.prober.results.get("s")) is not None and r.slo is not None, what="slo round"
         )
         async with httpx.AsyncClient(base_url=service.exporter.url, trust_env=False, timeout=10) as c:
             got = values((await c.get("/probe", params={"target": "s"})).text)

@@ -6,7 +6,6 @@ import asyncio
 import itertools
 import socket
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from sglang_sentinel.schedule.polite import LoadReadError, ServerLoad
 from sglang_sentinel.schedule.scheduler import LoadScheduler
 from sglang_sentinel.schedule.settings import LoadProfileSettings, ScheduleSettings
 from sglang_sentinel.statedir import StateDir
+from support.waits import until
 
 
 class FakeServer:
@@ -411,13 +411,6 @@ async def test_reload_changes_jobs_and_budget(tmp_path: Path) -> None:
         await sched.stop()
 
 
-async def _until(cond: Callable[[], bool], deadline_s: float = 20.0) -> None:
-    t0 = time.monotonic()
-    while not cond():
-        assert time.monotonic() - t0 < deadline_s, "condition not met in time"
-        await asyncio.sleep(0.02)
-
-
 async def test_a_reload_keeps_the_due_reference_run_and_every_unchanged_schedule(tmp_path: Path) -> None:
     """SIGHUP just before the reference run due after a (re)start: that run still fires when it
     was due, the unchanged profile keeps its next run, only the profile whose timing changed moves."""
@@ -432,7 +425,7 @@ async def test_a_reload_keeps_the_due_reference_run_and_every_unchanged_schedule
     await sched.start()
     try:
         server.epoch = time.time()
-        await _until(lambda: "ready:ref" in sched.next_runs())
+        await until(lambda: "ready:ref" in sched.next_runs())
         before = sched.next_runs()
         changed = settings(
             profiles={"ref": profile(run_on_ready=True), "other": profile(interval_seconds=60)},
@@ -445,7 +438,7 @@ async def test_a_reload_keeps_the_due_reference_run_and_every_unchanged_schedule
         assert after["ready:ref"] == before["ready:ref"]
         assert after["load:ref"] == before["load:ref"]
         assert after["load:other"] < before["load:other"]  # 60 s from now, not 7200 s from start
-        await _until(lambda: len(ex.plans) == 1)
+        await until(lambda: len(ex.plans) == 1)
         assert time.time() >= before["ready:ref"]
     finally:
         await sched.stop()
@@ -457,7 +450,7 @@ async def test_a_reload_during_the_reference_run_lets_it_finish(tmp_path: Path) 
     await sched.start()
     try:
         task = asyncio.create_task(sched.fire("ref"))
-        await _until(lambda: sched.busy)
+        await until(lambda: sched.busy)
         sched.reload(settings(budget={"tokens_per_hour": 10**6}))
         assert await asyncio.wait_for(task, 20) == "completed"
     finally:

@@ -16,6 +16,7 @@ import pytest
 from sglang_sentinel.sglang.logparse import DecodeBatch, parse_line
 from sglang_sentinel_sim import SimServer, serve
 from support.sim_sse import decode, sse
+from support.waits import until
 
 EOS = 154820
 
@@ -295,11 +296,7 @@ async def test_flush_cache_abort_and_disconnect(sim: SimServer, client: httpx.As
     ) as resp:
         async for _ in resp.aiter_bytes():
             break
-    for _ in range(200):
-        if not sim.engine.busy:
-            break
-        await asyncio.sleep(0.01)
-    assert not sim.engine.busy
+    await until(lambda: not sim.engine.busy, what="the aborted request gone from the engine")
     assert any(r.status == "aborted" for r in sim.truth.records())
 
 

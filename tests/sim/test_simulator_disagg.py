@@ -7,12 +7,14 @@ import io
 import socket
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
 
 from sglang_sentinel_sim import serve
 from sglang_sentinel_sim.disagg import NO_ROOM_MESSAGE
+from support.waits import DEADLINE_S
 
 ROOM = {"bootstrap_host": "127.0.0.1", "bootstrap_port": 8998, "bootstrap_room": 12345}
 
@@ -51,9 +53,10 @@ async def test_get_load_counts_running_and_waiting_requests() -> None:
     ):
         body = {"text": "hi", "sampling_params": {"max_new_tokens": 4000, "ignore_eos": True}}
         tasks = [asyncio.create_task(c.post("/generate", json=body)) for _ in range(3)]
-        for _ in range(200):
+        deadline = time.monotonic() + DEADLINE_S  # (an HTTP read per try: not a plain condition)
+        while True:
             load = (await c.get("/get_load")).json()[0]
-            if load["num_reqs"] == 3 and load["num_waiting_reqs"] == 1:
+            if (load["num_reqs"], load["num_waiting_reqs"]) == (3, 1) or time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.02)
         assert (load["num_reqs"], load["num_waiting_reqs"]) == (3, 1)

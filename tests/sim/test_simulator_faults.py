@@ -15,6 +15,7 @@ from sglang_sentinel.sglang.logparse import CrashKind, classify_crash
 from sglang_sentinel_sim import serve
 from support.loopback import HTTP
 from support.sim_sse import sse
+from support.waits import until
 
 LONG = {"text": "x", "sampling_params": {"max_new_tokens": 100000, "ignore_eos": True}}
 
@@ -79,10 +80,7 @@ def test_oom_when_kv_usage_high() -> None:
                 *(c.post("/generate", json=body) for _ in range(4)), return_exceptions=True
             )
             assert any(isinstance(r, httpx.HTTPError) or r.status_code != 200 for r in results)  # type: ignore[union-attr]
-            for _ in range(200):
-                if sim.stopped:
-                    break
-                await asyncio.sleep(0.01)
+            await until(lambda: sim.stopped, what="the crash's stop")
             assert sim.exit_reason == "crash:oom"
         return err.getvalue()
 

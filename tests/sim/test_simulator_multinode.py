@@ -13,6 +13,7 @@ import pytest
 from sglang_sentinel_sim import serve
 from sglang_sentinel_sim.config import SimConfig
 from sglang_sentinel_sim.follower import DUMMY_STARTED, run_follower
+from support.waits import until
 
 
 def _free_port() -> int:
@@ -59,10 +60,7 @@ async def test_rank0_ready_only_with_rank1_and_dies_when_rank1_goes() -> None:
         cfg1 = SimConfig(port=dummy_port, node_rank=1, **common)  # type: ignore[arg-type]
         follower = asyncio.create_task(run_follower(cfg1, err=log1, stop=stop))
         await asyncio.wait_for(rank0.wait_ready(), 20)
-        for _ in range(100):
-            if DUMMY_STARTED in log1.getvalue():
-                break
-            await asyncio.sleep(0.05)
+        await until(lambda: DUMMY_STARTED in log1.getvalue(), what="the follower's dummy server")
         dummy = f"http://127.0.0.1:{dummy_port}"
         async with httpx.AsyncClient(base_url=dummy, timeout=5) as c:
             for path in ("/health", "/health_generate", "/ping"):

@@ -106,7 +106,7 @@ def _manage(d: Path) -> None:
             argv += shlex.split(env[arg[1:]])
         else:
             argv.append(arg)
-    (d / "argv").write_text("\n".join(argv) + "\n")
+    _put(d / "argv", "\n".join(argv) + "\n")  # read while the unit restarts: never half-written
     with (d / "argvs").open("a") as lives:
         lives.write(json.dumps(argv) + "\n")
     with (d / "journal.log").open("ab") as journal:

@@ -22,7 +22,8 @@ from sglang_sentinel.supervise import ServerState, Supervisor
 from sglang_sentinel.supervise.fallback import FALLBACK_FILE
 from sglang_sentinel.supervise.settings import ServerSettings
 from support.daemon_proc import free_port
-from support.fallback_reads import records, until, value
+from support.fallback_reads import records, value
+from support.waits import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_leaked_children")]
 

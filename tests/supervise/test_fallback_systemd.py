@@ -26,7 +26,8 @@ from sglang_sentinel.supervise.knowngood import split_argv
 from sglang_sentinel.supervise.launch import unit_command
 from sglang_sentinel.supervise.settings import ServerSettings
 from sglang_sentinel.supervise.unitenv import read_args
-from support.fallback_reads import records, until, value
+from support.fallback_reads import records, value
+from support.waits import until
 
 pytestmark = [pytest.mark.slow]
 
@@ -79,9 +80,11 @@ def ran(d: Path) -> list[str]:
 
 
 def lives(d: Path) -> list[list[str]]:
-    """The argv of every start of the unit so far, oldest first."""
+    """The argv of every start of the unit so far, oldest first (a line still being appended, one
+    with no newline yet, is not a start yet)."""
     path = d / "argvs"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    text = path.read_text() if path.exists() else ""
+    return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines()]
 
 
 def backends_ran(d: Path) -> tuple[str, str]:

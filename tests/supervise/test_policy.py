@@ -14,6 +14,7 @@ from sglang_sentinel.supervise.logbus import LogBus, LogLine, pump_lines
 from sglang_sentinel.supervise.runners import ExitInfo
 from sglang_sentinel.supervise.settings import RestartSettings
 from sglang_sentinel.supervise.state import ServerState, StateChange, StateMachine
+from support.waits import until
 
 
 def test_backoff_grows_caps_and_jitters() -> None:
@@ -186,10 +187,7 @@ async def test_log_file_is_flushed_soon_without_closing(tmp_path: Path) -> None:
     path = tmp_path / "server.log"
     bus = LogBus(path, max_bytes=1 << 20, backups=1, tail_lines=5, flush_interval=0.05)
     bus.publish("Scheduler hit an exception: boom", "child")
-    for _ in range(100):
-        if path.read_text():
-            break
-        await asyncio.sleep(0.02)
+    await until(path.read_text, what="the flushed line")
     assert path.read_text() == "Scheduler hit an exception: boom\n"
     bus.close()
 

@@ -15,6 +15,7 @@ from sglang_sentinel.supervise.launch import LaunchCommand
 from sglang_sentinel.supervise.server_version import ServerVersionReader, attach_version_reader
 from sglang_sentinel.supervise.settings import ServerSettings
 from sglang_sentinel.supervise.state import StateMachine
+from support.waits import until
 
 pytestmark = [pytest.mark.usefixtures("no_leaked_children")]
 
@@ -145,10 +146,7 @@ async def test_the_daemon_hook_reads_the_simulator(
     await sup.start()
     try:
         await sup.wait_for_state(ServerState.READY, timeout_s=20)
-        for _ in range(100):
-            if reader.latest is not None:
-                break
-            await asyncio.sleep(0.05)
+        await until(lambda: reader.latest is not None, what="the version read")
         assert reader.latest == ("0.5.9", "/server_info")
         assert version_series(collector) == (1.0, {"reported": "0.5.9", "behaves_as": "0.5.9"})
     finally:

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from sglang_sentinel.supervise import LogLine, ServerState, StateChange, Supervisor
 from sglang_sentinel.supervise.launch import LaunchCommand
 from sglang_sentinel.supervise.settings import ServerSettings
-from support.fallback_reads import until
+from support.waits import until
 
 pytestmark = [pytest.mark.usefixtures("no_leaked_children")]
 
@@ -174,11 +174,7 @@ async def test_stop_kills_process_group_even_when_sigterm_is_ignored(
     await sup.stop()
     assert not alive(main_pid)
     # The worker was reparented away from us; it must still be gone (killpg reached it).
-    for _ in range(50):
-        if not alive(worker):
-            break
-        await asyncio.sleep(0.05)
-    assert not alive(worker)
+    await until(lambda: not alive(worker), what="the worker killed with its group")
 
 
 async def test_a_killed_leader_is_seen_even_while_a_worker_holds_its_output(
@@ -197,11 +193,8 @@ async def test_a_killed_leader_is_seen_even_while_a_worker_holds_its_output(
         await sup.wait_for_state(ServerState.RESTARTING, timeout_s=10)
         assert sup.last_crash is not None
         assert "signal 9" in sup.last_crash.detail
-        for _ in range(50):  # the leader's exit took its process group (the worker) along
-            if not alive(worker):
-                break
-            await asyncio.sleep(0.05)
-        assert not alive(worker)
+        # the leader's exit took its process group (the worker) along
+        await until(lambda: not alive(worker), what="the worker killed with its group")
         await sup.wait_for_state(ServerState.READY, timeout_s=15)
     finally:
         await sup.stop()

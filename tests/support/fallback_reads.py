@@ -1,13 +1,10 @@
-"""What the in-process supervisor tests read of a Supervisor and its state dir: one series, the
-known-good records, and a wait for a condition (tests/supervise/test_fallback_*.py,
-test_supervisor_modes.py); and the known-good record the fallback tests seed."""
+"""What the in-process supervisor tests read of a Supervisor and its state dir: one series and the
+known-good records (tests/supervise/test_fallback_*.py, test_supervisor_modes.py); and the
+known-good record the fallback tests seed. (Their waits: support/waits.py.)"""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +18,6 @@ def value(sup: Supervisor, name: str, **labels: str) -> float | None:
     reg = CollectorRegistry()
     reg.register(sup.collector())
     return reg.get_sample_value(name, labels)
-
-
-async def until(cond: Callable[[], bool], timeout_s: float = 60.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or cond}")
-        await asyncio.sleep(0.05)
 
 
 def records(state: Path) -> list[dict[str, Any]]:
