@@ -30,6 +30,7 @@ from support.live_prometheus import (
     scale_durations,
 )
 from support.loopback import HTTP
+from support.waits import DEADLINE_S
 
 pytestmark = [pytest.mark.slow, requires_prometheus]
 
@@ -129,12 +130,17 @@ def _last_evaluation(prom: Prometheus, group: str) -> float:
     return 0.0
 
 
-def _long_request(base_url: str, done: threading.Event) -> None:
-    # Decoding for long enough that the stall freezes it mid-flight.
-    body = {"text": "hello", "sampling_params": {"max_new_tokens": 60000, "ignore_eos": True}}
-    with contextlib.suppress(httpx.HTTPError):
-        HTTP.post(base_url + "/generate", json=body, timeout=120)
-    done.set()
+def _long_request(base_url: str, decoding: threading.Event) -> None:
+    """Decoding for long enough that the stall freezes it mid-flight; ``decoding`` is set at its
+    first token. (Streamed as OpenAI completions: deltas, where /generate repeats the whole text.)"""
+    body = {"prompt": "hello", "max_tokens": 60000, "ignore_eos": True, "stream": True}
+    with (
+        contextlib.suppress(httpx.HTTPError),
+        HTTP.stream("POST", base_url + "/v1/completions", json=body, timeout=120) as stream,
+    ):
+        for line in stream.iter_lines():
+            if line.startswith("data: {"):
+                decoding.set()
 
 
 @pytest.mark.slow(seconds=25)
@@ -206,14 +212,14 @@ def test_alerts_follow_faults_pending_firing_resolved(
     log.wait("SglangCanaryFailing", "inactive", 30, tail)
     assert log.went_through("SglangCanaryFailing", "pending", "firing", "inactive"), log.states
 
-    # 3. A stall with a request in flight: no tokens while it runs.
-    done = threading.Event()
-    threading.Thread(target=_long_request, args=(server, done), daemon=True).start()
-    prom.wait(
-        "the long request running",
-        lambda: HTTP.get(control + "/state", timeout=5).json()["engine"]["running"] >= 1,
-        10,
-    )
+    # 3. A stall with a request in flight: no tokens while it runs. The stall is armed once the
+    #    long request has had its first token, so it is in the running batch and stays there: a
+    #    wait for "some request running" was met by a reference run's request that could end
+    #    before the stall came, and the stall then froze an engine with nothing running (no
+    #    stall to see: the check counts running requests, and /health failing is another alert).
+    decoding = threading.Event()
+    threading.Thread(target=_long_request, args=(server, decoding), daemon=True).start()
+    assert decoding.wait(DEADLINE_S), "the long request never had its first token"
     arm("stall:duration=3000")
     log.wait("SglangStalled", "firing", 30, tail)
     clear()

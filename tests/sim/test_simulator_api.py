@@ -501,15 +501,26 @@ async def test_bodies_have_the_oracles_keys_in_order(fixture: str, path: str) ->
         serve(speed=200, sglang_version="0.5.9") as sim,
         httpx.AsyncClient(base_url=sim.base_url, timeout=30) as client,
     ):
-        if "events" in oracle:
-            status, events = await sse(client, path, oracle["request"])
-            assert status == 200
-            got = decode(events)
-            want = [json.loads(e[len("data: ") : -2]) for e in oracle["events"][:-1]]
-        else:
+        if "events" not in oracle:
             r = await client.post(path, json=oracle["request"])
-            got, want = r.json(), oracle["response"]
-    assert _shape(got) == _shape(want)
+            assert _shape(r.json()) == _shape(oracle["response"])
+            return
+        status, events = await sse(client, path, oracle["request"])
+    assert status == 200
+    got = [repr(_shape(e)) for e in decode(events)]
+    capture = [json.loads(e[len("data: ") : -2]) for e in oracle["events"][:-1]]
+    want = [repr(_shape(e)) for e in capture]
+    # How many chunks carry the tokens is the server's timing, not its format: SGLang sends what
+    # has accumulated when its client is behind, and the simulator joins late decode steps the
+    # same way (a busy box got one chunk for both tokens). So: every event has one of the
+    # capture's shapes, in the capture's order, and the stream ends as the capture does (the
+    # finish chunk; with include_usage, then the usage chunk).
+    first = {shape: i for i, shape in reversed(list(enumerate(want)))}
+    order = [first[shape] for shape in got if shape in first]
+    assert len(order) == len(got), (got, want)
+    assert order == sorted(order), (got, want)
+    ends = 2 if capture[-1].get("choices") == [] else 1
+    assert got[-ends:] == want[-ends:]
 
 
 async def test_state_reports_the_simulators_own_loop_lag() -> None:
