@@ -1,12 +1,12 @@
 from __future__ import annotations
 
-import asyncio
 import io
 from typing import Any
 
 from sglang_sentinel.calibrate import CalibrationSettings, Workload, run_search
 from sglang_sentinel.calibrate.progress import SweepProgress
 from sglang_sentinel.load import LoadCounters
+from support.waits import until
 
 WORKLOAD = Workload(
     base_url="http://127.0.0.1:1", backend="sglang", input_len=256, output_len=256, range_ratio=0
@@ -48,7 +48,7 @@ async def test_bar_on_a_tty(synthetic: Any) -> None:
         progress.on_plan(
             StepPlan(concurrency=8, num_requests=8, phase="escalate"), Progress(10, 100, 1.0, 60.0)
         )
-        await asyncio.sleep(0.3)
+        await until(lambda: "(sweep: 10/100 requests)" in err.getvalue(), what="the bar drawn")
     drawn = err.getvalue()
     assert "c=8 2/8 in flight 3" in drawn
     assert "(sweep: 10/100 requests)" in drawn

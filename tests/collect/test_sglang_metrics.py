@@ -208,16 +208,16 @@ def test_slow_server_is_cut_at_the_deadline(slow_server: tuple[str, list[float]]
         samples, failure = collect(c)
         assert failure is None
         assert sglang_names(samples)
-        delay[0] = 2.0
+        delay[0] = 30.0
         started = time.monotonic()
         samples, failure = collect(c)
         took = time.monotonic() - started
         assert failure is not None
         assert "no complete reply within 0.3 s" in failure
-        assert took < 1.0
+        assert took < 10  # cut at the deadline, not the server's 30 s (margin for a busy box)
         assert not sglang_names(samples)
+        # The next scrape reads at once: the stalled reply (still sleeping in its thread) holds nothing.
         delay[0] = 0.0
-        time.sleep(2.0)  # let the stalled handler finish before the recovery check
         samples, failure = collect(c)
         assert failure is None
         assert sglang_names(samples)

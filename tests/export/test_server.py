@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sglang_sentinel.collect import CollectorSet
 from sglang_sentinel.export import ExporterConfigError, ExporterSettings, TlsSettings, load_users
+from support.waits import until
 
 
 async def get(url: str, **kw: Any) -> httpx.Response:
@@ -103,17 +104,18 @@ async def test_render_error_is_a_500_not_a_dead_server(exporter_factory: Any) ->
 async def test_too_many_concurrent_scrapes_get_503(exporter_factory: Any) -> None:
     import threading
 
-    gate = threading.Event()
+    entered, gate = threading.Event(), threading.Event()
 
     class Slow:
         def collect(self) -> Any:
-            gate.wait(5)
+            entered.set()
+            gate.wait(60)
             return iter(())
 
     collectors = CollectorSet([("slow", Slow())])
     exporter = await exporter_factory(collectors, settings=ExporterSettings(port=0, max_concurrent_scrapes=1))
     first = asyncio.ensure_future(get(exporter.url + "/metrics"))
-    await asyncio.sleep(0.3)
+    await until(entered.is_set, what="the first scrape collecting")  # it holds the one slot
     second = await get(exporter.url + "/metrics")
     gate.set()
     assert second.status_code == 503

@@ -20,6 +20,7 @@ import pytest
 from sglang_sentinel.config import load_settings
 from sglang_sentinel.daemon import Daemon
 from sglang_sentinel.verdict import verdict
+from support.waits import until
 
 pytestmark = [pytest.mark.slow]
 
@@ -148,12 +149,15 @@ async def test_stall_confirmed_after_failures_in_a_row(
     sim = sim_factory("--enable-metrics")
     gen = _daemon(tmp_path, sim.port)
     _, probe = await gen.__anext__()
-    body = {"text": "Tell me a long story.", "sampling_params": {"max_new_tokens": 4000, "ignore_eos": True}}
+    # Long enough (24 s real at speed 100) to be decoding still when the stall comes, however late.
+    body = {"text": "Tell me a long story.", "sampling_params": {"max_new_tokens": 30000, "ignore_eos": True}}
     async with httpx.AsyncClient(base_url=sim.base_url) as client:
         load = [asyncio.create_task(client.post("/generate", json=body, timeout=60)) for _ in range(3)]
         try:
             await probe.until(_ok)
-            await asyncio.sleep(0.3)
+            # In the running batch (three running: two of them at least are the load, a canary
+            # may be the third): a stall of an engine with nothing running is no stall to see.
+            await until(lambda: sim.control("/state")["engine"]["running"] >= 3, what="the load running")
             sim.control("/faults", "POST", {"spec": "stall:duration=6000"})  # 60 s real at speed 100
             _, text = await probe.until(lambda c, t: c == 503)
             assert text == "failed: stall stalled (3 in a row)", text

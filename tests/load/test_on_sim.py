@@ -19,6 +19,7 @@ from sglang_sentinel.load import (
     RunResult,
     run_load,
 )
+from support.waits import until
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 
@@ -156,14 +157,14 @@ async def test_cancel_aborts_server_side(sim_factory: Any) -> None:
     )
     cancel = asyncio.Event()
     task = asyncio.create_task(run_load(spec, cancel=cancel))
-    await asyncio.sleep(1.0)
+    # The four in the server's batch (2000 tokens at speed 5: 32 s each, nowhere near done).
+    await until(lambda: sim.control("/state")["engine"]["running"] == 4, what="four requests running")
     cancel.set()
     result = await asyncio.wait_for(task, 10.0)
     assert result.cancelled
     assert result.metrics.cancelled == 4
-    await asyncio.sleep(0.5)
-    state = sim.control("/state")
-    assert state["engine"]["running"] == 0  # the server saw the clients go away and aborted
+    # The server saw the clients go away and aborted them.
+    await until(lambda: sim.control("/state")["engine"]["running"] == 0, what="the server's aborts")
 
 
 async def test_bench_cli_on_sim(sim_factory: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

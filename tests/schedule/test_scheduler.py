@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
 from sglang_sentinel.load.records import LoadCounters
@@ -167,10 +168,12 @@ async def test_completed_run_feeds_reference_series(tmp_path: Path) -> None:
     runs = StateDir(tmp_path).history("runs.jsonl")
     assert runs[-1]["launch_hash"] == "abc123"
     assert runs[-1]["reference"] is True
-    # Every name the exposition carries is valid Prometheus text.
+    # The exposition is valid Prometheus text, every family sentinel's own.
     reg = CollectorRegistry()
     reg.register(sched.metrics)
-    assert b"sentinel_load_skipped_total" not in generate_latest(reg) or True
+    families = [f.name for f in text_string_to_metric_families(generate_latest(reg).decode())]
+    assert "sentinel_load_runs" in families  # (the parser names a counter without _total)
+    assert all(name.startswith("sentinel_") for name in families), families
 
 
 async def test_schedules_fire_and_never_overlap(tmp_path: Path) -> None:
@@ -186,9 +189,9 @@ async def test_schedules_fire_and_never_overlap(tmp_path: Path) -> None:
 
     await sched.start()
     sched.add_interval_job("probe:health", probe, 0.05)
-    await asyncio.sleep(2.0)
+    # Three runs started: two whole ones behind them, and the due ones in between skipped.
+    await until(lambda: len(ex.plans) >= 3 and len(ticks) >= 20, what="three runs and twenty probes")
     await sched.stop()
-    assert len(ex.plans) >= 2
     assert ex.max_active == 1
     ordered = sorted(ex.intervals)
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(ordered))
@@ -199,10 +202,9 @@ async def test_schedules_fire_and_never_overlap(tmp_path: Path) -> None:
     )
     assert busy >= 1
     assert coalesced >= 1
-    # Probes kept their cadence while loads ran: no gap near a run's length.
-    gaps = [b - a for a, b in itertools.pairwise(ticks)]
-    assert len(ticks) >= 20
-    assert max(gaps) < 0.45  # a probe queued behind a run would wait >= 0.6 s
+    # Probes kept running while loads ran: every whole run saw one (a probe queued behind a run
+    # would fire only after it; a gap's length would be the box's load, not the scheduler's).
+    assert all(any(start < t < end for t in ticks) for start, end in ex.intervals), (ex.intervals, ticks)
 
 
 async def test_not_ready_and_warmup_skip(tmp_path: Path) -> None:
@@ -383,7 +385,7 @@ async def test_run_on_ready_fires_after_the_window(tmp_path: Path) -> None:
     await sched.start()
     try:
         server.epoch = time.time()
-        await asyncio.sleep(1.3)  # the watcher polls each second
+        await until(lambda: sample(sched, "sentinel_load_output_throughput_tokens_per_second", profile="ref"))
         assert len(ex.plans) == 1
         assert sample(sched, "sentinel_load_output_throughput_tokens_per_second", profile="ref") == 100
         restarts = StateDir(tmp_path).history("restarts.jsonl")

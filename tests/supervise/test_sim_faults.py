@@ -23,6 +23,8 @@ from prometheus_client import CollectorRegistry
 
 from sglang_sentinel.supervise import ServerState, Supervisor
 from sglang_sentinel.supervise.settings import ServerSettings
+from support.loopback import HTTP
+from support.waits import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_leaked_children")]
 
@@ -59,6 +61,11 @@ class SimRig:
                 f"http://127.0.0.1:{self.control_port}/faults", json={"spec": spec}, timeout=5.0
             )
             assert resp.status_code == 201, resp.text
+
+    def running(self) -> int:
+        """The requests in the simulator's running batch now."""
+        state = HTTP.get(f"http://127.0.0.1:{self.control_port}/state", timeout=5).json()
+        return int(state["engine"]["running"])
 
     def value(self, name: str, **labels: str) -> float | None:
         reg = CollectorRegistry()
@@ -157,12 +164,15 @@ async def test_stall_with_requests_in_flight_is_detected(fast: Fast) -> None:
     async with SimRig(fast, checks=checks) as rig:
         await ready(rig)
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{rig.port}") as client:
+            # Long enough (24 s real) to be decoding still when the stall comes, however late.
             body = {
                 "text": "Tell me a long story.",
-                "sampling_params": {"max_new_tokens": 4000, "ignore_eos": True},
+                "sampling_params": {"max_new_tokens": 30000, "ignore_eos": True},
             }
             load = [asyncio.create_task(client.post("/generate", json=body, timeout=30)) for _ in range(3)]
-            await asyncio.sleep(0.3)
+            # In the running batch (a canary may be one of the three): a stall of an engine with
+            # nothing running is no stall to see.
+            await until(lambda: rig.running() >= 3, what="the load running")
             await rig.fault("stall:duration=3000")  # 30 s real: far longer than stall_after
             await restarted_and_ready(rig)
             for t in load:
