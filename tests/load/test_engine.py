@@ -76,7 +76,11 @@ async def test_chat_reasoning_ttft_ttfc_and_usage(fake_sglang: Any) -> None:
     rec = result.records[0]
     assert rec.ttft is not None
     assert rec.ttfc is not None
-    assert rec.ttfc > rec.ttft  # four reasoning chunks before the first content token
+    # Four reasoning chunks before the first content token: later, unless a busy client read
+    # them all at once (events of one read share its stamp).
+    assert rec.ttfc >= rec.ttft
+    if not rec.shared_read_events:
+        assert rec.ttfc > rec.ttft
     assert rec.reasoning_tokens == 4
     assert rec.content_tokens == 4
     assert m.reasoning_tokens == 12

@@ -78,7 +78,11 @@ async def test_chat_reasoning_and_usage_on_sim(sim_factory: Any) -> None:
         assert rec.ttft is not None
         if rec.content_tokens:
             assert rec.ttfc is not None
-            assert rec.ttfc > rec.ttft
+            # Events that came in one read share its stamp (a client behind its server reads
+            # several at once): later only where each event had a read of its own.
+            assert rec.ttfc >= rec.ttft
+            if not rec.shared_read_events:
+                assert rec.ttfc > rec.ttft
     m = result.metrics
     assert m.reasoning_tokens + m.content_tokens >= m.total_output_tokens - 4  # </think> has no text
 
