@@ -23,6 +23,7 @@ from sglang_sentinel.load import (
     format_result_block,
     run_load,
 )
+from support.peaks import guaranteed_peak
 
 pytestmark = pytest.mark.asyncio
 
@@ -208,7 +209,8 @@ async def test_max_concurrency_caps_in_flight(fake_sglang: Any) -> None:
     result = await run_load(
         _spec(fake.base_url, num_requests=12, max_concurrency=3), counters=counters, on_record=on_record
     )
-    assert result.metrics.peak_in_flight == 3
+    spans = [(r.sent, r.end) for r in result.measured if r.dispatched]
+    assert guaranteed_peak(spans, 3) <= result.metrics.peak_in_flight <= 3  # 3 on an idle box
     assert max(seen) <= 3
     assert counters.completed == 12
     assert counters.in_flight == 0
@@ -223,7 +225,8 @@ async def test_closed_loop_duration_bound(fake_sglang: Any) -> None:
     result = await run_load(spec)
     m = result.metrics
     assert m.completed >= 8
-    assert m.peak_in_flight == 4
+    spans = [(r.sent, r.end) for r in result.measured if r.dispatched]
+    assert guaranteed_peak(spans, 4) <= m.peak_in_flight <= 4  # 4 on an idle box
     assert m.steady_state is not None
     assert m.steady_state.target_concurrency == 4
     assert 0.45 < m.duration < 2.0

@@ -19,6 +19,7 @@ from sglang_sentinel.load import (
     RunResult,
     run_load,
 )
+from support.peaks import guaranteed_peak
 from support.waits import until
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
@@ -54,7 +55,8 @@ async def test_native_counts_match_ground_truth(sim_factory: Any) -> None:
         assert sum(rec.chunk_tokens) == rec.output_len
         assert len(rec.itl) == rec.output_len - rec.chunk_tokens[0]
     assert m.total_output_tokens == sum(truth[r.rid]["completion_tokens"] for r in result.measured)
-    assert m.peak_in_flight == 8
+    spans = [(r.sent, r.end) for r in result.measured]
+    assert guaranteed_peak(spans, 8) <= m.peak_in_flight <= 8  # 8 on an idle box
     assert m.max_concurrent_requests >= 8
 
 

@@ -23,6 +23,7 @@ from sglang_sentinel.load import (
 )
 from sglang_sentinel.load.figures import MIN_LATE_SAMPLES
 from sglang_sentinel.load.stats import percentile
+from support.peaks import guaranteed_peak
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 
@@ -152,7 +153,8 @@ async def test_a_high_concurrency_runs_verdict_is_the_rule_on_its_measured_delay
     result = await run_load(spec)
     m = result.metrics
     assert m.completed == 384, result.measured[0].error
-    assert m.peak_in_flight == 128
+    spans = [(r.sent, r.end) for r in result.measured]
+    assert guaranteed_peak(spans, 128) <= m.peak_in_flight <= 128  # 128 on an idle box
     flagged_send = any("send delay" in r for r in m.client_bound_reasons)
     assert flagged_send == _send_delay_rule(result), (m.send_delay, m.client_bound_reasons)
     if result.kernel_timestamps:  # the loop's lag never flags a run with kernel receive stamps

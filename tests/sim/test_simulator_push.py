@@ -116,27 +116,37 @@ async def _all(sim: SimServer, scenarios: list[tuple[str, dict[str, Any]]]) -> l
     return [events(r) for r in replies]
 
 
-async def test_pushed_events_are_the_handlers_bytes(slow_sim: SimServer) -> None:
-    # All scenarios at once: one batch, so that the decode step pushes several streams' events.
-    engine = slow_sim.engine
-    await _all(slow_sim, SCENARIOS)  # both runs below then hit the prefix cache alike
-    todo = list(range(len(SCENARIOS)))
+async def _both_paths(
+    sim: SimServer, scenarios: list[tuple[str, dict[str, Any]]]
+) -> tuple[list[list[bytes]], list[list[bytes]]]:
+    """Every scenario's frames on the handler's path and on the push path, all at once each time
+    (one batch, so that the decode step pushes several streams' events).
+
+    A process descheduled on a busy box merges tokens into one event in either run (the timing,
+    not the format): a scenario whose two runs differ runs again, up to eight times; a difference
+    in bytes repeats every time, and the caller's comparison then shows it."""
+    engine = sim.engine
+    todo = list(range(len(scenarios)))
     task_path: dict[int, list[bytes]] = {}
     pushed: dict[int, list[bytes]] = {}
-    # A process descheduled on a busy box merges tokens into one event in either run (the
-    # timing, not the format): such scenarios run again; a difference in bytes repeats every time.
-    for _ in range(4):
-        batch = [SCENARIOS[i] for i in todo]
+    for _ in range(8):
+        batch = [scenarios[i] for i in todo]
         engine.push_events = False
         before = engine.stats.pushed_events
-        task_path.update(zip(todo, await _all(slow_sim, batch), strict=True))
+        task_path.update(zip(todo, await _all(sim, batch), strict=True))
         assert engine.stats.pushed_events == before
         engine.push_events = True
-        pushed.update(zip(todo, await _all(slow_sim, batch), strict=True))
+        pushed.update(zip(todo, await _all(sim, batch), strict=True))
         assert engine.stats.pushed_events > before, "the push path was not taken"
         todo = [i for i in todo if pushed[i] != task_path[i]]
         if not todo:
             break
+    return [task_path[i] for i in range(len(scenarios))], [pushed[i] for i in range(len(scenarios))]
+
+
+async def test_pushed_events_are_the_handlers_bytes(slow_sim: SimServer) -> None:
+    await _all(slow_sim, SCENARIOS)  # both runs below then hit the prefix cache alike
+    task_path, pushed = await _both_paths(slow_sim, SCENARIOS)
     for i, (path, body) in enumerate(SCENARIOS):
         assert len(task_path[i]) >= 5, (path, body)
         assert pushed[i] == task_path[i], (path, body)
@@ -146,19 +156,10 @@ async def test_pushed_events_are_the_handlers_bytes(slow_sim: SimServer) -> None
 async def test_faults_mid_stream_are_the_handlers_bytes(slow_sim: SimServer, spec: str) -> None:
     # The pusher leaves the token a fault is planned at to the handler (error_chunk aborts there,
     # malformed_sse inserts its truncated event); garbage changes every piece's text.
-    engine = slow_sim.engine
     slow_sim.faults.arm(parse_fault_spec(spec), now=time.monotonic(), delay_s=0)
     scenarios = [s for s in SCENARIOS if s[1].get("max_new_tokens", s[1].get("max_tokens")) == 24]
     await _all(slow_sim, scenarios)
-    for _ in range(4):
-        engine.push_events = False
-        task_path = await _all(slow_sim, scenarios)
-        engine.push_events = True
-        before = engine.stats.pushed_events
-        pushed = await _all(slow_sim, scenarios)
-        assert engine.stats.pushed_events > before, "the push path was not taken"
-        if pushed == task_path:
-            break
+    task_path, pushed = await _both_paths(slow_sim, scenarios)
     assert pushed == task_path
     mark = {"error_chunk": b"illegal memory access", "malformed_sse": b"", "garbage": b"!"}[
         spec.split(":")[0]

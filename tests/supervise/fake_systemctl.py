@@ -143,9 +143,9 @@ def _start_limited(d: Path) -> bool:
         old = (d / "result").read_text().split() if (d / "result").exists() else []
         code, status, left, exited = old[2:6] if len(old) >= 6 else ("0", "0", "0", "0")
         _record(d, "failed", "start-limit-hit", code, status, left, exited)
-        starts_file.write_text(" ".join(map(str, starts)))
+        _put(starts_file, " ".join(map(str, starts)))
         return True
-    starts_file.write_text(" ".join(map(str, [*starts, now])))
+    _put(starts_file, " ".join(map(str, [*starts, now])))
     return False
 
 

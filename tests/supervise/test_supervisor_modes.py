@@ -256,6 +256,7 @@ async def test_seven_operator_restarts_and_a_crash_against_a_start_limit_of_five
             refused = 0
             for _ in range(4):  # the boot start (ours) and four restarts: five starts
                 refused += await _operator(unit_dir, "restart") != 0
+            assert refused == 0
             # Sentinel follows the unit's last life (not only "ready" from before the restarts).
             pid = int((unit_dir / "pid").read_text())
             deadline = time.monotonic() + 30
@@ -269,8 +270,15 @@ async def test_seven_operator_restarts_and_a_crash_against_a_start_limit_of_five
             while value(sup, "sentinel_server_restarts_total", reason="start_limit_hit") == 0:
                 assert time.monotonic() < deadline, "the refused start was not reported"
                 await asyncio.sleep(0.05)
+            # Without the reset, the limit holds until the oldest of the five starts is `interval`
+            # old (the fake's start times, as systemd's: time.time()); on a loaded box the steps
+            # so far can take that long. (sentinel's reset-failed cleared them otherwise.)
+            starts = [] if polkit_allows_reset else (unit_dir / "starts").read_text().split()
+            holds_until = min(float(t) for t in starts) + interval if starts else 0.0
+            held = 0
             for _ in range(3):  # three more restarts by the operator: refused while the limit holds
                 refused += await _operator(unit_dir, "restart") != 0
+                held += time.time() < holds_until  # answered while it held: must have been refused
             await sup.wait_for_state(ServerState.READY, timeout_s=interval + 30)
             back_after = time.monotonic() - crashed_at
         finally:
@@ -288,6 +296,7 @@ async def test_seven_operator_restarts_and_a_crash_against_a_start_limit_of_five
     assert all("signal" not in e["detail"] for e in said)
     assert "reset-failed" in said[0]["fix"]
     if not polkit_allows_reset:
-        assert refused == 3  # the operator's own restarts met the limit too
+        # The operator's own restarts met the limit too (all three, on an idle box).
+        assert held <= refused <= 3, (held, refused)
     # Back within the limit's interval (plus the time to notice, start and get ready on a busy box).
     assert back_after < interval + 20, back_after
