@@ -1,12 +1,17 @@
-"""Time the daemon was away is not evidence: the gap heartbeat and the stall window after a gap."""
+"""Time the daemon was away is not evidence: the gap heartbeat, the stall window after a gap and
+a failing check's cadence across an inconclusive result."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 
+from sglang_sentinel.supervise.checks import Checks
 from sglang_sentinel.supervise.gaps import GapWatch
-from sglang_sentinel.supervise.probes import Progress, StallDetector
+from sglang_sentinel.supervise.probes import ProbeResult, Progress, StallDetector
+from sglang_sentinel.supervise.settings import CheckSettings, ChecksSettings
+from sglang_sentinel.supervise.state import StateMachine
+from support.waits import until
 
 
 async def test_a_blocked_loop_is_a_gap_and_a_punctual_one_is_not() -> None:
@@ -50,3 +55,37 @@ def test_after_a_gap_a_stall_needs_stall_after_of_observed_time() -> None:
     assert not verdict.ok
     assert verdict.reason == "stalled"
     assert "for 10 s" in verdict.detail
+
+
+async def test_an_inconclusive_result_keeps_a_failing_checks_retry_cadence() -> None:
+    """A failing check re-checks at its retry interval until it passes. A result that cannot judge
+    (the daemon was away while the probe was in flight) leaves the failure unresolved, so the
+    cadence stays: it used to fall back to the full interval, a canary's 5 minutes by default."""
+    checks = Checks(
+        ChecksSettings(),
+        StateMachine(),
+        request_restart=lambda reason: None,
+        on_result=lambda result: None,
+        publish=lambda: None,
+    )
+    settings = CheckSettings(interval=3600, retry_interval=0.01, action="alert")
+    script = [
+        ProbeResult("canary_x", False, 0.0, "wrong_answer", "41"),
+        ProbeResult("canary_x", False, 0.0, "wrong_answer", "daemon away: 41", conclusive=False),
+        ProbeResult("canary_x", True, 0.0, "ok", ""),
+    ]
+    seen: list[ProbeResult] = []
+
+    async def probe() -> list[ProbeResult]:
+        seen.append(script[min(len(seen), len(script) - 1)])
+        return [seen[-1]]
+
+    loop = asyncio.create_task(checks._loop(settings, "canary", probe, allow_restart=False))
+    try:
+        # A loop that fell back to the interval would wait an hour here.
+        await until(lambda: len(seen) >= 3, timeout_s=30, what="the re-check after the inconclusive result")
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+    assert checks.failures[("canary_x", "wrong_answer")] == 2  # both counted, one of them a verdict
+    assert checks.probes["canary_x"].ok  # the re-check's pass

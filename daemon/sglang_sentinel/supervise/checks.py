@@ -158,7 +158,11 @@ class Checks:
                 ]
             for result in results:
                 self.record(result, settings, family, allow_restart)
-            failing = any(not r.ok and r.conclusive for r in results)
+            # Failing while a probe's last verdict is a failure: an inconclusive result (the
+            # daemon away, /metrics unreadable) keeps the retry cadence of the failure before it,
+            # where it fell back to the full interval (a canary's 5 minutes) with the failure
+            # still unresolved.
+            failing = any(self._consecutive[r.probe] > 0 for r in results)
 
     def record(self, result: ProbeResult, settings: CheckSettings, family: str, allow_restart: bool) -> None:
         """Account for one result: table, counters, ready ⇄ unhealthy, and maybe a restart request."""
