@@ -29,9 +29,11 @@ SMALL = [
 def test_sweep_against_the_simulator(
     sim_factory: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The suite shares two cores with everything else: let the client lag a little more than in
-    # production before a step is discarded as client-bound (that path has its own unit test).
-    monkeypatch.setenv("SENTINEL_CALIBRATION__CLIENT_LAG_TOLERANCE", "0.25")
+    # The suite shares two cores with everything else: a step is discarded as client-bound only
+    # when the client's p99 lag reaches a whole mean request (the setting's maximum; production's
+    # is 2 %). A busy box lagged 73 ms against ~260 ms requests, past the 0.25 this had. The
+    # client-bound path has its own unit test.
+    monkeypatch.setenv("SENTINEL_CALIBRATION__CLIENT_LAG_TOLERANCE", "1")
     sim = sim_factory("--enable-metrics", "--speed", "20", "--max-running-requests", "6")
     state = tmp_path / "state"
     report = tmp_path / "report"

@@ -74,7 +74,7 @@ def test_sweep_with_the_fake_backend_reports_energy_per_step(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # As tests/calibrate/test_command.py: a shared box lags; not what this test is about.
-    monkeypatch.setenv("SENTINEL_CALIBRATION__CLIENT_LAG_TOLERANCE", "0.25")
+    monkeypatch.setenv("SENTINEL_CALIBRATION__CLIENT_LAG_TOLERANCE", "1")
     sim = sim_factory("--enable-metrics", "--speed", "20", "--max-running-requests", "4")
     config = tmp_path / "sentinel.toml"
     config.write_text('[collectors.gpu]\nbackend = "fake"\nfake_devices = 2\n')
