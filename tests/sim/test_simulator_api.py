@@ -267,8 +267,11 @@ async def test_completions(client: httpx.AsyncClient) -> None:
     chunks = decode(events)
     assert chunks[-1]["choices"] == []
     assert chunks[-1]["usage"]["prompt_tokens"] == 4
+    assert chunks[-1]["usage"]["completion_tokens"] == 6
+    # One chunk a token on schedule; a late server joins decode steps (SGLang sends what has
+    # accumulated), so the count is the box's timing and the total is not.
     content = chunks[:-1]
-    assert len(content) == 6
+    assert 1 <= len(content) <= 6
     assert content[-1]["choices"][0]["finish_reason"] == "length"
     assert all(c["choices"][0]["finish_reason"] is None for c in content[:-1])
 
@@ -280,10 +283,7 @@ async def test_flush_cache_abort_and_disconnect(sim: SimServer, client: httpx.As
             "/generate", json={"text": "x", "sampling_params": {"max_new_tokens": 5000, "ignore_eos": True}}
         )
     )
-    for _ in range(1000):
-        if sim.engine.running:
-            break
-        await asyncio.sleep(0.005)
+    await until(lambda: sim.engine.running, what="the request running")
     assert (await client.get("/flush_cache")).status_code == 400  # busy
     assert (await client.post("/abort_request", json={"abort_all": True})).status_code == 200
     r = await task

@@ -15,7 +15,7 @@ from sglang_sentinel.sglang.logparse import CrashKind, classify_crash
 from sglang_sentinel_sim import serve
 from support.loopback import HTTP
 from support.sim_sse import sse
-from support.waits import until
+from support.waits import until, until_sync
 
 LONG = {"text": "x", "sampling_params": {"max_new_tokens": 100000, "ignore_eos": True}}
 
@@ -47,10 +47,7 @@ def test_crash_during_startup_never_listens(sim_factory) -> None:  # type: ignor
 def test_hang_turns_health_503_then_watchdog_kills(sim_factory) -> None:  # type: ignore[no-untyped-def]
     # server seconds at speed 100: health timeout 20 s -> 0.2 s, watchdog 150 s -> 1.5 s
     sim = sim_factory("--fault", "hang:watchdog=150", wait_ready=False)
-    for _ in range(500):
-        if sim.control("/state")["status"] == "up":
-            break
-        time.sleep(0.01)
+    until_sync(lambda: sim.control("/state")["status"] == "up", what="the port listening")
     assert HTTP.get(sim.base_url + "/health", timeout=10).status_code == 503
     assert sim.control("/state")["engine"]["frozen"] is True
     assert sim.wait_exit(20) == -signal.SIGKILL

@@ -22,6 +22,7 @@ import pytest
 from sglang_sentinel_sim import SimServer, serve
 from sglang_sentinel_sim.faults import parse_fault_spec
 from support.sim_sse import dechunk, raw_post
+from support.waits import until
 
 pytestmark = pytest.mark.asyncio
 
@@ -187,11 +188,7 @@ async def test_a_client_gone_mid_push_aborts_its_request(slow_sim: SimServer) ->
     while engine.stats.pushed_events < before + 5:
         await asyncio.wait_for(reader.read(65536), 30)
     writer.close()
-    for _ in range(500):
-        if not engine.busy:
-            break
-        await asyncio.sleep(0.01)
-    assert not engine.busy
+    await until(lambda: not engine.busy, what="the request aborted")
     assert engine.kv_used == 0
     rec = slow_sim.truth.records()[-1]
     assert rec.status == "aborted"
