@@ -262,7 +262,8 @@ async def _serve(config: Any) -> int:
     try:
         await server.start()
     except OSError as exc:
-        raise CliError(f"cannot bind {config.host}:{config.port}: {exc.strerror or exc}", 1) from None
+        # Its text names the port (SimServer.start): the API's or the control API's.
+        raise CliError(f"cannot bind the {exc.strerror or exc}", 1) from None
     loop = asyncio.get_running_loop()
 
     async def drain_then_die() -> None:

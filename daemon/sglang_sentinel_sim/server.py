@@ -157,7 +157,8 @@ class SimServer:
             self.port = self._api_sock.getsockname()[1]
         except OSError as exc:
             if self.config.port == 0 or exc.errno != errno.EADDRINUSE:
-                raise
+                # Named (as the control API's below): "cannot bind" alone sent a reader to the wrong port.
+                raise OSError(exc.errno, f"API {self.host}:{self.config.port}: {exc.strerror}") from None
             # A real server binds its HTTP port only after loading weights, so a port still held
             # by a dying predecessor is retried then (and fails then, as uvicorn does).
             self._api_sock = None
@@ -167,7 +168,11 @@ class SimServer:
         )
         await control.setup()
         site = web.TCPSite(control, "127.0.0.1", self.config.control_port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            where = f"127.0.0.1:{self.config.control_port}"
+            raise OSError(exc.errno, f"control API {where}: {exc.strerror}") from None
         self._control_runner = control
         self.control_port = bound_port(site)
         self._api_runner = web.AppRunner(

@@ -4,7 +4,6 @@ view the breaker reads, the state-directory fallback."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 
 import httpx
@@ -13,12 +12,7 @@ from structlog.testing import capture_logs
 
 from sglang_sentinel.config import load_settings
 from sglang_sentinel.daemon import Daemon, resolve_state_dir
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from support.ports import free_port
 
 
 def test_state_dir_fallbacks(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from sglang_sentinel.cli import main
 from sglang_sentinel.cli.status import health_code, summarize
 from sglang_sentinel.status_page import render_status_page
 from support.headless_chromium import dump_dom_and_screenshot, requires_chromium
+from support.ports import free_port
 
 
 def snapshot(**overrides: Any) -> dict[str, Any]:
@@ -178,11 +179,7 @@ async def test_status_command_against_a_daemon_endpoint(
 
 @pytest.fixture
 def aiohttp_free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()
 
 
 def _png_is_not_blank(path: Path) -> float:

@@ -9,7 +9,6 @@ canary miss, a first stalled reading) and turn 503 only once the check's ``failu
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
@@ -20,15 +19,10 @@ import pytest
 from sglang_sentinel.config import load_settings
 from sglang_sentinel.daemon import Daemon
 from sglang_sentinel.verdict import verdict
+from support.ports import free_port
 from support.waits import until
 
 pytestmark = [pytest.mark.slow]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _env(tmp_path: Any, server_port: int) -> dict[str, str]:

@@ -15,7 +15,6 @@ import contextlib
 import importlib.util
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sglang_sentinel.router.detect import detect_kind
 from sglang_sentinel_sim.testing import SimProcess
+from support.ports import free_port
 
 pytestmark = [
     pytest.mark.slow,
@@ -45,13 +45,6 @@ HEALTH_FAILURES = 2
 DEAD_NET = "http://127.0.0.1:9"  # nothing listens there: no download can leave the box
 # Generous slack over the router's own bound: a 2-core box shared with other test runs.
 SLACK_S = 15.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def start_sims(sim_factory: Callable[..., SimProcess], *argsets: tuple[str, ...]) -> list[SimProcess]:

@@ -84,6 +84,21 @@ def test_port_in_use_is_a_clean_error(capsys: pytest.CaptureFixture[str]) -> Non
     assert "Traceback" not in err
 
 
+def test_a_control_port_in_use_is_named_as_such(capsys: pytest.CaptureFixture[str]) -> None:
+    # The control API binds at start (the API port only after "loading weights"): its failure
+    # names it, where "cannot bind <API port>" sent the reader (and sentinel's diagnosis) to the
+    # wrong port.
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        control = busy.getsockname()[1]
+        code, err = _main(capsys, "--port", "0", "--control-port", str(control), "--lifetime", "5")
+    assert code == 1
+    assert f"cannot bind the control API 127.0.0.1:{control}: " in err
+    assert "address already in use" in err  # what sentinel's crash classifier reads as port_in_use
+    assert "Traceback" not in err
+
+
 def test_lifetime_ends_cleanly(sim_factory) -> None:  # type: ignore[no-untyped-def]
     sim = sim_factory("--lifetime", "0.5")
     assert sim.wait_exit(20) == 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import socket
 import subprocess
 import sys
 import time
@@ -14,15 +13,10 @@ import pytest
 
 from sglang_sentinel_sim import serve
 from sglang_sentinel_sim.disagg import NO_ROOM_MESSAGE
+from support.ports import free_port
 from support.waits import DEADLINE_S
 
 ROOM = {"bootstrap_host": "127.0.0.1", "bootstrap_port": 8998, "bootstrap_room": 12345}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_get_load_is_0_5_9s_deprecated_route_in_its_shape() -> None:

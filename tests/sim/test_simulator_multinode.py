@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import socket
 
 import httpx
 import pytest
@@ -13,13 +12,8 @@ import pytest
 from sglang_sentinel_sim import serve
 from sglang_sentinel_sim.config import SimConfig
 from sglang_sentinel_sim.follower import DUMMY_STARTED, run_follower
+from support.ports import free_port as _free_port
 from support.waits import until
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.parametrize(

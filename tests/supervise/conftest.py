@@ -9,7 +9,6 @@ import functools
 import inspect
 import os
 import signal
-import socket
 import sys
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 
 from sglang_sentinel.supervise.launch import BUILTIN_PROFILES, LaunchCommand
 from sglang_sentinel.supervise.settings import ServerSettings
+from support.ports import free_port
 
 FAKE_SERVER = Path(__file__).with_name("fake_server.py")
 
@@ -45,13 +45,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             continue
         if inspect.iscoroutinefunction(item.obj):
             item.obj = _bounded(item.obj)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def fast_settings(port: int, **overrides: Any) -> ServerSettings:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import stat
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 from sglang_sentinel.cli import main
 from sglang_sentinel.collect.gpu.fake import FakeNvml, load_sample
 from sglang_sentinel.sglang.launch_facts import GLM5_NVFP4_TABLE
+from support.ports import free_port
 
 FAKE_SGLANG = Path(__file__).with_name("fake_sglang")
 GLM = "glm5-nvfp4-rtxpro6000"
@@ -45,13 +45,6 @@ def sm120(monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
     nvml = FakeNvml(8, rtx_pro_6000_sample())
     monkeypatch.setitem(sys.modules, "pynvml", nvml)  # preflight's read_gpus_nvml imports it
     return nvml
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def config(tmp_path: Path, pinned: str, installed: str, **profile: str) -> Path:

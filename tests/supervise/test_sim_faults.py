@@ -24,19 +24,13 @@ from prometheus_client import CollectorRegistry
 from sglang_sentinel.supervise import ServerState, Supervisor
 from sglang_sentinel.supervise.settings import ServerSettings
 from support.loopback import HTTP
+from support.ports import free_port
 from support.waits import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_leaked_children")]
 
 Fast = Callable[..., ServerSettings]
 SPEED = 100.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class SimRig:

@@ -8,7 +8,6 @@ here: rank 0 is not started, so the node waits in the rendezvous), 0.5.9 has no 
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import Callable, MutableMapping
 from typing import Any
@@ -20,16 +19,10 @@ from prometheus_client import CollectorRegistry
 from sglang_sentinel.supervise import Supervisor
 from sglang_sentinel.supervise.launch import LaunchCommand
 from sglang_sentinel.supervise.settings import ServerSettings
+from support.ports import free_port as _free_port
 
 Fast = Callable[..., ServerSettings]
 SimCmd = Callable[..., LaunchCommand]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _stop_kills(sup: Supervisor) -> float | None:

@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from support.loopback import HTTP
+from support.ports import free_port  # (re-exported: the daemon tests' ports)
 
 __all__ = [
     "TOLERATED",
@@ -37,12 +37,6 @@ __all__ = [
 TOLERATED: tuple[type[BaseException], ...] = (httpx.HTTPError, KeyError, TypeError, ValueError)
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def clean_env(**extra: str) -> dict[str, str]:
