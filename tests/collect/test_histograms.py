@@ -104,7 +104,11 @@ async def test_coarsened_sim_histograms_in_both_versions() -> None:
             serve(speed=200, enable_metrics=True, sglang_version=version) as sim,
             httpx.AsyncClient(base_url=sim.base_url) as c,
         ):
-            await c.post("/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 8}})
+            # 64 tokens: at least eight outputs however late the simulator runs (it joins at most
+            # eight decode steps in one), so inter-token latency is observed (8 came as one on a
+            # busy box: no observation, no series).
+            body = {"text": "hi", "sampling_params": {"max_new_tokens": 64, "ignore_eos": True}}
+            await c.post("/generate", json=body)
             text = (await c.get("/metrics")).text
         out = histogram_samples(HistogramFilter("coarsen").apply(text).text)
         for name, les in expect.items():
