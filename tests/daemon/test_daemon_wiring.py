@@ -13,6 +13,7 @@ from structlog.testing import capture_logs
 from sglang_sentinel.config import load_settings
 from sglang_sentinel.daemon import Daemon, resolve_state_dir
 from support.ports import free_port
+from support.waits import until
 
 
 def test_state_dir_fallbacks(tmp_path: Path) -> None:
@@ -37,10 +38,7 @@ async def test_gpu_health_reads_the_collectors_snapshot() -> None:
     assert before.throttled is None
     await collectors.start()
     try:
-        for _ in range(100):  # the first background read of the fake GPUs, within 10 s
-            if gpu.health().max_temperature_celsius is not None:
-                break
-            await asyncio.sleep(0.1)
+        await until(lambda: gpu.health().max_temperature_celsius is not None, what="a first GPU read")
         health = gpu.health()
         temp = health.max_temperature_celsius
         assert temp is not None

@@ -34,6 +34,7 @@ from sglang_sentinel.schedule.scheduler import LoadScheduler
 from sglang_sentinel.schedule.settings import ScheduleSettings
 from sglang_sentinel.statedir import StateDir
 from support.loopback import HTTP
+from support.waits import until
 
 pytestmark = pytest.mark.slow
 
@@ -183,12 +184,11 @@ async def one_run(
 
 
 async def _when_sent(sched: LoadScheduler, n: int) -> None:
-    for _ in range(2000):
+    def sent() -> bool:
         current = sched._current
-        if current is not None and current.counters.sent >= n:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"fewer than {n} requests sent")
+        return current is not None and current.counters.sent >= n
+
+    await until(sent, what=f"{n} requests sent")
 
 
 async def test_every_run_is_charged_its_truth_and_no_sliding_hour_overspends(

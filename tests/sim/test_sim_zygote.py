@@ -9,11 +9,10 @@ import os
 import re
 import signal
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from support.sim_zygote import Zygote, ZygoteChild
+from support.waits import until_sync
 
 _MS_STAMP = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}\] ", re.M)
 _S_STAMP = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] ", re.M)
@@ -34,13 +33,6 @@ def _spawn(
     return child, out, err
 
 
-def _wait_for(what: str, condition: Callable[[], object], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"no {what} within {timeout_s:g} s"
-        time.sleep(0.02)
-
-
 def test_a_forked_simulator_runs_in_its_directory_with_its_environment_and_session(
     sim_zygote: Zygote, tmp_path: Path
 ) -> None:
@@ -50,11 +42,11 @@ def test_a_forked_simulator_runs_in_its_directory_with_its_environment_and_sessi
         sim_zygote, tmp_path, "ms", "--port", "0", "--ready-file", "ready.json", env={"SGLANG_LOG_MS": "1"}
     )
     try:
-        _wait_for("ready file", (tmp_path / "ready.json").exists)
+        until_sync((tmp_path / "ready.json").exists, what="the ready file")
         info = json.loads((tmp_path / "ready.json").read_text())
         assert info["pid"] == child.pid
         assert os.getsid(child.pid) == child.pid
-        _wait_for("millisecond log stamp", lambda: _MS_STAMP.search(err.read_text()))
+        until_sync(lambda: _MS_STAMP.search(err.read_text()), what="a millisecond log stamp")
         assert child.poll() is None
     finally:
         child.send_signal(signal.SIGKILL)
@@ -72,8 +64,8 @@ def test_exit_statuses_and_output_are_the_simulators(sim_zygote: Zygote, tmp_pat
     # other child's environment stayed behind in the zygote.
     plain, _, plain_err = _spawn(sim_zygote, tmp_path, "plain", "--port", "0", "--ready-file", "plain.json")
     try:
-        _wait_for("ready file", (tmp_path / "plain.json").exists)
-        _wait_for("second log stamp", lambda: _S_STAMP.search(plain_err.read_text()))
+        until_sync((tmp_path / "plain.json").exists, what="the ready file")
+        until_sync(lambda: _S_STAMP.search(plain_err.read_text()), what="a second log stamp")
         if os.environ.get("SGLANG_LOG_MS", "").lower() not in ("1", "true"):
             assert not _MS_STAMP.search(plain_err.read_text())
     finally:

@@ -12,6 +12,7 @@ from sglang_sentinel_sim.profiles import Profile, get_profile
 from sglang_sentinel_sim.reqstate import INJECTED_ABORT
 from sglang_sentinel_sim.text import Script
 from support.sim_virtual import simulate
+from support.waits import until
 
 GLM = get_profile("glm5-nvfp4-8x-rtxpro6000")
 
@@ -202,11 +203,7 @@ async def test_a_request_that_came_while_the_loop_was_late_waits_for_the_next_fo
         arrival_b = GLM.prefill_base_s + 50 / GLM.prefill_tokens_per_s + 2.5 * GLM.decode_base_s
         now[0] = arrival_b / speed
         engine.submit(b)
-        for _ in range(2000):  # the engine's steps sleep ~0.1 ms each here: well under 2000 x 5 ms
-            if not engine.busy:
-                break
-            await asyncio.sleep(0.005)
-        assert not engine.busy, "the engine did not finish"
+        await until(lambda: not engine.busy, what="the engine finishing both requests")
     finally:
         await engine.stop()
     want_a, want_b = simulate(GLM, [(0.0, 50, 20), (arrival_b, 50, 20)])

@@ -5,7 +5,6 @@ answers through an in-process server, the flag errors through the CLI."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import io
 import signal
 
@@ -25,6 +24,7 @@ from sglang_sentinel_sim.launchflags import LaunchFlags, add_launch_arguments, l
 from sglang_sentinel_sim.profiles import Profile, get_profile
 from sglang_sentinel_sim.text import Script
 from support.sim_virtual import simulate
+from support.waits import until
 
 GLM = get_profile("glm5-nvfp4-8x-rtxpro6000")
 
@@ -138,11 +138,7 @@ async def _startup_log(*argv: str, version: str = "0.5.23") -> tuple[str, str | 
     err = io.StringIO()
     config = SimConfig(port=0, speed=1000, sglang_version=version, launch=_flags(*argv))
     async with serve(config, wait_ready=False, err=err) as sim:
-        for _ in range(2000):
-            if sim.stopped:
-                break
-            await asyncio.sleep(0.005)
-        assert sim.stopped, "the launch should have failed at start-up"
+        await until(lambda: sim.stopped, what="the launch failing at start-up")
         assert sim.ready_at is None
         return err.getvalue(), sim.exit_reason
 

@@ -36,6 +36,7 @@ from sglang_sentinel.supervise.probes import read_progress
 from sglang_sentinel.supervise.runners import ExitInfo
 from sglang_sentinel_sim import SimServer, serve
 from sglang_sentinel_sim.testing import SimProcess
+from support.waits import until
 
 RUNNING_CAP = 4
 SUBMITTED = 7  # 4 running, 3 waiting
@@ -231,10 +232,7 @@ async def test_nan_sanitized_warning_is_logged_once_and_serving_goes_on() -> Non
         serve(speed=200, err=err, faults=("nan_sanitized",)) as sim,
         httpx.AsyncClient(base_url=sim.base_url, timeout=30) as client,
     ):
-        deadline = time.monotonic() + 10
-        while "values were sanitized" not in err.getvalue():
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.01)
+        await until(lambda: "values were sanitized" in err.getvalue(), what="the sanitized-NaN warning")
         r = await client.post(
             "/generate", json={"text": "What is 2+2?", "sampling_params": {"max_new_tokens": 8}}
         )

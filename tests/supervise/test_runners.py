@@ -23,6 +23,7 @@ from sglang_sentinel.supervise.runners import (
 )
 from sglang_sentinel.supervise.secretargs import SECRETS_FILE
 from sglang_sentinel.supervise.settings import ServerSettings, SystemdSettings
+from support.waits import until
 
 
 def runner_with(states: list[dict[str, str]], systemctl_code: str = "") -> SystemdRunner:
@@ -109,10 +110,7 @@ async def test_a_cancelled_command_is_killed_and_reaped(tmp_path: Path, no_leake
     pid_file = tmp_path / "pid"
     code = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)"
     task = asyncio.create_task(_run([sys.executable, "-c", code, str(pid_file)], 120))
-    for _ in range(500):
-        if pid_file.exists() and pid_file.read_text():
-            break
-        await asyncio.sleep(0.02)
+    await until(lambda: pid_file.exists() and pid_file.read_text(), what="the child's pid file")
     pid = int(pid_file.read_text())
     task.cancel()
     async with asyncio.timeout(10):

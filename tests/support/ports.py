@@ -12,6 +12,7 @@ once, about 1 in 20,000. (Servers that can bind port 0 themselves and report it 
 
 from __future__ import annotations
 
+import functools
 import random
 import socket
 from pathlib import Path
@@ -24,6 +25,7 @@ _LOW = 10000
 _RANDOM = random.SystemRandom()
 
 
+@functools.cache  # (read once a process)
 def _ephemeral_start() -> int:
     try:
         return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
